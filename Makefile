@@ -1,0 +1,33 @@
+# Two commands do all the set-up on a fresh machine with Python 3 and make:
+#   make run    train SGH on the bundled MNIST, evaluate, print the results table
+#   make test   run the test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-slow lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/sgh-train $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check sgh tests scripts
+
+bench: $(STAMP)
+	$(BIN)/python scripts/bench_train.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) runs multirun .pytest_cache

@@ -1,0 +1,3 @@
+"""Stochastic Generative Hashing: learned binary codes for Hamming-distance retrieval."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,90 @@
+"""The run directory: the only module that decides what a run writes, where, and how.
+
+    <run_dir>/config.yaml     the resolved configuration of this run
+    <run_dir>/tensorboard/    TensorBoard event files (loss terms, learning rate, step time)
+    <run_dir>/checkpoints/    TF checkpoints: model (with its normaliser), optimizer, step
+    <run_dir>/codes.npz       packed codes + relevance data (contract in the README)
+    <run_dir>/metrics.json    one flat JSON object of results and their conventions
+
+Files are written to a temporary name in the same directory and renamed, so a crash never
+leaves a half-written file that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from omegaconf import OmegaConf
+
+CHECKPOINTS_KEPT = 2
+
+
+@contextmanager
+def _atomic_path(path: Path, suffix: str = ""):
+    """Yield a temporary path next to `path`; rename it onto `path` if the block succeeds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp",
+                                         dir=path.parent)
+    os.close(handle)
+    try:
+        yield Path(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _json_ready(value):
+    """Plain JSON: numpy scalars to Python, NaN/Inf to null (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {key: _json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class RunDirectory:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def codes(self) -> Path:
+        return self.path / "codes.npz"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.json"
+
+    def write_config(self, config) -> None:
+        with _atomic_path(self.path / "config.yaml") as temporary:
+            temporary.write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+
+    def write_metrics(self, metrics: dict) -> None:
+        with _atomic_path(self.metrics) as temporary:
+            temporary.write_text(json.dumps(_json_ready(metrics), indent=2) + "\n")
+
+    def write_codes(self, **arrays: np.ndarray) -> None:
+        # np.savez appends ".npz" to names without it, so the temporary name must end in it.
+        with _atomic_path(self.codes, suffix=".npz") as temporary:
+            np.savez(temporary, **arrays)
+
+    def summary_writer(self):
+        return tf.summary.create_file_writer(str(self.path / "tensorboard"))
+
+    def checkpoint_manager(self, checkpoint: tf.train.Checkpoint) -> tf.train.CheckpointManager:
+        # TF writes checkpoint data files first and the index ("checkpoint") last, so a
+        # checkpoint is only listed once it is complete.
+        return tf.train.CheckpointManager(checkpoint, str(self.path / "checkpoints"),
+                                          max_to_keep=CHECKPOINTS_KEPT)

@@ -1,0 +1,166 @@
+"""Typed configuration: the schema Hydra composes into, and the checks Hydra cannot express.
+
+The dataclasses are registered in Hydra's ConfigStore, and the YAML files under `configs/` extend
+them, so a misspelt key fails at compose time. `validate()` then checks values (ranges, choices)
+with one-line errors. Library code receives these dataclasses, never a `DictConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
+
+from sgh.errors import UserInputError
+
+# Beyond 1024 bits a code is no longer "compact", and the linear encoder's memory grows with it.
+MAX_BITS = 1024
+BUNDLED_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass
+class FileDatasetConfig:
+    """A dataset read from a `.npz` file; the split protocol follows from the keys found.
+
+    Labelled files (`X_train, y_train, X_test, y_test`) use protocol A's rule (or B's with
+    `query_selection=per_class`); ANN files (`base, query[, groundtruth, learn]`) protocol C;
+    pooled labelled files (`X, y`) draw the queries from the pool (see `sgh/data/splits.py`).
+    """
+
+    name: str = MISSING
+    path: str = MISSING
+    query_selection: str = "random"  # random | per_class  (labelled layouts)
+    n_queries: int = 1000
+    split: str = "test"  # test | validation (queries carved from the training set)
+
+
+@dataclass
+class SyntheticDatasetConfig:
+    """Gaussian clusters with labels: a dataset that needs no file (tests, quick checks)."""
+
+    name: str = "synthetic"
+    n_train: int = 2000
+    n_test: int = 400
+    dim: int = 32
+    n_classes: int = 10
+    seed: int = 0
+    n_queries: int = 200
+    query_selection: str = "random"
+    split: str = "test"
+
+
+@dataclass
+class ModelConfig:
+    name: str = "sgh"
+    bits: int = 32
+    # paper: Gaussian decoder with learned rho + analytic KL to a learned Bernoulli prior (MDL).
+    # released: the authors' demo loss (affine decoder, alpha-BCE, beta weight decay).
+    objective: str = "paper"
+    noise: str = "uniform"  # uniform: xi ~ U(0,1) (the paper) | fixed: xi = 0.5 (released demo)
+    estimator: str = "unbiased"  # unbiased (closed form, linear decoder) | approximate
+    normalization: str = "isotropic"  # isotropic: (x - mean) / one global scale | none
+    init: str = "random"  # random: W~N(0,1/d), b=0 | released: the demo's, b~N(0,1)
+    alpha: float = 1e-3  # objective=released: weight of the BCE term
+    beta: float = 1e-3  # objective=released: weight decay on W and U
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 5000
+    batch_size: int = 500  # drawn with replacement, as the released demo does
+    learning_rate: float = 1e-2
+    schedule: str = "constant"  # constant | step | cosine
+    decay_every: int = 2000  # schedule=step: multiply the rate by decay_rate every this many steps
+    decay_rate: float = 0.5
+    seed: int = 0
+    # Steps run inside one compiled call: per-call overhead is what made the plain port slow.
+    # Also the logging interval (loss terms are averaged over a call).
+    steps_per_call: int = 100
+    jit_compile: bool = True
+    checkpoint_every: int = 1000
+
+
+@dataclass
+class EvalConfig:
+    recall_k: int = 10  # Recall K@N: K true Euclidean neighbours...
+    recall_n: list[int] = field(default_factory=lambda: [1, 10, 100, 1000])  # ...among top N
+
+
+@dataclass
+class Config:
+    dataset: Any = MISSING
+    model: ModelConfig = field(default_factory=ModelConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    # Where bundled-layout datasets live (<data_dir>/<dataset>/<file>).
+    data_dir: str = "${oc.env:SGH_DATA_DIR,${sgh_bundled_data_dir:}}"
+
+
+def register_configs() -> None:
+    if not OmegaConf.has_resolver("sgh_bundled_data_dir"):
+        OmegaConf.register_new_resolver("sgh_bundled_data_dir", lambda: str(BUNDLED_DATA_DIR))
+    store = ConfigStore.instance()
+    store.store(name="config_schema", node=Config)
+    store.store(group="dataset", name="file_schema", node=FileDatasetConfig)
+    store.store(group="dataset", name="synthetic_schema", node=SyntheticDatasetConfig)
+
+
+CHOICES = {
+    "model.name": ("sgh",),
+    "model.objective": ("paper", "released"),
+    "model.noise": ("uniform", "fixed"),
+    "model.estimator": ("unbiased", "approximate"),
+    "model.normalization": ("isotropic", "none"),
+    "model.init": ("random", "released"),
+    "trainer.schedule": ("constant", "step", "cosine"),
+    "dataset.query_selection": ("random", "per_class"),
+    "dataset.split": ("test", "validation"),
+}
+
+
+def _check_choice(key: str, value: str) -> None:
+    if value not in CHOICES[key]:
+        raise UserInputError(f"{key}={value!r} is not known; accepted: {', '.join(CHOICES[key])}")
+
+
+def _check_range(key: str, value: float, low: float, high: float = math.inf) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+        bound = f"between {low} and {high}" if math.isfinite(high) else f">= {low}"
+        raise UserInputError(f"{key}={value!r} is impossible; accepted: a number {bound}")
+
+
+def validate(config: Config) -> Config:
+    """Check every value Hydra's types cannot; raise UserInputError naming the key."""
+    model, trainer, dataset = config.model, config.trainer, config.dataset
+    for key in ("model.name", "model.objective", "model.noise", "model.estimator",
+                "model.normalization", "model.init", "trainer.schedule",
+                "dataset.query_selection", "dataset.split"):
+        section, attribute = key.split(".")
+        _check_choice(key, getattr({"model": model, "trainer": trainer,
+                                    "dataset": dataset}[section], attribute))
+    _check_range("model.bits", model.bits, 1, MAX_BITS)
+    _check_range("model.alpha", model.alpha, 0)
+    _check_range("model.beta", model.beta, 0)
+    _check_range("trainer.steps", trainer.steps, 0)
+    _check_range("trainer.batch_size", trainer.batch_size, 1)
+    _check_range("trainer.learning_rate", trainer.learning_rate, 1e-12)
+    _check_range("trainer.decay_every", trainer.decay_every, 1)
+    _check_range("trainer.decay_rate", trainer.decay_rate, 0, 1)
+    _check_range("trainer.steps_per_call", trainer.steps_per_call, 1)
+    _check_range("trainer.checkpoint_every", trainer.checkpoint_every, 1)
+    _check_range("dataset.n_queries", dataset.n_queries, 1)
+    _check_range("eval.recall_k", config.eval.recall_k, 1)
+    if not config.eval.recall_n:
+        raise UserInputError("eval.recall_n is empty; accepted: a list of cut-offs N >= 1")
+    for n in config.eval.recall_n:
+        _check_range("eval.recall_n", n, 1)
+    return config
+
+
+def resolve_data_dir(data_dir: str) -> Path:
+    return Path(os.path.expanduser(data_dir)).resolve()

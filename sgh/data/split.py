@@ -1,0 +1,121 @@
+"""The retrieval split every method trains and is scored on, and the protocols that make it.
+
+Protocols (../shared/reference/protocol.md, restated in the README):
+- labelled files (`X_train, y_train, X_test, y_test`), query_selection=random (protocol A):
+  queries = the first min(n_queries, n_test) of `default_rng(0).permutation(n_test)`;
+  database = all of X_train, then the remaining test items in their original order;
+  training set = X_train.
+- labelled, query_selection=per_class (protocol B): `rng = default_rng(0)`; for each class c in
+  increasing order, `rng.permutation(nonzero(y_test == c))[:n_queries // n_classes]`.
+- ANN files (`base, query[, groundtruth, learn]`, protocol C): database = base, queries = query,
+  training set = learn if present else base, ground truth = the file's if present.
+- pooled labelled files (`X, y`): queries = the first n_queries of `default_rng(0).permutation(n)`,
+  database = the rest in order, training set = the database.
+- split=validation: model selection never looks at the queries. The queries become the first
+  min(n_queries, n_train // 10) items of `default_rng(1).permutation(n_train)` of the training set,
+  and both database and training set are the remaining training items in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RetrievalSplit:
+    name: str
+    protocol: str  # one line saying how the split was made (goes into metrics.json)
+    train: np.ndarray  # (n_train, d) float32
+    database: np.ndarray  # (n_database, d) float32
+    query: np.ndarray  # (n_query, d) float32
+    database_labels: np.ndarray | None = None  # (n_database,) int
+    query_labels: np.ndarray | None = None  # (n_query,) int
+    groundtruth: np.ndarray | None = None  # (n_query, K) Euclidean neighbour ids into database
+    feature_conversion: str = "float32 as stored"
+
+    @property
+    def has_labels(self) -> bool:
+        return self.database_labels is not None
+
+
+def _queries_and_rest(n: int, query_ids: np.ndarray):
+    rest = np.ones(n, dtype=bool)
+    rest[query_ids] = False
+    return query_ids, np.nonzero(rest)[0]
+
+
+def random_query_ids(n: int, n_queries: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).permutation(n)[: min(n_queries, n)]
+
+
+def per_class_query_ids(labels: np.ndarray, n_queries: int) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    classes = np.unique(labels)
+    per_class = max(1, n_queries // len(classes))
+    return np.concatenate([rng.permutation(np.nonzero(labels == c)[0])[:per_class]
+                           for c in classes])
+
+
+def labelled_split(name, x_train, y_train, x_test, y_test, query_selection, n_queries,
+                   conversion) -> RetrievalSplit:
+    if query_selection == "per_class":
+        ids = per_class_query_ids(y_test, n_queries)
+        rule = f"protocol B: {len(ids)} test queries, per class, rng(0)"
+    else:
+        ids = random_query_ids(len(x_test), n_queries)
+        rule = f"protocol A: {len(ids)} test queries = rng(0).permutation(n_test)[:{len(ids)}]"
+    query_ids, rest = _queries_and_rest(len(x_test), ids)
+    return RetrievalSplit(
+        name=name,
+        protocol=rule + "; database = train + remaining test; training set = train",
+        train=x_train,
+        database=np.concatenate([x_train, x_test[rest]]),
+        query=x_test[query_ids],
+        database_labels=np.concatenate([y_train, y_test[rest]]),
+        query_labels=y_test[query_ids],
+        feature_conversion=conversion,
+    )
+
+
+def pooled_split(name, x, y, n_queries, conversion) -> RetrievalSplit:
+    query_ids, rest = _queries_and_rest(len(x), random_query_ids(len(x), n_queries))
+    return RetrievalSplit(
+        name=name,
+        protocol=(f"pooled: {len(query_ids)} queries = rng(0).permutation(n)[:{len(query_ids)}]; "
+                  "database = training set = the rest"),
+        train=x[rest], database=x[rest], query=x[query_ids],
+        database_labels=y[rest], query_labels=y[query_ids], feature_conversion=conversion,
+    )
+
+
+def ann_split(name, base, query, groundtruth, learn, conversion) -> RetrievalSplit:
+    train = base if learn is None else learn
+    return RetrievalSplit(
+        name=name,
+        protocol=("protocol C: database = base, queries = query, training set = "
+                  + ("base" if learn is None else "learn")),
+        train=train, database=base, query=query, groundtruth=groundtruth,
+        feature_conversion=conversion,
+    )
+
+
+def validation_split(split: RetrievalSplit, n_queries: int) -> RetrievalSplit:
+    """Carve queries from the training set so that model selection never sees the test queries."""
+    train = split.train
+    labels = None
+    if split.has_labels:
+        # The training set is the head of the database in the labelled layouts.
+        labels = split.database_labels[: len(train)]
+    n_val = min(n_queries, len(train) // 10)
+    query_ids, rest = _queries_and_rest(len(train), random_query_ids(len(train), n_val, seed=1))
+    return replace(
+        split,
+        protocol=(f"validation: {n_val} queries = rng(1).permutation(n_train)[:{n_val}] of the "
+                  "training set; database = training set = the remaining training items"),
+        train=train[rest], database=train[rest], query=train[query_ids],
+        database_labels=None if labels is None else labels[rest],
+        query_labels=None if labels is None else labels[query_ids],
+        groundtruth=None,
+    )

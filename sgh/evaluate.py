@@ -1,0 +1,78 @@
+"""Scoring codes on a retrieval split: both protocols, code health, and their conventions.
+
+Pure computation on arrays (no files): `sgh.train` calls it on freshly encoded codes, and later
+tools will call it on any `codes.npz`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from sgh.codes import code_health
+from sgh.config import EvalConfig
+from sgh.data import RetrievalSplit
+from sgh.metrics import mean_average_precision, recall_at_n
+from sgh.neighbours import euclidean_neighbours
+
+CONVENTIONS = {
+    "map_convention": ("mAP@all over the whole Hamming ranking (distance = popcount of XOR); "
+                       "relevant = same label; 'map' = tie-aware expected AP (items at equal "
+                       "distance in uniformly random order, McSherry & Najork 2008); "
+                       "'map_stable' = ties broken by database index; queries with no relevant "
+                       "item are skipped and counted in 'map_queries_without_relevant'"),
+    "recall_convention": ("Recall K@N: fraction of each query's K exact Euclidean nearest "
+                          "database items (squared L2 in the input feature space, ties by index) "
+                          "found among the first N of the Hamming ranking, averaged over "
+                          "queries; 'recallK@N' = tie-aware at the cut-off (expected value under "
+                          "a random order of the cut-off distance level); 'recallK@N_stable' = "
+                          "ties broken by database index"),
+    "codes_convention": ("deterministic codes h = 1[sigmoid(logits) >= 0.5], packed with "
+                         "np.packbits(axis=1): first code bit = most significant bit of byte 0"),
+}
+
+
+def ground_truth(split: RetrievalSplit, k: int) -> tuple[np.ndarray, str]:
+    """The split's Euclidean neighbours: the dataset's own if it has k of them, else computed."""
+    if split.groundtruth is not None and split.groundtruth.shape[1] >= k:
+        return split.groundtruth, "from the dataset file"
+    return euclidean_neighbours(split.query, split.database, k), "exact, computed blockwise"
+
+
+def score(split: RetrievalSplit, database_codes: np.ndarray, query_codes: np.ndarray, bits: int,
+          config: EvalConfig, groundtruth: np.ndarray) -> dict:
+    """Every retrieval number for one set of codes, as a flat dict."""
+    started = time.perf_counter()
+    k = config.recall_k
+    metrics: dict = {"n_queries": len(query_codes), "n_database": len(database_codes)}
+    if split.has_labels:
+        for ties, key in (("expected", "map"), ("stable", "map_stable")):
+            result = mean_average_precision(query_codes, database_codes, bits, split.query_labels,
+                                            split.database_labels, ties=ties)
+            metrics[key] = result["map"]
+        metrics["map_queries_without_relevant"] = result["n_no_relevant"]
+    for ties, suffix in (("expected", ""), ("stable", "_stable")):
+        recalls = recall_at_n(query_codes, database_codes, bits, groundtruth, config.recall_n,
+                              k=k, ties=ties)
+        for n, value in recalls.items():
+            metrics[f"recall{k}@{n}{suffix}"] = value
+    health = code_health(database_codes, bits)
+    metrics["distinct_database_codes"] = health["distinct_codes"]
+    metrics["dead_bits"] = health["dead_bits"]
+    metrics["mean_abs_bit_correlation"] = health["mean_abs_bit_correlation"]
+    metrics["bit_balance_min"] = float(np.min(health["bit_balance"]))
+    metrics["bit_balance_max"] = float(np.max(health["bit_balance"]))
+    metrics["eval_seconds"] = time.perf_counter() - started
+    return metrics
+
+
+def collapse_warning(metrics: dict, bits: int) -> str | None:
+    """A one-line warning when the codes have collapsed, so it never passes unnoticed."""
+    distinct, dead = metrics["distinct_database_codes"], metrics["dead_bits"]
+    n_database = metrics["n_database"]
+    if dead > 0 or distinct < min(n_database, 2**bits) / 100:
+        return (f"warning: code collapse: {distinct} distinct codes for {n_database} database "
+                f"items, {dead} of {bits} bits never change; the codes carry little information "
+                "(check the feature scale, model.init, trainer.learning_rate)")
+    return None

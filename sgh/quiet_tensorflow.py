@@ -1,0 +1,32 @@
+"""Import TensorFlow without its start-up chatter on the user's terminal.
+
+TensorFlow >= 2.16 prints C++ INFO lines (oneDNN notice, missing CUDA drivers) before absl
+logging is initialised, where TF_CPP_MIN_LOG_LEVEL is not yet honoured. Entry points call
+`import_tensorflow()` first; the lines are captured and shown only if the import fails.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+
+def import_tensorflow() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # honoured once absl is initialised
+    if "tensorflow" in sys.modules:
+        return
+    sys.stderr.flush()
+    saved_stderr = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except BaseException:
+            os.dup2(saved_stderr, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved_stderr, 2)
+            os.close(saved_stderr)

@@ -1,0 +1,168 @@
+"""`sgh-train`: the Hydra boundary. `main` composes the config; `run(config, run_dir)` works.
+
+The data flow reads straight down: typed config -> load split -> build model -> train
+(TensorBoard, checkpoints) -> encode database and queries -> metrics -> run directory.
+Nothing below `main` knows Hydra; tests call `run` directly.
+"""
+
+from __future__ import annotations
+
+from sgh.quiet_tensorflow import import_tensorflow
+
+import_tensorflow()  # before anything else imports TensorFlow
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+import hydra
+import numpy as np
+import tensorflow as tf
+from omegaconf import DictConfig, OmegaConf
+
+from sgh.artifacts import RunDirectory
+from sgh.config import Config, register_configs, validate
+from sgh.data import load_split
+from sgh.errors import USAGE_ERROR_EXIT_CODE, UserInputError
+from sgh.evaluate import CONVENTIONS, collapse_warning, ground_truth, score
+from sgh.model import SGH, encode_packed
+from sgh.trainer import ChunkLog, Trainer, median_ms_per_step
+
+register_configs()
+
+
+def run(config: Config, run_dir) -> dict:
+    """Train SGH as configured, evaluate it, write the run directory; return the metrics."""
+    validate(config)
+    run_directory = RunDirectory(run_dir)
+    run_directory.write_config(config)
+    split = load_split(config.dataset)
+    if config.trainer.batch_size > len(split.train):
+        raise UserInputError(
+            f"trainer.batch_size={config.trainer.batch_size} is larger than the training set "
+            f"({len(split.train)} items of {split.name!r}); accepted: 1..{len(split.train)}")
+    print(f"[sgh] {split.name}: train {split.train.shape}, database {split.database.shape}, "
+          f"queries {split.query.shape}; {split.protocol}", flush=True)
+
+    # A sweep runs its jobs in one process: start each from a clean TF state and its own seed.
+    tf.keras.backend.clear_session()
+    tf.random.set_seed(config.trainer.seed)
+    model = SGH.from_training_data(config.model, split.train, seed=config.trainer.seed)
+    trainer = Trainer(model, split.train, config.trainer)
+    checkpoints = run_directory.checkpoint_manager(trainer.checkpoint())
+
+    started = time.perf_counter()
+    with run_directory.summary_writer().as_default():
+        logs = trainer.fit(_progress(config, checkpoints))
+    train_seconds = time.perf_counter() - started
+    checkpoints.save(checkpoint_number=int(trainer.step.numpy()))
+
+    database_codes = encode_packed(model, split.database)
+    query_codes = encode_packed(model, split.query)
+    groundtruth, groundtruth_source = ground_truth(split, config.eval.recall_k)
+    metrics = {
+        "dataset": split.name,
+        "method": "sgh",
+        "bits": config.model.bits,
+        "objective": config.model.objective,
+        "estimator": config.model.estimator,
+        "noise": config.model.noise,
+        "steps": int(trainer.step.numpy()),
+        "batch_size": config.trainer.batch_size,
+        "seed": config.trainer.seed,
+        "train_seconds": train_seconds,
+        "ms_per_step": median_ms_per_step(logs),
+        "ms_per_step_convention": ("median over compiled calls of wall time / steps, first call "
+                                   "(compilation) excluded"),
+        "final_loss_terms_per_item": logs[-1].terms if logs else {},
+        **score(split, database_codes, query_codes, config.model.bits, config.eval, groundtruth),
+        "protocol": split.protocol,
+        "feature_conversion": split.feature_conversion,
+        "groundtruth": f"{groundtruth.shape[1]} neighbours per query, {groundtruth_source}",
+        **CONVENTIONS,
+    }
+    codes = {"database": database_codes, "query": query_codes, "bits": np.int64(config.model.bits),
+             "groundtruth": groundtruth}
+    if split.has_labels:
+        codes["database_labels"] = split.database_labels
+        codes["query_labels"] = split.query_labels
+    run_directory.write_codes(**codes)
+    run_directory.write_metrics(metrics)
+    print(results_table(metrics, config), flush=True)
+    warning = collapse_warning(metrics, config.model.bits)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    print(f"[sgh] run directory: {run_directory.path}", flush=True)
+    return metrics
+
+
+def _progress(config: Config, checkpoints: tf.train.CheckpointManager):
+    """Per compiled call: TensorBoard scalars, a console line about every tenth, checkpoints."""
+    total = config.trainer.steps
+    print_every = max(total // 10, 1)
+    next_print = [print_every]
+
+    def on_chunk(log: ChunkLog) -> None:
+        for name, value in log.terms.items():
+            tf.summary.scalar(f"loss/{name}", value, step=log.step)
+        tf.summary.scalar("train/learning_rate", log.learning_rate, step=log.step)
+        tf.summary.scalar("train/ms_per_step", log.ms_per_step, step=log.step)
+        tf.summary.scalar("train/steps_per_second", 1e3 / log.ms_per_step, step=log.step)
+        if log.step >= next_print[0] or log.step == total:
+            next_print[0] = (log.step // print_every + 1) * print_every
+            terms = "  ".join(f"{name} {value:.4g}" for name, value in log.terms.items())
+            print(f"[sgh] step {log.step:>6}/{total}  {terms}  lr {log.learning_rate:.3g}  "
+                  f"{1e3 / log.ms_per_step:.0f} steps/s", flush=True)
+        if log.step % config.trainer.checkpoint_every < log.steps:
+            checkpoints.save(checkpoint_number=log.step)
+
+    return on_chunk
+
+
+def results_table(metrics: dict, config: Config) -> str:
+    """The printed results: every number with its convention."""
+    k = config.eval.recall_k
+    rows = [(f"{metrics['dataset']}, SGH {metrics['bits']} bits, objective "
+             f"{metrics['objective']}, {metrics['steps']} steps", "")]
+    if "map" in metrics:
+        rows.append(("mAP@all, label relevance, tie-aware", f"{metrics['map']:.4f}"))
+        rows.append(("mAP@all, label relevance, ties by index", f"{metrics['map_stable']:.4f}"))
+    for n in config.eval.recall_n:
+        rows.append((f"Recall{k}@{n}, Euclidean {k}-NN, tie-aware",
+                     f"{metrics[f'recall{k}@{n}']:.4f}"))
+    rows.append(("distinct database codes / database items",
+                 f"{metrics['distinct_database_codes']} / {metrics['n_database']}"))
+    rows.append(("dead bits (constant over the database)", f"{metrics['dead_bits']}"))
+    rows.append(("training time; median time per step",
+                 f"{metrics['train_seconds']:.1f} s; {metrics['ms_per_step']:.2f} ms"))
+    width = max(len(label) for label, _ in rows)
+    lines = [f"  {label:<{width}}  {value}" for label, value in rows]
+    rule = "  " + "-" * (width + 12)
+    return "\n".join([rule, lines[0], rule, *lines[1:], rule,
+                      f"  queries: {metrics['n_queries']} ({metrics['protocol']})"])
+
+
+# An absolute path: Hydra would read a relative one as a Python package ("configs").
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
+def _hydra_main(cfg: DictConfig) -> None:
+    run_dir = hydra.core.hydra_config.HydraConfig.get().runtime.output_dir
+    # Hydra routes Python logging to the console at INFO; TensorFlow's absl INFO lines are noise.
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    try:
+        config = OmegaConf.to_object(cfg)
+        run(config, run_dir)
+    except UserInputError as error:
+        print(f"sgh-train: error: {error}", file=sys.stderr)
+        sys.exit(USAGE_ERROR_EXIT_CODE)
+
+
+def main() -> None:
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+import numpy as np
+import pytest
+
+from sgh.codes import (
+    _popcount_lookup,
+    code_health,
+    hamming_distances,
+    iter_distance_blocks,
+    pack_bits,
+    unpack_bits,
+    validate_codes,
+)
+
+
+def brute_force_distances(query_bits, database_bits):
+    return (query_bits[:, None, :] != database_bits[None, :, :]).sum(axis=2)
+
+
+def test_pack_unpack_round_trip_with_bits_not_a_multiple_of_8():
+    bits = np.random.default_rng(0).integers(0, 2, size=(50, 12))
+    packed = pack_bits(bits)
+    assert packed.dtype == np.uint8 and packed.shape == (50, 2)
+    np.testing.assert_array_equal(unpack_bits(packed, 12), bits)
+    np.testing.assert_array_equal(pack_bits(bits.astype(bool)), packed)
+
+
+def test_first_bit_is_most_significant_bit_of_byte_zero():
+    bits = np.zeros((3, 12), dtype=np.uint8)
+    bits[0, 0] = 1  # -> byte 0 = 0b1000_0000 = 128
+    bits[1, 7] = 1  # -> byte 0 = 0b0000_0001 = 1
+    bits[2, 8] = 1  # -> byte 1 = 0b1000_0000 = 128 (bits 12..15 are zero padding)
+    np.testing.assert_array_equal(pack_bits(bits), [[128, 0], [1, 0], [0, 128]])
+
+
+def test_pack_bits_rejects_non_binary_values_and_wrong_rank():
+    with pytest.raises(ValueError, match="0/1"):
+        pack_bits(np.array([[0, 2]]))
+    with pytest.raises(ValueError, match=r"shape \(4,\)"):
+        pack_bits(np.zeros(4))
+
+
+def test_validate_codes_names_the_bad_value():
+    codes = pack_bits(np.ones((2, 12)))
+    with pytest.raises(ValueError, match="2 bytes per row, which holds 9..16 bits, but bits=32"):
+        validate_codes(codes, 32)
+    with pytest.raises(ValueError, match="non-zero padding bits after bit 10"):
+        validate_codes(codes, 10)
+    with pytest.raises(ValueError, match="positive integer, got 0"):
+        validate_codes(codes, 0)
+    with pytest.raises(ValueError, match="dtype int64"):
+        validate_codes(codes.astype(np.int64), 12)
+    assert validate_codes(codes, 12) is not None
+
+
+@pytest.mark.parametrize("bits", [1, 7, 12, 16, 24, 32, 40, 64, 100, 300])
+def test_hamming_distances_match_brute_force(bits):
+    rng = np.random.default_rng(bits)
+    query_bits = rng.integers(0, 2, size=(9, bits))
+    database_bits = rng.integers(0, 2, size=(31, bits))
+    distances = hamming_distances(pack_bits(query_bits), pack_bits(database_bits))
+    np.testing.assert_array_equal(distances, brute_force_distances(query_bits, database_bits))
+    assert distances.dtype == (np.uint8 if bits <= 248 else np.uint16)
+
+
+def test_distance_blocks_cover_all_queries_in_order():
+    rng = np.random.default_rng(1)
+    query = pack_bits(rng.integers(0, 2, (10, 20)))
+    database = pack_bits(rng.integers(0, 2, (7, 20)))
+    blocks = list(iter_distance_blocks(query, database, queries_per_block=3))
+    assert [block for block, _ in blocks] == [slice(0, 3), slice(3, 6), slice(6, 9), slice(9, 10)]
+    np.testing.assert_array_equal(
+        np.concatenate([d for _, d in blocks]), hamming_distances(query, database)
+    )
+
+
+def test_distance_blocks_reject_mismatched_widths():
+    with pytest.raises(ValueError, match="2 bytes per row but database codes have 1"):
+        hamming_distances(np.zeros((1, 2), np.uint8), np.zeros((1, 1), np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+def test_lookup_popcount_fallback_matches_bitwise_count(dtype):
+    words = np.random.default_rng(2).integers(0, np.iinfo(dtype).max, (5, 13), dtype=dtype)
+    np.testing.assert_array_equal(_popcount_lookup(words), np.bitwise_count(words))
+
+
+def test_code_health_on_hand_made_codes():
+    # bit 0 is always 1 (dead); bit 2 copies bit 1 (correlation 1); the last row is a duplicate.
+    bits = np.array(
+        [
+            [1, 0, 0, 0],
+            [1, 0, 0, 1],
+            [1, 1, 1, 0],
+            [1, 1, 1, 1],
+            [1, 1, 1, 1],
+        ]
+    )
+    health = code_health(pack_bits(bits), 4)
+    assert health["distinct_codes"] == 4
+    assert health["dead_bits"] == 1
+    np.testing.assert_allclose(health["bit_balance"], [1.0, 0.6, 0.6, 0.6])
+    # corr(bit1, bit3): E[b1 b3] = 2/5, means 0.6 -> cov = 0.4 - 0.36 = 0.04, var = 0.24, so 1/6;
+    # same for (bit2, bit3); pairs of live bits: (1,2)=1, (1,3)=1/6, (2,3)=1/6 -> mean 4/9.
+    assert health["mean_abs_bit_correlation"] == pytest.approx(4 / 9)
+
+
+def test_code_health_with_fewer_than_two_live_bits():
+    bits = np.array([[0, 1, 1], [0, 1, 0]])
+    health = code_health(pack_bits(bits), 3)
+    assert health == {
+        "distinct_codes": 2,
+        "dead_bits": 2,
+        "bit_balance": [0.0, 1.0, 0.5],
+        "mean_abs_bit_correlation": 0.0,
+    }
+
+
+@pytest.mark.parametrize("bits", [20, 100])
+def test_code_health_matches_numpy_on_random_codes(bits):
+    rng = np.random.default_rng(bits)
+    codes = rng.random((700, bits)) < rng.uniform(0.1, 0.9, bits)  # unequal balance per bit
+    codes[:, 3] = codes[:, 5]  # a perfectly correlated pair
+    codes[:, 7] = False  # a dead bit
+    codes[100:200] = codes[:100]  # duplicates
+    health = code_health(pack_bits(codes), bits, rows_per_chunk=64)
+    live = codes.std(axis=0) > 0
+    correlation = np.corrcoef(codes[:, live].T.astype(float))
+    upper = np.triu_indices(live.sum(), k=1)
+    assert health["distinct_codes"] == len(np.unique(codes, axis=0))
+    assert health["dead_bits"] == 1 == (~live).sum()
+    np.testing.assert_allclose(health["bit_balance"], codes.mean(axis=0))
+    assert health["mean_abs_bit_correlation"] == pytest.approx(np.abs(correlation[upper]).mean())
