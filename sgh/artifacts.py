@@ -30,7 +30,7 @@ CHECKPOINTS_KEPT = 2
 def _atomic_path(path: Path, suffix: str = ""):
     """Yield a temporary path next to `path`; rename it onto `path` if the block succeeds."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp",
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + suffix,
                                          dir=path.parent)
     os.close(handle)
     try:

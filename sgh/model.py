@@ -32,6 +32,11 @@ import tensorflow as tf
 from sgh.config import ModelConfig
 from sgh.ops import doubly_sn
 
+# The stateless RNG of the neuron's noise and the batches: named, not "auto_select", so the
+# stream cannot change under us. XLA still draws from a runtime seed with its own kernel, so a run
+# is reproducible for a given trainer.jit_compile; the two settings give different valid streams.
+RNG_ALGORITHM = "philox"
+
 LOSS_TERMS = {
     # reconstruction: 1/2 ||x - x^||^2 per item in the input space, comparable across objectives
     # and with the released demo's "Monitor Loss".
@@ -92,7 +97,7 @@ class SGH(tf.Module):
     def sample_noise(self, batch_size, seed: tf.Tensor) -> tf.Tensor:
         if self.config.noise == "fixed":
             return tf.fill([batch_size, self.bits], 0.5)
-        return tf.random.stateless_uniform([batch_size, self.bits], seed=seed)
+        return tf.random.stateless_uniform([batch_size, self.bits], seed=seed, alg=RNG_ALGORITHM)
 
     def loss_terms(self, x: tf.Tensor, epsilon: tf.Tensor) -> dict[str, tf.Tensor]:
         """The objective on a batch; `total` is what the optimizer minimises."""

@@ -1,7 +1,8 @@
 """Import TensorFlow without its start-up chatter on the user's terminal.
 
 TensorFlow >= 2.16 prints C++ INFO lines (oneDNN notice, missing CUDA drivers) before absl
-logging is initialised, where TF_CPP_MIN_LOG_LEVEL is not yet honoured. Entry points call
+logging is initialised, where TF_CPP_MIN_LOG_LEVEL is not yet honoured, and device discovery
+logs a failed CUDA initialisation on machines without a GPU. Entry points call
 `import_tensorflow()` first; the lines are captured and shown only if the import fails.
 """
 
@@ -21,7 +22,9 @@ def import_tensorflow() -> None:
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow  # noqa: F401
+            import tensorflow
+
+            tensorflow.config.list_physical_devices()
         except BaseException:
             os.dup2(saved_stderr, 2)
             captured.seek(0)

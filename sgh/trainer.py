@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from sgh.config import TrainerConfig
-from sgh.model import LOSS_TERMS, SGH
+from sgh.model import LOSS_TERMS, RNG_ALGORITHM, SGH
 
 # TF1's AdamOptimizer default, which the released demo used (Keras' default is 1e-7).
 ADAM_EPSILON = 1e-8
@@ -75,7 +75,7 @@ class Trainer:
         seed = tf.cast(self.config.seed, tf.int64)
         batch_ids = tf.random.stateless_uniform(
             [self.config.batch_size], seed=tf.stack([seed, 2 * step]), maxval=self.n_train,
-            dtype=tf.int32)  # with replacement, as the released demo draws its batches
+            dtype=tf.int32, alg=RNG_ALGORITHM)  # with replacement, as the released demo does
         x = tf.gather(self.data, batch_ids)
         epsilon = self.model.sample_noise(self.config.batch_size, tf.stack([seed, 2 * step + 1]))
         variables = self.model.trainable_variables

@@ -1,0 +1,74 @@
+"""Choose the default SGH recipe on a validation split of MNIST's training set (never the queries).
+
+    python scripts/select_recipe.py [--bits 32] [--json PATH] [VARIANT ...]
+
+Each variant is a list of Hydra overrides on top of `dataset=mnist dataset.split=validation`:
+1,000 validation queries carved from the 60,000 training images, database = training set = the
+other 59,000. Prints mAP@all (label relevance, tie-aware) and Recall10@100 (Euclidean 10-NN,
+tie-aware) per variant, and writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from sgh.quiet_tensorflow import import_tensorflow
+
+import_tensorflow()
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+from sgh.train import CONFIG_DIR, run  # noqa: E402
+
+VARIANTS = {
+    "default": [],
+    "approximate": ["model.estimator=approximate"],
+    "fixed_noise": ["model.noise=fixed"],
+    "released_init": ["model.init=released"],
+    "cosine": ["trainer.schedule=cosine"],
+    "lr3e-3": ["trainer.learning_rate=0.003"],
+    "step_decay": ["trainer.schedule=step"],
+    "cosine_20k": ["trainer.schedule=cosine", "trainer.steps=20000"],
+    "released_objective": ["experiment=released_mnist"],
+    "fixed_approximate": ["model.noise=fixed", "model.estimator=approximate"],
+    "fixed_cosine": ["model.noise=fixed", "trainer.schedule=cosine"],
+    "fixed_lr3e-3": ["model.noise=fixed", "trainer.learning_rate=0.003"],
+    "fixed_cosine_20k": ["model.noise=fixed", "trainer.schedule=cosine", "trainer.steps=20000"],
+    "lr3e-3_20k": ["trainer.learning_rate=0.003", "trainer.steps=20000"],
+    "batch2000": ["trainer.batch_size=2000"],
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variants", nargs="*", default=list(VARIANTS))
+    parser.add_argument("--bits", type=int, default=32)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results = {}
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        for name in args.variants:
+            overrides = [*VARIANTS[name], "dataset.split=validation", f"model.bits={args.bits}"]
+            config = OmegaConf.to_object(compose("train", overrides=overrides))
+            with tempfile.TemporaryDirectory() as run_dir:
+                metrics = run(config, run_dir)
+            results[name] = {"overrides": overrides, "map": metrics["map"],
+                             "recall10@100": metrics["recall10@100"],
+                             "ms_per_step": metrics["ms_per_step"]}
+            print(f"RESULT {name:<20} mAP {metrics['map']:.4f}  "
+                  f"R10@100 {metrics['recall10@100']:.4f}", flush=True)
+    print("\nvalidation split of MNIST train, bits =", args.bits)
+    for name, result in results.items():
+        print(f"{name:<20} mAP@all(tie-aware) {result['map']:.4f}   "
+              f"Recall10@100(tie-aware) {result['recall10@100']:.4f}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Configuration: every option composes, typos fail at compose time, impossible values are named."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from sgh.config import (
+    BUNDLED_DATA_DIR,
+    MAX_BITS,
+    Config,
+    FileDatasetConfig,
+    SyntheticDatasetConfig,
+    register_configs,
+    validate,
+)
+from sgh.errors import UserInputError
+
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+register_configs()
+
+
+def _compose(*overrides) -> Config:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return OmegaConf.to_object(compose("train", overrides=list(overrides)))
+
+
+@pytest.mark.parametrize("dataset", [p.stem for p in (CONFIG_DIR / "dataset").glob("*.yaml")])
+def test_every_dataset_option_composes(dataset):
+    overrides = [f"dataset={dataset}"] + (["dataset.path=x.npz"] if dataset == "npz" else [])
+    config = validate(_compose(*overrides))
+    expected = SyntheticDatasetConfig if dataset == "synthetic" else FileDatasetConfig
+    assert isinstance(config.dataset, expected)
+
+
+@pytest.mark.parametrize("experiment",
+                         [p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml")])
+def test_every_experiment_composes(experiment):
+    validate(_compose(f"experiment={experiment}"))
+
+
+def test_released_preset_sets_the_demo_recipe():
+    config = _compose("experiment=released_mnist")
+    assert (config.model.objective, config.model.noise, config.model.normalization,
+            config.model.init, config.model.estimator) == ("released", "fixed", "none",
+                                                           "released", "approximate")
+    assert (config.trainer.learning_rate, config.trainer.schedule, config.trainer.batch_size,
+            config.trainer.steps) == (0.01, "constant", 500, 5000)
+
+
+def test_data_dir_defaults_to_bundled_data_and_follows_the_environment(monkeypatch):
+    monkeypatch.delenv("SGH_DATA_DIR", raising=False)
+    assert _compose().dataset.path == f"{BUNDLED_DATA_DIR}/mnist/mnist.npz"
+    monkeypatch.setenv("SGH_DATA_DIR", "/elsewhere")
+    assert _compose().dataset.path == "/elsewhere/mnist/mnist.npz"
+    assert _compose("data_dir=/mine").dataset.path == "/mine/mnist/mnist.npz"
+
+
+def test_misspelt_key_fails_at_compose_time():
+    with pytest.raises(ConfigCompositionException):
+        _compose("model.bitz=16")
+
+
+def test_wrong_type_fails_at_compose_time():
+    with pytest.raises(ConfigCompositionException):
+        _compose("model.bits=many")
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.bits=0", "model.bits=0 is impossible; accepted: a number between 1 and 1024"),
+    (f"model.bits={MAX_BITS + 1}", f"model.bits={MAX_BITS + 1} is impossible"),
+    ("trainer.batch_size=0", "trainer.batch_size=0 is impossible; accepted: a number >= 1"),
+    ("trainer.steps=-1", "trainer.steps=-1 is impossible"),
+    ("trainer.learning_rate=nan", "trainer.learning_rate=nan is impossible"),
+    ("model.objective=vae", "model.objective='vae' is not known; accepted: paper, released"),
+    ("model.noise=gaussian", "model.noise='gaussian' is not known; accepted: uniform, fixed"),
+    ("trainer.schedule=linear", "trainer.schedule='linear' is not known"),
+    ("eval.recall_n=[]", "eval.recall_n is empty"),
+])
+def test_impossible_values_are_named(override, message):
+    with pytest.raises(UserInputError) as error:
+        validate(_compose(override))
+    assert message in str(error.value)

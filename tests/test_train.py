@@ -1,0 +1,132 @@
+"""`sgh-train` end to end: the run directory, its file contracts, the CLI, sweeps, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from sgh.train import CONFIG_DIR, run
+
+QUICK = ["dataset=synthetic", "trainer.steps=60", "trainer.batch_size=100",
+         "trainer.steps_per_call=20", "model.bits=12"]
+
+
+def _config(*overrides):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return OmegaConf.to_object(compose("train", overrides=[*QUICK, *overrides]))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    return run_dir, run(_config(), run_dir)
+
+
+def test_run_directory_holds_every_artifact(finished_run):
+    run_dir, _ = finished_run
+    for name in ("config.yaml", "codes.npz", "metrics.json"):
+        assert (run_dir / name).is_file()
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run_dir / "checkpoints" / "checkpoint").is_file()
+    assert not list(run_dir.glob(".*.tmp*"))  # no temporary file left behind
+    assert OmegaConf.load(run_dir / "config.yaml").model.bits == 12
+
+
+def test_codes_npz_contract(finished_run):
+    run_dir, _ = finished_run
+    with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
+        assert int(codes["bits"]) == 12
+        assert codes["database"].dtype == np.uint8 and codes["database"].shape == (2200, 2)
+        assert codes["query"].shape == (200, 2)
+        assert codes["database_labels"].shape == (2200,) and codes["query_labels"].shape == (200,)
+        assert codes["groundtruth"].shape[0] == 200 and codes["groundtruth"].shape[1] >= 10
+        # 12 bits in 2 bytes: the 4 padding bits (least significant of byte 1) are zero.
+        assert not np.any(codes["database"][:, 1] & 0x0F)
+
+
+def test_codes_are_the_model_encoding_of_the_database(finished_run):
+    # Re-encode from the checkpoint: the saved codes are exactly the deterministic encoding.
+    import tensorflow as tf
+
+    from sgh.data import load_split
+    from sgh.model import SGH, encode_packed
+
+    run_dir, _ = finished_run
+    config = _config()
+    split = load_split(config.dataset)
+    model = SGH.from_training_data(config.model, split.train, seed=123)  # other init...
+    tf.train.Checkpoint(model=model).restore(
+        tf.train.latest_checkpoint(str(run_dir / "checkpoints"))).expect_partial()
+    with np.load(run_dir / "codes.npz") as codes:  # ...replaced by the trained weights
+        np.testing.assert_array_equal(encode_packed(model, split.database), codes["database"])
+
+
+def test_metrics_json_contract(finished_run):
+    run_dir, returned = finished_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for key in ("map", "map_stable", "recall10@1", "recall10@10", "recall10@100",
+                "recall10@1000", "distinct_database_codes", "bits", "dataset", "steps",
+                "train_seconds", "ms_per_step", "map_convention", "recall_convention"):
+        assert key in metrics, key
+    assert metrics["bits"] == 12 and metrics["steps"] == 60 and metrics["dataset"] == "synthetic"
+    assert 0 < metrics["map"] <= 1 and metrics["recall10@1000"] == pytest.approx(
+        returned["recall10@1000"])
+    # Gaussian clusters are easy: learned codes must beat chance (1/10) by far.
+    assert metrics["map"] > 0.3
+
+
+def test_config_value_reaches_the_run(tmp_path):
+    # Habit: a config value changes behaviour. Another seed gives other codes.
+    run(_config("trainer.seed=1"), tmp_path / "a")
+    run(_config("trainer.seed=2"), tmp_path / "b")
+    with np.load(tmp_path / "a" / "codes.npz") as a, np.load(tmp_path / "b" / "codes.npz") as b:
+        assert np.any(a["database"] != b["database"])
+
+
+def _cli(*args, cwd):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "sgh.train", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_trains_and_prints_the_results_table(tmp_path):
+    result = _cli(*QUICK, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "mAP@all, label relevance, tie-aware" in result.stdout
+    assert "Recall10@100, Euclidean 10-NN, tie-aware" in result.stdout
+    assert (tmp_path / "run" / "metrics.json").is_file()
+
+
+def test_cli_sweep_gives_each_job_its_own_directory(tmp_path):
+    result = _cli("-m", *QUICK[:-1], "model.bits=8,16", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                  cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    metrics = sorted((tmp_path / "sweep").glob("*/metrics.json"))
+    assert [json.loads(p.read_text())["bits"] for p in metrics] == [8, 16]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["model.bits=0"], "model.bits=0 is impossible"),
+    (["dataset=npz", "dataset.path=nowhere.npz"], "nowhere.npz, which does not exist"),
+    (["trainer.batch_size=5000"], "trainer.batch_size=5000 is larger than the training set"),
+    (["dataset=npz", "dataset.path=nan.npz"], "has 1 NaN/Inf values (first at row 0, column 1"),
+])
+def test_cli_bad_input_is_one_line_exit_2_no_traceback(tmp_path, args, message):
+    features = np.zeros((20, 3))
+    features[0, 1] = np.nan
+    np.savez(tmp_path / "nan.npz", X=features, y=np.zeros(20, int))
+    result = _cli(*QUICK, *args, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("sgh-train: error")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+
+
+def test_module_entry_point_exists():
+    assert Path(CONFIG_DIR, "train.yaml").is_file()
