@@ -1,11 +1,11 @@
 """Choose the default SGH recipe on a validation split of MNIST's training set (never the queries).
 
-    python scripts/select_recipe.py [--bits 32] [--json PATH] [VARIANT ...]
+    python scripts/select_recipe.py [--bits 32] [--seeds 0 1 2] [--json PATH] [VARIANT ...]
 
 Each variant is a list of Hydra overrides on top of `dataset=mnist dataset.split=validation`:
 1,000 validation queries carved from the 60,000 training images, database = training set = the
 other 59,000. Prints mAP@all (label relevance, tie-aware) and Recall10@100 (Euclidean 10-NN,
-tie-aware) per variant, and writes them as JSON.
+tie-aware) per variant (mean and spread over the seeds), and writes them as JSON.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from sgh.quiet_tensorflow import import_tensorflow
 
 import_tensorflow()
 
+import numpy as np  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
@@ -48,24 +49,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("variants", nargs="*", default=list(VARIANTS))
     parser.add_argument("--bits", type=int, default=32)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = {}
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         for name in args.variants:
-            overrides = [*VARIANTS[name], "dataset.split=validation", f"model.bits={args.bits}"]
-            config = OmegaConf.to_object(compose("train", overrides=overrides))
-            with tempfile.TemporaryDirectory() as run_dir:
-                metrics = run(config, run_dir)
-            results[name] = {"overrides": overrides, "map": metrics["map"],
-                             "recall10@100": metrics["recall10@100"],
-                             "ms_per_step": metrics["ms_per_step"]}
-            print(f"RESULT {name:<20} mAP {metrics['map']:.4f}  "
-                  f"R10@100 {metrics['recall10@100']:.4f}", flush=True)
-    print("\nvalidation split of MNIST train, bits =", args.bits)
-    for name, result in results.items():
-        print(f"{name:<20} mAP@all(tie-aware) {result['map']:.4f}   "
-              f"Recall10@100(tie-aware) {result['recall10@100']:.4f}")
+            runs = []
+            for seed in args.seeds:
+                overrides = [*VARIANTS[name], "dataset.split=validation",
+                             f"model.bits={args.bits}", f"trainer.seed={seed}"]
+                config = OmegaConf.to_object(compose("train", overrides=overrides))
+                with tempfile.TemporaryDirectory() as run_dir:
+                    metrics = run(config, run_dir)
+                runs.append({key: metrics[key] for key in ("map", "recall10@100",
+                                                           "ms_per_step")})
+                print(f"RESULT {name:<20} seed {seed} mAP {metrics['map']:.4f}  "
+                      f"R10@100 {metrics['recall10@100']:.4f}", flush=True)
+            results[name] = {"overrides": VARIANTS[name], "runs": runs,
+                             **{f"{key}_mean": float(np.mean([r[key] for r in runs]))
+                                for key in ("map", "recall10@100")},
+                             **{f"{key}_std": float(np.std([r[key] for r in runs]))
+                                for key in ("map", "recall10@100")}}
+    print(f"\nvalidation split of MNIST train, {args.bits} bits, seeds {args.seeds} "
+          "(mean +- std); mAP@all tie-aware (label relevance), Recall10@100 tie-aware "
+          "(Euclidean 10-NN)")
+    for name, r in results.items():
+        print(f"{name:<20} mAP {r['map_mean']:.4f} +- {r['map_std']:.4f}   "
+              f"R10@100 {r['recall10@100_mean']:.4f} +- {r['recall10@100_std']:.4f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
