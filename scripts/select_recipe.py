@@ -26,22 +26,32 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from sgh.train import CONFIG_DIR, run  # noqa: E402
 
+# Every variant names its learning rate and steps, so the table stays reproducible when the
+# defaults change. "chosen" is the default recipe (configs/model/sgh.yaml, trainer/default.yaml).
+SHORT = ["trainer.learning_rate=0.01", "trainer.steps=5000"]
+LONG = ["trainer.learning_rate=0.003", "trainer.steps=20000"]
 VARIANTS = {
-    "default": [],
-    "approximate": ["model.estimator=approximate"],
-    "fixed_noise": ["model.noise=fixed"],
-    "released_init": ["model.init=released"],
-    "cosine": ["trainer.schedule=cosine"],
-    "lr3e-3": ["trainer.learning_rate=0.003"],
-    "step_decay": ["trainer.schedule=step"],
-    "cosine_20k": ["trainer.schedule=cosine", "trainer.steps=20000"],
+    "chosen": [],
+    "lr1e-2_5k": SHORT,
+    "approximate": [*SHORT, "model.estimator=approximate"],
+    "fixed_noise": [*SHORT, "model.noise=fixed"],
+    "released_init": [*SHORT, "model.init=released"],
+    "cosine": [*SHORT, "trainer.schedule=cosine"],
+    "step_decay": [*SHORT, "trainer.schedule=step", "trainer.decay_every=2000"],
+    "lr1e-2_cosine_20k": ["trainer.learning_rate=0.01", "trainer.steps=20000",
+                          "trainer.schedule=cosine"],
+    "lr3e-3_5k": ["trainer.learning_rate=0.003", "trainer.steps=5000"],
+    "lr3e-3_20k": LONG,
+    "lr3e-3_cosine_20k": [*LONG, "trainer.schedule=cosine"],
+    "lr1e-3_20k": ["trainer.learning_rate=0.001", "trainer.steps=20000"],
+    "lr3e-3_20k_approximate": [*LONG, "model.estimator=approximate"],
+    "fixed_approximate": [*SHORT, "model.noise=fixed", "model.estimator=approximate"],
+    "fixed_cosine": [*SHORT, "model.noise=fixed", "trainer.schedule=cosine"],
+    "fixed_lr3e-3_5k": ["trainer.learning_rate=0.003", "trainer.steps=5000", "model.noise=fixed"],
+    "batch2000": [*SHORT, "trainer.batch_size=2000"],
     "released_objective": ["experiment=released_mnist"],
-    "fixed_approximate": ["model.noise=fixed", "model.estimator=approximate"],
-    "fixed_cosine": ["model.noise=fixed", "trainer.schedule=cosine"],
-    "fixed_lr3e-3": ["model.noise=fixed", "trainer.learning_rate=0.003"],
-    "fixed_cosine_20k": ["model.noise=fixed", "trainer.schedule=cosine", "trainer.steps=20000"],
-    "lr3e-3_20k": ["trainer.learning_rate=0.003", "trainer.steps=20000"],
-    "batch2000": ["trainer.batch_size=2000"],
+    "lr3e-3_50k": ["trainer.learning_rate=0.003", "trainer.steps=50000"],
+    "lr3e-3_20k_batch1000": [*LONG, "trainer.batch_size=1000"],
 }
 
 

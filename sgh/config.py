@@ -71,9 +71,9 @@ class ModelConfig:
 
 @dataclass
 class TrainerConfig:
-    steps: int = 5000
+    steps: int = 20000
     batch_size: int = 500  # drawn with replacement, as the released demo does
-    learning_rate: float = 1e-2
+    learning_rate: float = 3e-3
     schedule: str = "constant"  # constant | step | cosine
     decay_every: int = 2000  # schedule=step: multiply the rate by decay_rate every this many steps
     decay_rate: float = 0.5

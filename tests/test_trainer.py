@@ -16,6 +16,7 @@ X = np.random.default_rng(0).normal(size=(300, 16)).astype(np.float32)
 
 def _train(model_config=None, jit_compile=False, **trainer_overrides):
     config = TrainerConfig(**{"steps": 40, "batch_size": 32, "steps_per_call": 10,
+                              "learning_rate": 0.01,
                               "jit_compile": jit_compile, **trainer_overrides})
     model = SGH.from_training_data(model_config or ModelConfig(bits=8), X, seed=config.seed)
     trainer = Trainer(model, X, config)
