@@ -62,19 +62,25 @@ def test_pooled_layout_on_digits():
     assert split.feature_conversion == "uint8 / 255"
 
 
-def test_validation_split_never_contains_test_queries():
-    config = SyntheticDatasetConfig(n_train=500, n_test=100, n_queries=30)
+def test_validation_split_mirrors_the_test_protocol_inside_the_training_set():
+    config = SyntheticDatasetConfig(n_train=600, n_test=100, n_queries=30)
     test_split = load_split(config)
     config.split = "validation"
     validation = load_split(config)
-    assert len(validation.query) == 30 and len(validation.database) == 470
-    # Queries and database both come from the training set, disjointly.
-    train_rows = {row.tobytes() for row in test_split.train}
-    assert all(row.tobytes() in train_rows for row in validation.query)
-    assert not {row.tobytes() for row in validation.query} & {r.tobytes()
-                                                              for r in validation.database}
-    assert not {row.tobytes() for row in validation.query} & {r.tobytes()
-                                                              for r in test_split.query}
+    # 600 // 6 = 100 held out: 30 queries + 70 unseen database items; the model trains on 500.
+    assert len(validation.query) == 30 and len(validation.train) == 500
+    assert len(validation.database) == 570
+
+    def rows(array):
+        return {row.tobytes() for row in array}
+
+    assert rows(validation.query) <= rows(test_split.train)  # carved from the training set
+    assert not rows(validation.query) & rows(test_split.query)  # never the test queries
+    assert not rows(validation.query) & rows(validation.train)  # unseen by training...
+    assert not rows(validation.query) & rows(validation.database)
+    unseen = rows(validation.database) - rows(validation.train)
+    assert len(unseen) == 70  # ...like the test items of protocol A's database
+    np.testing.assert_array_equal(validation.database[:500], validation.train)
 
 
 def _write(tmp_path, name="data.npz", **arrays):

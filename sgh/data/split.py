@@ -11,9 +11,10 @@ Protocols (../shared/reference/protocol.md, restated in the README):
   training set = learn if present else base, ground truth = the file's if present.
 - pooled labelled files (`X, y`): queries = the first n_queries of `default_rng(0).permutation(n)`,
   database = the rest in order, training set = the database.
-- split=validation: model selection never looks at the queries. The queries become the first
-  min(n_queries, n_train // 10) items of `default_rng(1).permutation(n_train)` of the training set,
-  and both database and training set are the remaining training items in order.
+- split=validation: model selection never looks at the queries. A sixth of the training set is
+  held out (`default_rng(1).permutation(n_train)[:n_train // 6]`); the queries are the first
+  n_queries of it, the database is the other training items followed by the remaining held-out
+  items, and training uses the other training items only (see `validation_split`).
 """
 
 from __future__ import annotations
@@ -102,20 +103,33 @@ def ann_split(name, base, query, groundtruth, learn, conversion) -> RetrievalSpl
 
 
 def validation_split(split: RetrievalSplit, n_queries: int) -> RetrievalSplit:
-    """Carve queries from the training set so that model selection never sees the test queries."""
+    """Mirror the test protocol inside the training set, so model selection never sees the queries.
+
+    A sixth of the training set (MNIST: 10,000 of 60,000, the size of its test split) is held out
+    as unseen data, as a test split is: the queries are the first min(n_queries, held out) of it,
+    the database is the rest of the training set followed by the remaining held-out items, and
+    the model trains on the rest of the training set only. Queries and part of the database are
+    then unseen by training, exactly as in protocols A and B.
+    """
     train = split.train
     labels = None
     if split.has_labels:
         # The training set is the head of the database in the labelled layouts.
         labels = split.database_labels[: len(train)]
-    n_val = min(n_queries, len(train) // 10)
-    query_ids, rest = _queries_and_rest(len(train), random_query_ids(len(train), n_val, seed=1))
+    held_out, kept = _queries_and_rest(
+        len(train), np.random.default_rng(1).permutation(len(train))[: len(train) // 6])
+    query_ids = held_out[: min(n_queries, len(held_out))]
+    unseen_database_ids = held_out[len(query_ids):]
+    unseen_database_ids.sort()
+    database_ids = np.concatenate([kept, unseen_database_ids])
     return replace(
         split,
-        protocol=(f"validation: {n_val} queries = rng(1).permutation(n_train)[:{n_val}] of the "
-                  "training set; database = training set = the remaining training items"),
-        train=train[rest], database=train[rest], query=train[query_ids],
-        database_labels=None if labels is None else labels[rest],
+        protocol=(f"validation: {len(held_out)} training items held out = "
+                  f"rng(1).permutation(n_train)[:n_train // 6]; {len(query_ids)} queries = the "
+                  "first of them; database = the other training items, then the remaining "
+                  "held-out items in order; training set = the other training items"),
+        train=train[kept], database=train[database_ids], query=train[query_ids],
+        database_labels=None if labels is None else labels[database_ids],
         query_labels=None if labels is None else labels[query_ids],
         groundtruth=None,
     )
