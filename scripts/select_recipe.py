@@ -33,7 +33,9 @@ LONG = ["trainer.learning_rate=0.003", "trainer.steps=20000"]
 VARIANTS = {
     "chosen": [],
     "lr1e-2_5k": SHORT,
+    "unbiased": ["model.estimator=unbiased"],
     "approximate": [*SHORT, "model.estimator=approximate"],
+    "lr1e-2_5k_unbiased": [*SHORT, "model.estimator=unbiased"],
     "fixed_noise": [*SHORT, "model.noise=fixed"],
     "released_init": [*SHORT, "model.init=released"],
     "cosine": [*SHORT, "trainer.schedule=cosine"],

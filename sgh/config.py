@@ -62,7 +62,7 @@ class ModelConfig:
     # released: the authors' demo loss (affine decoder, alpha-BCE, beta weight decay).
     objective: str = "paper"
     noise: str = "uniform"  # uniform: xi ~ U(0,1) (the paper) | fixed: xi = 0.5 (released demo)
-    estimator: str = "unbiased"  # unbiased (closed form, linear decoder) | approximate
+    estimator: str = "approximate"  # approximate | unbiased (closed form, linear decoder)
     normalization: str = "isotropic"  # isotropic: (x - mean) / one global scale | none
     init: str = "random"  # random: W~N(0,1/d), b=0 | released: the demo's, b~N(0,1)
     alpha: float = 1e-3  # objective=released: weight of the BCE term
