@@ -88,6 +88,8 @@ class SGH(tf.Module):
     def logits(self, x: tf.Tensor) -> tf.Tensor:
         return tf.matmul((x - self.mean) / self.scale, self.W) + self.b
 
+    # One traced function per model, for any batch size (encoding, training evaluation, export).
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
     def encode_bits(self, x: tf.Tensor) -> tf.Tensor:
         """Deterministic codes: the mode of q(h|x), h = 1[p >= 1/2], as uint8 0/1 (n, bits)."""
         codes, _ = doubly_sn(self.logits(x), tf.constant(0.5, x.dtype))
@@ -194,8 +196,6 @@ def initial_weights(config: ModelConfig, dim: int, mean: np.ndarray, variance: n
 
 def encode_packed(model: SGH, x: np.ndarray, batch_size: int = 16384) -> np.ndarray:
     """Packed codes `np.packbits(bits, axis=1)` (first bit = MSB of byte 0), encoded in chunks."""
-    encode = tf.function(model.encode_bits, input_signature=[
-        tf.TensorSpec([None, model.dim], tf.float32)], reduce_retracing=True)
-    chunks = [np.packbits(encode(x[start:start + batch_size]).numpy(), axis=1)
+    chunks = [np.packbits(model.encode_bits(x[start:start + batch_size]).numpy(), axis=1)
               for start in range(0, len(x), batch_size)]
     return np.concatenate(chunks) if chunks else np.zeros((0, (model.bits + 7) // 8), np.uint8)
