@@ -18,10 +18,13 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
 from omegaconf import OmegaConf
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 CHECKPOINTS_KEPT = 2
 
@@ -54,6 +57,12 @@ def _json_ready(value):
     return value
 
 
+def write_json(path: Path, payload: dict) -> None:
+    """One JSON object, written atomically (also used by sgh-eval for its out= file)."""
+    with _atomic_path(Path(path)) as temporary:
+        temporary.write_text(json.dumps(_json_ready(payload), indent=2) + "\n")
+
+
 class RunDirectory:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -72,18 +81,22 @@ class RunDirectory:
             temporary.write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
 
     def write_metrics(self, metrics: dict) -> None:
-        with _atomic_path(self.metrics) as temporary:
-            temporary.write_text(json.dumps(_json_ready(metrics), indent=2) + "\n")
+        write_json(self.metrics, metrics)
 
     def write_codes(self, **arrays: np.ndarray) -> None:
         # np.savez appends ".npz" to names without it, so the temporary name must end in it.
         with _atomic_path(self.codes, suffix=".npz") as temporary:
             np.savez(temporary, **arrays)
 
+    # TensorFlow is imported where it is needed, so that sgh-eval (numpy only) starts fast.
     def summary_writer(self):
+        import tensorflow as tf
+
         return tf.summary.create_file_writer(str(self.path / "tensorboard"))
 
     def checkpoint_manager(self, checkpoint: tf.train.Checkpoint) -> tf.train.CheckpointManager:
+        import tensorflow as tf  # noqa: F811  (the runtime import of the type-checking name)
+
         # TF writes checkpoint data files first and the index ("checkpoint") last, so a
         # checkpoint is only listed once it is complete.
         return tf.train.CheckpointManager(checkpoint, str(self.path / "checkpoints"),

@@ -8,7 +8,6 @@ with one-line errors. Library code receives these dataclasses, never a `DictConf
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,11 +100,22 @@ class Config:
     data_dir: str = "${oc.env:SGH_DATA_DIR,${sgh_bundled_data_dir:}}"
 
 
+@dataclass
+class EvalCommandConfig:
+    """`sgh-eval`: score saved codes (codes=FILE) or re-score a finished run (run=DIR)."""
+
+    codes: str | None = None  # any codes.npz in the documented contract
+    run: str | None = None  # a run directory of sgh-train (its codes.npz)
+    out: str | None = None  # where to write the JSON; default: <run>/eval.json with run=
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
 def register_configs() -> None:
     if not OmegaConf.has_resolver("sgh_bundled_data_dir"):
         OmegaConf.register_new_resolver("sgh_bundled_data_dir", lambda: str(BUNDLED_DATA_DIR))
     store = ConfigStore.instance()
     store.store(name="config_schema", node=Config)
+    store.store(name="eval_command_schema", node=EvalCommandConfig)
     store.store(group="dataset", name="file_schema", node=FileDatasetConfig)
     store.store(group="dataset", name="synthetic_schema", node=SyntheticDatasetConfig)
 
@@ -154,13 +164,14 @@ def validate(config: Config) -> Config:
     _check_range("trainer.steps_per_call", trainer.steps_per_call, 1)
     _check_range("trainer.checkpoint_every", trainer.checkpoint_every, 1)
     _check_range("dataset.n_queries", dataset.n_queries, 1)
-    _check_range("eval.recall_k", config.eval.recall_k, 1)
-    if not config.eval.recall_n:
-        raise UserInputError("eval.recall_n is empty; accepted: a list of cut-offs N >= 1")
-    for n in config.eval.recall_n:
-        _check_range("eval.recall_n", n, 1)
+    validate_eval(config.eval)
     return config
 
 
-def resolve_data_dir(data_dir: str) -> Path:
-    return Path(os.path.expanduser(data_dir)).resolve()
+def validate_eval(config: EvalConfig) -> EvalConfig:
+    _check_range("eval.recall_k", config.recall_k, 1)
+    if not config.recall_n:
+        raise UserInputError("eval.recall_n is empty; accepted: a list of cut-offs N >= 1")
+    for n in config.recall_n:
+        _check_range("eval.recall_n", n, 1)
+    return config

@@ -13,6 +13,7 @@ import numpy as np
 from sgh.codes import code_health
 from sgh.config import EvalConfig
 from sgh.data import RetrievalSplit
+from sgh.errors import UserInputError
 from sgh.metrics import mean_average_precision, recall_at_n
 from sgh.neighbours import euclidean_neighbours
 
@@ -40,23 +41,31 @@ def ground_truth(split: RetrievalSplit, k: int) -> tuple[np.ndarray, str]:
     return euclidean_neighbours(split.query, split.database, k), "exact, computed blockwise"
 
 
-def score(split: RetrievalSplit, database_codes: np.ndarray, query_codes: np.ndarray, bits: int,
-          config: EvalConfig, groundtruth: np.ndarray) -> dict:
-    """Every retrieval number for one set of codes, as a flat dict."""
+def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config: EvalConfig,
+          database_labels: np.ndarray | None = None, query_labels: np.ndarray | None = None,
+          groundtruth: np.ndarray | None = None) -> dict:
+    """Every retrieval number for one set of codes, as a flat dict.
+
+    Label metrics where labels are given; Recall K@N where ground truth is given.
+    """
     started = time.perf_counter()
     k = config.recall_k
     metrics: dict = {"n_queries": len(query_codes), "n_database": len(database_codes)}
-    if split.has_labels:
+    if database_labels is not None:
         for ties, key in (("expected", "map"), ("stable", "map_stable")):
-            result = mean_average_precision(query_codes, database_codes, bits, split.query_labels,
-                                            split.database_labels, ties=ties)
+            result = mean_average_precision(query_codes, database_codes, bits, query_labels,
+                                            database_labels, ties=ties)
             metrics[key] = result["map"]
         metrics["map_queries_without_relevant"] = result["n_no_relevant"]
-    for ties, suffix in (("expected", ""), ("stable", "_stable")):
-        recalls = recall_at_n(query_codes, database_codes, bits, groundtruth, config.recall_n,
-                              k=k, ties=ties)
-        for n, value in recalls.items():
-            metrics[f"recall{k}@{n}{suffix}"] = value
+    if groundtruth is not None:
+        if groundtruth.shape[1] < k:
+            raise UserInputError(f"eval.recall_k={k} needs {k} ground-truth neighbours per "
+                                 f"query; the ground truth has {groundtruth.shape[1]}")
+        for ties, suffix in (("expected", ""), ("stable", "_stable")):
+            recalls = recall_at_n(query_codes, database_codes, bits, groundtruth,
+                                  config.recall_n, k=k, ties=ties)
+            for n, value in recalls.items():
+                metrics[f"recall{k}@{n}{suffix}"] = value
     health = code_health(database_codes, bits)
     metrics["distinct_database_codes"] = health["distinct_codes"]
     metrics["dead_bits"] = health["dead_bits"]
@@ -76,3 +85,29 @@ def collapse_warning(metrics: dict, bits: int) -> str | None:
                 f"items, {dead} of {bits} bits never change; the codes carry little information "
                 "(check the feature scale, model.init, trainer.learning_rate)")
     return None
+
+
+def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
+    """The printed results: every number with its convention."""
+    k = config.recall_k
+    rows = [(title, "")]
+    if "map" in metrics:
+        rows.append(("mAP@all, label relevance, tie-aware", f"{metrics['map']:.4f}"))
+        rows.append(("mAP@all, label relevance, ties by index", f"{metrics['map_stable']:.4f}"))
+    for n in config.recall_n:
+        if f"recall{k}@{n}" in metrics:
+            rows.append((f"Recall{k}@{n}, Euclidean {k}-NN, tie-aware",
+                         f"{metrics[f'recall{k}@{n}']:.4f}"))
+    rows.append(("distinct database codes / database items",
+                 f"{metrics['distinct_database_codes']} / {metrics['n_database']}"))
+    rows.append(("dead bits (constant over the database)", f"{metrics['dead_bits']}"))
+    if "train_seconds" in metrics:
+        rows.append(("training time; median time per step",
+                     f"{metrics['train_seconds']:.1f} s; {metrics['ms_per_step']:.2f} ms"))
+    width = max(len(label) for label, _ in rows)
+    lines = [f"  {label:<{width}}  {value}".rstrip() for label, value in rows]
+    rule = "  " + "-" * (width + 12)
+    footer = f"  queries: {metrics['n_queries']}"
+    if "protocol" in metrics:
+        footer += f" ({metrics['protocol']})"
+    return "\n".join([rule, lines[0], rule, *lines[1:], rule, footer])

@@ -25,7 +25,7 @@ from sgh.artifacts import RunDirectory
 from sgh.config import Config, register_configs, validate
 from sgh.data import load_split
 from sgh.errors import USAGE_ERROR_EXIT_CODE, UserInputError
-from sgh.evaluate import CONVENTIONS, collapse_warning, ground_truth, score
+from sgh.evaluate import CONVENTIONS, collapse_warning, ground_truth, results_table, score
 from sgh.model import SGH, encode_packed
 from sgh.trainer import ChunkLog, Trainer, median_ms_per_step
 
@@ -76,7 +76,8 @@ def run(config: Config, run_dir) -> dict:
         "ms_per_step_convention": ("median over compiled calls of wall time / steps, first call "
                                    "(compilation) excluded"),
         "final_loss_terms_per_item": logs[-1].terms if logs else {},
-        **score(split, database_codes, query_codes, config.model.bits, config.eval, groundtruth),
+        **score(database_codes, query_codes, config.model.bits, config.eval,
+                split.database_labels, split.query_labels, groundtruth),
         "protocol": split.protocol,
         "feature_conversion": split.feature_conversion,
         "groundtruth": f"{groundtruth.shape[1]} neighbours per query, {groundtruth_source}",
@@ -89,7 +90,9 @@ def run(config: Config, run_dir) -> dict:
         codes["query_labels"] = split.query_labels
     run_directory.write_codes(**codes)
     run_directory.write_metrics(metrics)
-    print(results_table(metrics, config), flush=True)
+    title = (f"{metrics['dataset']}, SGH {metrics['bits']} bits, objective "
+             f"{metrics['objective']}, {metrics['steps']} steps")
+    print(results_table(metrics, title, config.eval), flush=True)
     warning = collapse_warning(metrics, config.model.bits)
     if warning:
         print(warning, file=sys.stderr, flush=True)
@@ -118,29 +121,6 @@ def _progress(config: Config, checkpoints: tf.train.CheckpointManager):
             checkpoints.save(checkpoint_number=log.step)
 
     return on_chunk
-
-
-def results_table(metrics: dict, config: Config) -> str:
-    """The printed results: every number with its convention."""
-    k = config.eval.recall_k
-    rows = [(f"{metrics['dataset']}, SGH {metrics['bits']} bits, objective "
-             f"{metrics['objective']}, {metrics['steps']} steps", "")]
-    if "map" in metrics:
-        rows.append(("mAP@all, label relevance, tie-aware", f"{metrics['map']:.4f}"))
-        rows.append(("mAP@all, label relevance, ties by index", f"{metrics['map_stable']:.4f}"))
-    for n in config.eval.recall_n:
-        rows.append((f"Recall{k}@{n}, Euclidean {k}-NN, tie-aware",
-                     f"{metrics[f'recall{k}@{n}']:.4f}"))
-    rows.append(("distinct database codes / database items",
-                 f"{metrics['distinct_database_codes']} / {metrics['n_database']}"))
-    rows.append(("dead bits (constant over the database)", f"{metrics['dead_bits']}"))
-    rows.append(("training time; median time per step",
-                 f"{metrics['train_seconds']:.1f} s; {metrics['ms_per_step']:.2f} ms"))
-    width = max(len(label) for label, _ in rows)
-    lines = [f"  {label:<{width}}  {value}" for label, value in rows]
-    rule = "  " + "-" * (width + 12)
-    return "\n".join([rule, lines[0], rule, *lines[1:], rule,
-                      f"  queries: {metrics['n_queries']} ({metrics['protocol']})"])
 
 
 # An absolute path: Hydra would read a relative one as a Python package ("configs").

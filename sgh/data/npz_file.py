@@ -98,5 +98,5 @@ def groundtruth(path: Path, array: np.ndarray, n_queries: int, n_database: int) 
                              f" expected integer ids of shape ({n_queries}, K)")
     if array.size and (array.min() < 0 or array.max() >= n_database):
         raise UserInputError(f"{path}: key {key!r} has ids outside 0..{n_database - 1} (min "
-                             f"{array.min()}, max {array.max()}); ids index the 'base' rows")
+                             f"{array.min()}, max {array.max()}); ids index the database rows")
     return array.astype(np.int64)

@@ -1,0 +1,66 @@
+"""`sgh-eval`: score saved codes (`codes=FILE`) or re-score a finished run (`run=DIR`).
+
+Codes from any method can be scored, as long as the file follows the `codes.npz` contract
+(`sgh/codes_npz.py`). The same `sgh.evaluate.score` serves `sgh-train`. No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from sgh.artifacts import write_json
+from sgh.codes_npz import load_codes
+from sgh.config import EvalCommandConfig, register_configs, validate_eval
+from sgh.errors import USAGE_ERROR_EXIT_CODE, UserInputError
+from sgh.evaluate import CONVENTIONS, results_table, score
+
+register_configs()
+CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "configs")
+
+
+def evaluate_codes(config: EvalCommandConfig) -> dict:
+    """Score the configured codes, write the JSON (if any), print the table; return metrics."""
+    if (config.codes is None) == (config.run is None):
+        raise UserInputError("give exactly one of codes=FILE (a codes.npz) or run=DIR "
+                             "(an sgh-train run directory)")
+    validate_eval(config.eval)
+    if config.run is not None:
+        run_dir = Path(config.run)
+        if not (run_dir / "codes.npz").is_file():
+            raise UserInputError(f"run={run_dir}: no codes.npz there; expected an sgh-train run "
+                                 "directory")
+        codes_path, out = run_dir / "codes.npz", config.out or run_dir / "eval.json"
+    else:
+        codes_path, out = Path(config.codes), config.out
+    codes = load_codes(codes_path)
+    metrics = {"codes": str(codes_path), "bits": codes.bits,
+               **score(codes.database, codes.query, codes.bits, config.eval,
+                       codes.database_labels, codes.query_labels, codes.groundtruth),
+               **CONVENTIONS}
+    if out is not None:
+        write_json(Path(out), metrics)
+    print(results_table(metrics, f"{codes_path} ({codes.bits} bits)", config.eval))
+    if out is not None:
+        print(f"[sgh] wrote {out}")
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
+def _hydra_main(cfg: DictConfig) -> None:
+    try:
+        evaluate_codes(OmegaConf.to_object(cfg))
+    except UserInputError as error:
+        print(f"sgh-eval: error: {error}", file=sys.stderr)
+        sys.exit(USAGE_ERROR_EXIT_CODE)
+
+
+def main() -> None:
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()
