@@ -76,6 +76,11 @@ class RunDirectory:
     def metrics(self) -> Path:
         return self.path / "metrics.json"
 
+    def previous_config(self) -> dict | None:
+        """The configuration a run in this directory was started with, if any."""
+        path = self.path / "config.yaml"
+        return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else None
+
     def write_config(self, config) -> None:
         with _atomic_path(self.path / "config.yaml") as temporary:
             temporary.write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))

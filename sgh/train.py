@@ -12,8 +12,11 @@ from sgh.quiet_tensorflow import import_tensorflow
 import_tensorflow()  # before anything else imports TensorFlow
 
 import logging
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import hydra
@@ -32,10 +35,53 @@ from sgh.trainer import ChunkLog, Trainer, median_ms_per_step
 register_configs()
 
 
+class TrainingInterrupted(Exception):
+    """SIGINT/SIGTERM arrived; the run saved a checkpoint and can be resumed."""
+
+
+INTERRUPTED_EXIT_CODE = 130
+
+
+@contextmanager
+def _stop_on_signals():
+    """Turn SIGINT/SIGTERM into a request to stop after the current compiled call."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received  # signals can only be handled in the main thread
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda number, _frame: received.append(number))
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _comparable(config) -> dict:
+    """What defines a training run: everything but the evaluation settings."""
+    values = OmegaConf.to_container(OmegaConf.structured(config)) if not isinstance(
+        config, dict) else dict(config)
+    values.pop("eval", None)
+    return values
+
+
 def run(config: Config, run_dir) -> dict:
-    """Train SGH as configured, evaluate it, write the run directory; return the metrics."""
+    """Train SGH as configured, evaluate it, write the run directory; return the metrics.
+
+    A run directory that already holds a checkpoint of the same configuration is resumed from
+    it: model, optimizer state and step are restored, and since batches and noise of step t
+    depend only on (seed, t), the result is the same as an uninterrupted run's.
+    """
     validate(config)
     run_directory = RunDirectory(run_dir)
+    previous = run_directory.previous_config()
+    resumable = (run_directory.path / "checkpoints" / "checkpoint").is_file()
+    if resumable and previous is not None and _comparable(previous) != _comparable(config):
+        raise UserInputError(
+            f"{run_directory.path} holds a run with another configuration; resume it with the "
+            "same settings, or choose a new hydra.run.dir")
     run_directory.write_config(config)
     split = load_split(config.dataset)
     if config.trainer.batch_size > len(split.train):
@@ -51,12 +97,23 @@ def run(config: Config, run_dir) -> dict:
     model = SGH.from_training_data(config.model, split.train, seed=config.trainer.seed)
     trainer = Trainer(model, split.train, config.trainer)
     checkpoints = run_directory.checkpoint_manager(trainer.checkpoint())
+    if checkpoints.latest_checkpoint:
+        trainer.checkpoint().restore(checkpoints.latest_checkpoint).assert_consumed()
+        print(f"[sgh] resuming from step {int(trainer.step.numpy())} "
+              f"({checkpoints.latest_checkpoint})", flush=True)
 
     started = time.perf_counter()
-    with run_directory.summary_writer().as_default():
-        logs = trainer.fit(_progress(config, checkpoints))
+    with run_directory.summary_writer().as_default(), _stop_on_signals() as signals:
+        logs = trainer.fit(_progress(config, checkpoints), stop_requested=lambda: bool(signals))
     train_seconds = time.perf_counter() - started
-    checkpoints.save(checkpoint_number=int(trainer.step.numpy()))
+    step = int(trainer.step.numpy())
+    if checkpoints.latest_checkpoint is None or not checkpoints.latest_checkpoint.endswith(
+            f"-{step}"):
+        checkpoints.save(checkpoint_number=step)
+    if signals:
+        raise TrainingInterrupted(
+            f"interrupted at step {step} of {config.trainer.steps}; checkpoint saved. Run the same "
+            f"command with hydra.run.dir={run_directory.path} to resume")
 
     database_codes = encode_packed(model, split.database)
     query_codes = encode_packed(model, split.query)
@@ -71,7 +128,7 @@ def run(config: Config, run_dir) -> dict:
         "steps": int(trainer.step.numpy()),
         "batch_size": config.trainer.batch_size,
         "seed": config.trainer.seed,
-        "train_seconds": train_seconds,
+        "train_seconds": train_seconds,  # this process's training (a resumed run: its part)
         "ms_per_step": median_ms_per_step(logs),
         "ms_per_step_convention": ("median over compiled calls of wall time / steps, first call "
                                    "(compilation) excluded"),
@@ -138,6 +195,9 @@ def _hydra_main(cfg: DictConfig) -> None:
     except UserInputError as error:
         print(f"sgh-train: error: {error}", file=sys.stderr)
         sys.exit(USAGE_ERROR_EXIT_CODE)
+    except TrainingInterrupted as interruption:
+        print(f"sgh-train: {interruption}", file=sys.stderr)
+        sys.exit(INTERRUPTED_EXIT_CODE)
 
 
 def main() -> None:

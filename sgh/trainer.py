@@ -100,10 +100,14 @@ class Trainer:
     def current_learning_rate(self) -> float:
         return float(self.optimizer.learning_rate.numpy())
 
-    def fit(self, on_chunk: Callable[[ChunkLog], None] | None = None) -> list[ChunkLog]:
-        """Train from the current step to `config.steps`; call `on_chunk` after each call."""
+    def fit(self, on_chunk: Callable[[ChunkLog], None] | None = None,
+            stop_requested: Callable[[], bool] = lambda: False) -> list[ChunkLog]:
+        """Train from the current step to `config.steps`; call `on_chunk` after each call.
+
+        Stops early, between calls, once `stop_requested()` is true (an interrupted run).
+        """
         logs = []
-        while int(self.step.numpy()) < self.config.steps:
+        while int(self.step.numpy()) < self.config.steps and not stop_requested():
             n = min(self.config.steps_per_call, self.config.steps - int(self.step.numpy()))
             learning_rate = self.current_learning_rate()
             started = time.perf_counter()

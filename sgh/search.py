@@ -1,0 +1,268 @@
+"""Exact Hamming search over packed binary codes, with faiss ``IndexBinaryFlat`` semantics.
+
+Codes follow :mod:`sgh.codes`: ``uint8`` rows of ``ceil(bits / 8)`` bytes from
+``np.packbits(..., axis=1)``, first code bit = most significant bit of byte 0, zero padding bits.
+Database ids are ``0 .. ntotal - 1`` in insertion order. Vocabulary as in faiss ``contrib``:
+``xb`` database, ``xq`` queries, results ``(D, I)``.
+
+Conventions:
+
+* Ties: results are ordered by (distance, id), smaller id first among equal distances. faiss
+  1.15 ``IndexBinaryFlat.search`` does the same (checked with ``use_heap`` True and False, 1 and 2
+  threads, nq from 1 to 1,000 and k up to 5,000), so ``search`` returns the very same ``D`` and
+  ``I`` for any k.
+* k > ntotal: like faiss, missing neighbours get ``D = 2**31 - 1`` (INT32_MAX) and ``I = -1``.
+* Range search is inclusive, distance <= radius. faiss's binary ``range_search`` is strict
+  (distance < radius), returns float32 distances and lists each query's hits in id order; here
+  ``D`` is int32 and each query's hits are sorted by (distance, id). Same hits as faiss at
+  ``radius + 1``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from sgh.codes import validate_codes
+
+# Pairs (query, database item) per distance block. Each pair costs one XOR word (<= 8 bytes) and
+# one distance byte; blocks of ~2 MB of temporaries stay in cache and were fastest when measured.
+PAIRS_PER_BLOCK = 1 << 18
+MISSING_DISTANCE = np.iinfo(np.int32).max  # faiss's D for k > ntotal
+MISSING_ID = -1  # faiss's I for k > ntotal
+
+
+_BYTE_POPCOUNT = np.array([bin(value).count("1") for value in range(256)], dtype=np.uint8)
+
+
+def _popcount_lookup(words: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Popcount through a byte table, for numpy < 2 (no ``np.bitwise_count``)."""
+    as_bytes = words.view(np.uint8).reshape(*words.shape, words.itemsize)
+    return _BYTE_POPCOUNT[as_bytes].sum(axis=-1, dtype=out.dtype, out=out)
+
+
+_popcount = getattr(np, "bitwise_count", _popcount_lookup)
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _to_words(packed: np.ndarray) -> np.ndarray:
+    """``(n, n_bytes)`` uint8 -> ``(n_words, n)`` unsigned words, one contiguous row per word.
+
+    Rows are zero-padded to 1, 2, 4 or a multiple of 8 bytes so one XOR + popcount covers up to
+    64 bits; the padding adds nothing to distances. Rows per word make each XOR a stream.
+    """
+    n, n_bytes = packed.shape
+    size = 8 if n_bytes > 4 else {1: 1, 2: 2, 3: 4, 4: 4}[n_bytes]
+    padded = np.zeros((n, -(-n_bytes // size) * size), dtype=np.uint8)
+    padded[:, :n_bytes] = packed
+    return np.ascontiguousarray(padded.view(f"u{size}").T)
+
+
+class HammingIndex:
+    """Exact (brute-force) index over ``bits``-bit packed codes; see the module conventions.
+
+    Memory: the database twice (packed chunks, plus a word view built on the first search after
+    an ``add``), and per search ``PAIRS_PER_BLOCK`` pairs of temporaries (~2.5 MB: queries are
+    processed in blocks, and the database in slices of ``PAIRS_PER_BLOCK`` items when larger),
+    the running top-k, which is the ``(nq, k)`` output itself, and the candidates of one block
+    (usually ~k per query, at most one block). ``range_search`` also holds all its hits.
+    """
+
+    def __init__(self, bits: int) -> None:
+        self.bits = _check_int(bits, "bits", 1)
+        self.code_size = -(-self.bits // 8)
+        # Distances <= bits, plus the sentinel bits + 1 must fit (see _select).
+        self._dist_dtype = np.dtype(np.min_scalar_type(self.bits + 1))
+        self.reset()
+
+    @property
+    def ntotal(self) -> int:
+        return sum(len(chunk) for chunk in self._chunks)
+
+    def reset(self) -> None:
+        """Remove all codes."""
+        self._chunks: list[np.ndarray] = []
+        self._words: np.ndarray | None = None
+
+    def add(self, codes: np.ndarray) -> None:
+        """Append ``(n, ceil(bits/8))`` uint8 codes; they get ids ``ntotal .. ntotal + n - 1``."""
+        codes = validate_codes(codes, self.bits, "codes")
+        if len(codes):
+            self._chunks.append(codes.copy())
+            self._words = None
+
+    def codes(self) -> np.ndarray:
+        """All database codes in id order, ``(ntotal, ceil(bits/8))`` uint8."""
+        if not self._chunks:
+            return np.zeros((0, self.code_size), dtype=np.uint8)
+        if len(self._chunks) > 1:
+            self._chunks = [np.concatenate(self._chunks)]
+        return self._chunks[0]
+
+    def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k nearest database codes of each query.
+
+        Args:
+            xq: ``(nq, ceil(bits/8))`` uint8 packed query codes.
+            k: number of neighbours, >= 1.
+
+        Returns:
+            ``D`` int32 ``(nq, k)`` Hamming distances, ascending; ``I`` int64 ``(nq, k)`` ids.
+            Ties by smaller id; INT32_MAX / -1 padding when k > ntotal (as faiss).
+        """
+        k = _check_int(k, "k", 1)
+        xq = validate_codes(xq, self.bits, "xq")
+        # The output doubles as the running top-k; bits + 1 marks "no neighbour yet".
+        D = np.full((len(xq), k), self.bits + 1, dtype=np.int32)
+        I = np.full((len(xq), k), MISSING_ID, dtype=np.int64)
+        for q0, q1, b0, dist in self._distance_blocks(xq):
+            self._select(dist, b0, D[q0:q1], I[q0:q1])
+        D[D > self.bits] = MISSING_DISTANCE
+        return D, I
+
+    def range_search(
+        self, xq: np.ndarray, radius: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All database codes within ``radius`` (inclusive: distance <= radius) of each query.
+
+        Returns:
+            ``(lims, D, I)`` in faiss's layout: query i's hits are ``D[lims[i]:lims[i + 1]]``
+            (int32) and ``I[lims[i]:lims[i + 1]]`` (int64), sorted by (distance, id); ``lims`` is
+            int64 ``(nq + 1,)`` (faiss: uint64). faiss's ``range_search(xq, radius + 1)`` finds
+            the same hits (it is strict) but lists them in id order with float32 distances.
+        """
+        radius = min(_check_int(radius, "radius", 0), self.bits)  # clip: fits the dist dtype
+        xq = validate_codes(xq, self.bits, "xq")
+        rows, dists, ids = [np.zeros(0, np.int64)], [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
+        for q0, _, b0, dist in self._distance_blocks(xq):
+            flat = np.flatnonzero(dist <= radius)
+            block_rows, cols = np.divmod(flat, dist.shape[1])
+            rows.append(block_rows + q0)
+            dists.append(dist.ravel()[flat].astype(np.int32))
+            ids.append(cols + b0)
+        rows, D, I = np.concatenate(rows), np.concatenate(dists), np.concatenate(ids)
+        # Blocks come query block by query block, database slices in id order, and hits within a
+        # block in row-major order: each query's hits are already in id order, so a stable sort
+        # on (query, distance) yields (query, distance, id).
+        order = np.argsort(rows * (self.bits + 1) + D, kind="stable")
+        lims = np.zeros(len(xq) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows, minlength=len(xq)), out=lims[1:])
+        return lims, D[order], I[order]
+
+    def _distance_blocks(self, xq: np.ndarray) -> Iterator[tuple[int, int, int, np.ndarray]]:
+        """Yield ``(q0, q1, b0, dist)``: distances of ``xq[q0:q1]`` to database ids ``b0...``.
+
+        ``dist`` is a view into buffers reused by the next block: consume it before asking for
+        the next. Database slices of a query block are yielded in id order.
+        """
+        if self._words is None:
+            self._words = _to_words(self.codes())
+        words, query_words = self._words, _to_words(xq)
+        nq, nb = len(xq), words.shape[1]
+        if nq == 0 or nb == 0:
+            return
+        db_step = min(nb, PAIRS_PER_BLOCK)
+        q_step = max(1, PAIRS_PER_BLOCK // nb)
+        pairs = min(q_step, nq) * db_step
+        xor = np.empty(pairs, dtype=words.dtype)
+        count = np.empty(pairs, dtype=np.uint8)
+        dist = np.empty(pairs, dtype=self._dist_dtype)
+        for q0 in range(0, nq, q_step):
+            q1 = min(q0 + q_step, nq)
+            for b0 in range(0, nb, db_step):
+                b1 = min(b0 + db_step, nb)
+                shape = (q1 - q0, b1 - b0)
+                size = shape[0] * shape[1]
+                # Flat buffers sliced then reshaped: every block is C-contiguous.
+                x, c, d = (buf[:size].reshape(shape) for buf in (xor, count, dist))
+                for w in range(len(words)):
+                    np.bitwise_xor(query_words[w, q0:q1, None], words[w, None, b0:b1], out=x)
+                    if w == 0 and d.dtype == np.uint8:
+                        _popcount(x, out=d)
+                    elif w == 0:
+                        d[...] = _popcount(x, out=c)
+                    else:
+                        d += _popcount(x, out=c)
+                yield q0, q1, b0, d
+
+    def _select(self, dist: np.ndarray, b0: int, D: np.ndarray, I: np.ndarray) -> None:
+        """Merge block ``dist`` (database ids ``b0...``) into the running top-k ``(D, I)``."""
+        n_rows, n = dist.shape
+        k = D.shape[1]
+        # A block item can enter only if it beats the current k-th distance: at equal distance
+        # it loses, its id being larger than every kept id (slices come in id order).
+        limit = D[:, k - 1].astype(np.int64)
+        if n >= 64 * k:
+            # Bound the block's own k-th smallest distance without sorting it: split each row
+            # into m >= k chunks; the k-th smallest chunk minimum is >= k items of the block, so
+            # nothing above it can be in the top k. One cheap min pass, and then typically only
+            # a few times k items pass the comparison below.
+            m = 16 * k
+            chunk_mins = dist[:, : n - n % m].reshape(n_rows, m, -1).min(axis=2)
+            kth = np.partition(chunk_mins, k - 1, axis=1)[:, k - 1]
+            limit = np.minimum(limit, kth.astype(np.int64) + 1)
+        flat = np.flatnonzero(dist < limit.astype(dist.dtype)[:, None])
+        if flat.size == 0:
+            return
+        rows, cols = np.divmod(flat, n)
+        keys = np.concatenate([np.repeat(np.arange(n_rows), k), rows]) * (self.bits + 2)
+        keys += np.concatenate([D.ravel(), dist.ravel()[flat]])
+        ids = np.concatenate([I.ravel(), cols + b0])
+        # Kept entries come first and are sorted by (distance, id); candidates follow in id
+        # order with larger ids: a stable sort on (row, distance) orders all by (row, dist, id).
+        # Keys below 2**15 sort as int16, which numpy sorts by radix (linear time).
+        if n_rows * (self.bits + 2) < 2**15:
+            keys = keys.astype(np.int16)
+        order = np.argsort(keys, kind="stable")
+        # Row r starts after r * k kept entries and the candidates of rows < r.
+        per_row = np.bincount(rows, minlength=n_rows)
+        starts = np.arange(n_rows) * k + np.cumsum(per_row) - per_row
+        take = order[(starts[:, None] + np.arange(k)).ravel()]
+        D[...] = (keys[take] % (self.bits + 2)).reshape(n_rows, k)
+        I[...] = ids[take].reshape(n_rows, k)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write ``bits`` and ``codes`` to the ``.npz`` file ``path`` (used as given), atomically."""
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as file:
+                np.savez(file, bits=np.int64(self.bits), codes=self.codes())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> HammingIndex:
+        """Read an index written by :meth:`save`; ValueError naming the file and key if invalid."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {key: data[key] for key in ("bits", "codes") if key in data.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, AttributeError) as error:
+            raise ValueError(f"{path}: not a readable .npz index file ({error})") from error
+        for key in ("bits", "codes"):
+            if key not in arrays:
+                raise ValueError(f"{path}: missing key {key!r} (expected 'bits' and 'codes')")
+        bits = arrays["bits"]
+        if bits.shape != () or bits.dtype.kind not in "iu" or bits < 1:
+            raise ValueError(
+                f"{path}: key 'bits' must be a positive integer scalar, got dtype {bits.dtype}, "
+                f"shape {bits.shape}"
+            )
+        index = cls(int(bits))
+        try:
+            index.add(arrays["codes"])
+        except ValueError as error:
+            raise ValueError(f"{path}: key 'codes': {error}") from error
+        return index
