@@ -30,7 +30,7 @@ from sgh.data import load_split
 from sgh.errors import USAGE_ERROR_EXIT_CODE, UserInputError
 from sgh.evaluate import CONVENTIONS, collapse_warning, ground_truth, results_table, score
 from sgh.model import SGH, encode_packed
-from sgh.trainer import ChunkLog, Trainer, median_ms_per_step
+from sgh.trainer import ChunkLog, Trainer, TrainingDiverged, median_ms_per_step
 
 register_configs()
 
@@ -40,6 +40,7 @@ class TrainingInterrupted(Exception):
 
 
 INTERRUPTED_EXIT_CODE = 130
+DIVERGED_EXIT_CODE = 3
 
 
 @contextmanager
@@ -195,6 +196,9 @@ def _hydra_main(cfg: DictConfig) -> None:
     except UserInputError as error:
         print(f"sgh-train: error: {error}", file=sys.stderr)
         sys.exit(USAGE_ERROR_EXIT_CODE)
+    except TrainingDiverged as divergence:
+        print(f"sgh-train: error: {divergence}", file=sys.stderr)
+        sys.exit(DIVERGED_EXIT_CODE)
     except TrainingInterrupted as interruption:
         print(f"sgh-train: {interruption}", file=sys.stderr)
         sys.exit(INTERRUPTED_EXIT_CODE)

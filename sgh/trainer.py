@@ -39,6 +39,10 @@ def learning_rate_schedule(config: TrainerConfig):
     return config.learning_rate
 
 
+class TrainingDiverged(Exception):
+    """The loss became NaN/Inf; the message says where and what to change."""
+
+
 @dataclass
 class ChunkLog:
     """What one compiled call reports: mean loss terms over its steps, and its wall time."""
@@ -66,6 +70,7 @@ class Trainer:
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self.term_names = LOSS_TERMS[model.config.objective]
         self._run = tf.function(self._run_steps, jit_compile=config.jit_compile)
+        self.last_finite_log: ChunkLog | None = None
 
     def checkpoint(self) -> tf.train.Checkpoint:
         return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step)
@@ -116,10 +121,17 @@ class Trainer:
                            seconds=time.perf_counter() - started, learning_rate=learning_rate,
                            terms=dict(zip(self.term_names, means.tolist(), strict=True)))
             if not np.all(np.isfinite(means)):
-                raise FloatingPointError(
-                    f"the loss became NaN/Inf between steps {log.step - n} and {log.step} "
-                    f"({log.terms}); lower trainer.learning_rate")
+                good = self.last_finite_log
+                last = (f"last finite loss {good.terms['total']:.6g} (mean of steps "
+                        f"{good.step - good.steps + 1}-{good.step})" if good
+                        else "no finite loss yet")
+                raise TrainingDiverged(
+                    f"the loss became NaN/Inf between steps {log.step - n + 1} and {log.step}; "
+                    f"{last}; the checkpoints hold only finite states. Lower "
+                    f"trainer.learning_rate (now {self.config.learning_rate:g}), or check the "
+                    "features' scale")
             logs.append(log)
+            self.last_finite_log = log
             if on_chunk is not None:
                 on_chunk(log)
         return logs
