@@ -130,3 +130,16 @@ def test_cli_bad_input_is_one_line_exit_2_no_traceback(tmp_path, args, message):
 
 def test_module_entry_point_exists():
     assert Path(CONFIG_DIR, "train.yaml").is_file()
+
+
+def test_tensorboard_events_hold_every_loss_term_rate_and_step_time(finished_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = finished_run
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"loss/total", "loss/reconstruction", "loss/gaussian_nll", "loss/kl", "loss/rho",
+            "train/learning_rate", "train/ms_per_step", "train/steps_per_second"} <= tags
+    steps = [event.step for event in events.Tensors("loss/total")]
+    assert steps == [20, 40, 60]  # one point per compiled call of 20 steps
