@@ -99,6 +99,18 @@ class RunDirectory:
 
         return tf.summary.create_file_writer(str(self.path / "tensorboard"))
 
+    def write_final_summary(self, metrics: dict) -> None:
+        """The final retrieval numbers as TensorBoard scalars (`eval/...`), for every method."""
+        import tensorflow as tf
+
+        step = int(metrics.get("steps", 0))
+        with tf.summary.create_file_writer(str(self.path / "tensorboard")).as_default():
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                        key.startswith(("map", "recall", "precision")) or key in (
+                        "distinct_database_codes", "dead_bits", "mean_abs_bit_correlation")):
+                    tf.summary.scalar(f"eval/{key}", value, step=step)
+
     def checkpoint_manager(self, checkpoint: tf.train.Checkpoint) -> tf.train.CheckpointManager:
         import tensorflow as tf  # noqa: F811  (the runtime import of the type-checking name)
 

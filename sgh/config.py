@@ -69,6 +69,14 @@ class ModelConfig:
 
 
 @dataclass
+class BaselineConfig:
+    """A classic hashing baseline (sgh/baselines): fitted on the training set, no trainer."""
+
+    name: str = MISSING  # lsh | pcah | itq | sh | sph
+    bits: int = 32
+
+
+@dataclass
 class TrainerConfig:
     steps: int = 20000
     batch_size: int = 500  # drawn with replacement, as the released demo does
@@ -93,7 +101,7 @@ class EvalConfig:
 @dataclass
 class Config:
     dataset: Any = MISSING
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: Any = MISSING  # ModelConfig (sgh) or BaselineConfig
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     # Where bundled-layout datasets live (<data_dir>/<dataset>/<file>).
@@ -118,10 +126,13 @@ def register_configs() -> None:
     store.store(name="eval_command_schema", node=EvalCommandConfig)
     store.store(group="dataset", name="file_schema", node=FileDatasetConfig)
     store.store(group="dataset", name="synthetic_schema", node=SyntheticDatasetConfig)
+    store.store(group="model", name="sgh_schema", node=ModelConfig)
+    store.store(group="model", name="baseline_schema", node=BaselineConfig)
 
 
+BASELINE_NAMES = ("lsh", "pcah", "itq", "sh", "sph")
 CHOICES = {
-    "model.name": ("sgh",),
+    "model.name": ("sgh", *BASELINE_NAMES),
     "model.objective": ("paper", "released"),
     "model.noise": ("uniform", "fixed"),
     "model.estimator": ("unbiased", "approximate"),
@@ -147,15 +158,20 @@ def _check_range(key: str, value: float, low: float, high: float = math.inf) -> 
 def validate(config: Config) -> Config:
     """Check every value Hydra's types cannot; raise UserInputError naming the key."""
     model, trainer, dataset = config.model, config.trainer, config.dataset
-    for key in ("model.name", "model.objective", "model.noise", "model.estimator",
-                "model.normalization", "model.init", "trainer.schedule",
-                "dataset.query_selection", "dataset.split"):
+    sections = {"model": model, "trainer": trainer, "dataset": dataset}
+    keys = ["model.name", "trainer.schedule", "dataset.query_selection", "dataset.split"]
+    if isinstance(model, ModelConfig):
+        keys += ["model.objective", "model.noise", "model.estimator", "model.normalization",
+                 "model.init"]
+        _check_range("model.alpha", model.alpha, 0)
+        _check_range("model.beta", model.beta, 0)
+    for key in keys:
         section, attribute = key.split(".")
-        _check_choice(key, getattr({"model": model, "trainer": trainer,
-                                    "dataset": dataset}[section], attribute))
+        _check_choice(key, getattr(sections[section], attribute))
+    if isinstance(model, ModelConfig) != (model.name == "sgh"):
+        raise UserInputError(f"model.name={model.name!r} does not match its option; choose "
+                             f"model=sgh or model=<baseline> ({', '.join(BASELINE_NAMES)})")
     _check_range("model.bits", model.bits, 1, MAX_BITS)
-    _check_range("model.alpha", model.alpha, 0)
-    _check_range("model.beta", model.beta, 0)
     _check_range("trainer.steps", trainer.steps, 0)
     _check_range("trainer.batch_size", trainer.batch_size, 1)
     _check_range("trainer.learning_rate", trainer.learning_rate, 1e-12)

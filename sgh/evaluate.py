@@ -101,9 +101,11 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
     rows.append(("distinct database codes / database items",
                  f"{metrics['distinct_database_codes']} / {metrics['n_database']}"))
     rows.append(("dead bits (constant over the database)", f"{metrics['dead_bits']}"))
-    if "train_seconds" in metrics:
+    if "ms_per_step" in metrics:
         rows.append(("training time; median time per step",
                      f"{metrics['train_seconds']:.1f} s; {metrics['ms_per_step']:.2f} ms"))
+    elif "train_seconds" in metrics:
+        rows.append(("training (fitting) time", f"{metrics['train_seconds']:.1f} s"))
     width = max(len(label) for label, _ in rows)
     lines = [f"  {label:<{width}}  {value}".rstrip() for label, value in rows]
     rule = "  " + "-" * (width + 12)

@@ -35,6 +35,17 @@ def test_every_dataset_option_composes(dataset):
     assert isinstance(config.dataset, expected)
 
 
+@pytest.mark.parametrize("model", [p.stem for p in (CONFIG_DIR / "model").glob("*.yaml")])
+def test_every_model_option_composes(model):
+    config = validate(_compose(f"model={model}", "model.bits=16"))
+    assert config.model.name == model and config.model.bits == 16
+
+
+def test_baseline_options_have_no_sgh_keys():
+    with pytest.raises(ConfigCompositionException):
+        _compose("model=itq", "model.estimator=unbiased")
+
+
 @pytest.mark.parametrize("experiment",
                          [p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml")])
 def test_every_experiment_composes(experiment):

@@ -89,6 +89,16 @@ def test_config_value_reaches_the_run(tmp_path):
         assert np.any(a["database"] != b["database"])
 
 
+@pytest.mark.parametrize("method", ["lsh", "itq"])
+def test_baselines_run_through_the_same_pipeline(tmp_path, method):
+    metrics = run(_config(f"model={method}"), tmp_path)
+    assert metrics["method"] == method and metrics["bits"] == 12
+    with np.load(tmp_path / "codes.npz") as codes:
+        assert codes["database"].shape == (2200, 2) and int(codes["bits"]) == 12
+    assert json.loads((tmp_path / "metrics.json").read_text())["map"] == metrics["map"]
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
 def _cli(*args, cwd):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, "-m", "sgh.train", *args], cwd=cwd, env=env,
