@@ -36,6 +36,10 @@ def _atomic_path(path: Path, suffix: str = ""):
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + suffix,
                                          dir=path.parent)
     os.close(handle)
+    # mkstemp creates the file private (0600); results are ordinary files, so honour the umask.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)
     try:
         yield Path(temporary)
         os.replace(temporary, path)
