@@ -30,7 +30,14 @@ def _popcount_lookup(words: np.ndarray) -> np.ndarray:
     return _BYTE_POPCOUNT[as_bytes].sum(axis=-1, dtype=np.uint8)
 
 
-_popcount = getattr(np, "bitwise_count", _popcount_lookup)
+popcount = getattr(np, "bitwise_count", _popcount_lookup)
+
+
+def _popcount_into(words: np.ndarray, out: np.ndarray) -> None:
+    if popcount is _popcount_lookup:
+        out[...] = _popcount_lookup(words)
+    else:
+        popcount(words, out=out)
 
 
 def pack_bits(bits: np.ndarray) -> np.ndarray:
@@ -89,8 +96,12 @@ def validate_codes(packed: np.ndarray, bits: int, name: str = "codes") -> np.nda
     return np.ascontiguousarray(packed)
 
 
-def _as_words(packed: np.ndarray) -> np.ndarray:
-    """View packed rows as ``(n, n_words)`` unsigned words, zero-padding each row as needed."""
+def as_words(packed: np.ndarray) -> np.ndarray:
+    """Packed rows as ``(n, n_words)`` unsigned words (u1/u2/u4/u8), each row zero-padded.
+
+    XOR and popcount of the words give the Hamming distance of the codes (the padding is zero in
+    every row, so it never contributes).
+    """
     n, n_bytes = packed.shape
     word_bytes = 8 if n_bytes > 4 else {1: 1, 2: 2, 3: 4, 4: 4}[n_bytes]
     padded_bytes = -(-n_bytes // word_bytes) * word_bytes
@@ -99,7 +110,7 @@ def _as_words(packed: np.ndarray) -> np.ndarray:
     return padded.view(f"u{word_bytes}")
 
 
-def _distance_dtype(n_bytes: int) -> np.dtype:
+def distance_dtype(n_bytes: int) -> np.dtype:
     """Smallest unsigned dtype holding the largest distance, 8 * n_bytes."""
     for dtype in (np.uint8, np.uint16, np.uint32):
         if 8 * n_bytes <= np.iinfo(dtype).max:
@@ -146,20 +157,47 @@ def iter_distance_blocks(
         queries_per_block = max(1, PAIRS_PER_BLOCK // max(n_database, 1))
     if queries_per_block < 1:
         raise ValueError(f"queries_per_block must be >= 1, got {queries_per_block}")
-    dtype = _distance_dtype(query_packed.shape[1])
-    query_words = _as_words(query_packed)
+    dtype = distance_dtype(query_packed.shape[1])
+    query_words = as_words(query_packed)
     # One contiguous row per word position so that each XOR streams through memory.
-    database_words = np.ascontiguousarray(_as_words(database_packed).T)
+    database_words = np.ascontiguousarray(as_words(database_packed).T)
     for start in range(0, n_queries, queries_per_block):
         block = slice(start, min(start + queries_per_block, n_queries))
         distances = None
         for word in range(database_words.shape[0]):
-            counts = _popcount(query_words[block, word, None] ^ database_words[word][None, :])
+            counts = popcount(query_words[block, word, None] ^ database_words[word][None, :])
             if distances is None:
                 distances = counts.astype(dtype, copy=False)
             else:
                 distances += counts
         yield block, distances
+
+
+def hamming_tile(
+    query_words: np.ndarray, database_columns: np.ndarray, out: np.ndarray, scratch: np.ndarray
+) -> np.ndarray:
+    """Hamming distances of a tile of queries x database items, written into ``out``.
+
+    The allocation-free kernel of the metrics engine: callers keep ``out`` and ``scratch`` and
+    reuse them for every tile (fresh tile-sized arrays would cost a page-faulting ``mmap`` each).
+
+    Args:
+        query_words: ``(b, n_words)`` rows of :func:`as_words`.
+        database_columns: ``(n_words, c)``, word-major: ``as_words(database).T`` (made contiguous
+            once, so that each XOR streams through memory), or a column slice of it.
+        out: ``(b, c)`` array of :func:`distance_dtype`; receives the distances.
+        scratch: ``(b, c)`` array of the word dtype, overwritten.
+
+    Returns:
+        ``out``.
+    """
+    for word in range(database_columns.shape[0]):
+        np.bitwise_xor(query_words[:, word, None], database_columns[word][None, :], out=scratch)
+        if word == 0:
+            _popcount_into(scratch, out)
+        else:
+            out += popcount(scratch)
+    return out
 
 
 def hamming_distances(query_packed: np.ndarray, database_packed: np.ndarray) -> np.ndarray:
@@ -171,7 +209,7 @@ def hamming_distances(query_packed: np.ndarray, database_packed: np.ndarray) -> 
     blocks = [distances for _, distances in iter_distance_blocks(query_packed, database_packed)]
     if not blocks:
         n_bytes = np.asarray(query_packed).shape[1]
-        return np.zeros((0, np.asarray(database_packed).shape[0]), _distance_dtype(n_bytes))
+        return np.zeros((0, np.asarray(database_packed).shape[0]), distance_dtype(n_bytes))
     return np.concatenate(blocks, axis=0)
 
 
@@ -184,7 +222,12 @@ def code_health(database_packed: np.ndarray, bits: int, rows_per_chunk: int = 1 
         ``dead_bits`` (int): bits with the same value in every database code;
         ``bit_balance`` (list of ``bits`` floats): fraction of codes with bit j set (0.5 ideal);
         ``mean_abs_bit_correlation`` (float): mean |Pearson correlation| over all pairs of live
-        (non-dead) bits; 0.0 when fewer than two bits are live.
+        (non-dead) bits; 0.0 when fewer than two bits are live;
+        ``bit_entropy`` (list of ``bits`` floats): entropy of each bit in bits,
+        ``-p log2 p - (1-p) log2 (1-p)`` with p its balance (1.0 ideal, 0.0 dead);
+        ``code_entropy`` (float): entropy in bits of the empirical distribution of whole codes,
+        ``-sum_c f_c log2 f_c`` over distinct codes c with frequency f_c; at most
+        ``min(bits, log2(n))`` — well below that means many items share a few codes.
 
     Memory: the unpacked bits of ``rows_per_chunk`` codes at a time (float64), plus O(bits^2).
     """
@@ -192,8 +235,12 @@ def code_health(database_packed: np.ndarray, bits: int, rows_per_chunk: int = 1 
     n = database_packed.shape[0]
     if n == 0:
         raise ValueError("code_health needs at least one database code, got 0")
-    words = _as_words(database_packed)
-    distinct = np.unique(words[:, 0]).size if words.shape[1] == 1 else len(np.unique(words, axis=0))
+    words = as_words(database_packed)
+    if words.shape[1] == 1:
+        _, multiplicity = np.unique(words[:, 0], return_counts=True)
+    else:
+        _, multiplicity = np.unique(words, axis=0, return_counts=True)
+    frequency = multiplicity / n
 
     # Counts of ones per bit and co-occurrence counts per pair of bits; integers held exactly in
     # float64 (up to 2**53 codes), accumulated chunkwise so memory does not grow with n.
@@ -215,8 +262,17 @@ def code_health(database_packed: np.ndarray, bits: int, rows_per_chunk: int = 1 
         upper = np.triu_indices(len(m), k=1)
         mean_abs_correlation = float(np.abs(correlation[upper]).mean())
     return {
-        "distinct_codes": int(distinct),
+        "distinct_codes": int(multiplicity.size),
         "dead_bits": int(bits - live.sum()),
         "bit_balance": [float(value) for value in mean],
         "mean_abs_bit_correlation": mean_abs_correlation,
+        "bit_entropy": [float(value) for value in _binary_entropy(mean)],
+        "code_entropy": float(-(frequency * np.log2(frequency)).sum()),
     }
+
+
+def _binary_entropy(p: np.ndarray) -> np.ndarray:
+    """Entropy in bits of Bernoulli(p), elementwise, with 0 * log 0 = 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = -(p * np.log2(p) + (1.0 - p) * np.log2(1.0 - p))
+    return np.where((p > 0) & (p < 1), terms, 0.0)

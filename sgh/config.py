@@ -96,6 +96,10 @@ class TrainerConfig:
 class EvalConfig:
     recall_k: int = 10  # Recall K@N: K true Euclidean neighbours...
     recall_n: list[int] = field(default_factory=lambda: [1, 10, 100, 1000])  # ...among top N
+    map_k: list[int] = field(default_factory=lambda: [100, 1000])  # mAP@K, P@K, R@K cut-offs
+    # mAP@K denominator: retrieved (relevant items in the top K) | min_rk | r
+    map_k_denominator: str = "retrieved"
+    radius: int = 2  # hash lookup within this Hamming radius (inclusive)
 
 
 @dataclass
@@ -186,6 +190,12 @@ def validate(config: Config) -> Config:
 
 def validate_eval(config: EvalConfig) -> EvalConfig:
     _check_range("eval.recall_k", config.recall_k, 1)
+    _check_range("eval.radius", config.radius, 0, MAX_BITS)
+    for k in config.map_k:
+        _check_range("eval.map_k", k, 1)
+    if config.map_k_denominator not in ("retrieved", "min_rk", "r"):
+        raise UserInputError(f"eval.map_k_denominator={config.map_k_denominator!r} is not "
+                             "known; accepted: retrieved, min_rk, r")
     if not config.recall_n:
         raise UserInputError("eval.recall_n is empty; accepted: a list of cut-offs N >= 1")
     for n in config.recall_n:

@@ -14,15 +14,21 @@ from sgh.codes import code_health
 from sgh.config import EvalConfig
 from sgh.data import RetrievalSplit
 from sgh.errors import UserInputError
-from sgh.metrics import mean_average_precision, recall_at_n
+from sgh.metrics import conventions, evaluate_labels, recall_at_n
 from sgh.neighbours import euclidean_neighbours
 
+_TEXT = conventions()
 CONVENTIONS = {
     "map_convention": ("mAP@all over the whole Hamming ranking (distance = popcount of XOR); "
-                       "relevant = same label; 'map' = tie-aware expected AP (items at equal "
-                       "distance in uniformly random order, McSherry & Najork 2008); "
-                       "'map_stable' = ties broken by database index; queries with no relevant "
-                       "item are skipped and counted in 'map_queries_without_relevant'"),
+                       "relevant = same label (multi-label: a shared label); 'map' = tie-aware "
+                       "expected AP (items at equal distance in uniformly random order, "
+                       "McSherry & Najork 2008); 'map_stable' = ties broken by database index; "
+                       "queries with no relevant item are skipped and counted in "
+                       "'map_queries_without_relevant'"),
+    "map_at_k_convention": _TEXT["map_at_k"] + " (denominator named in 'map_k_denominator'; "
+                           "'_stable' keys: ties by database index)",
+    "precision_at_k_convention": _TEXT["precision_at_k"],
+    "lookup_convention": _TEXT["hash_lookup"],
     "recall_convention": ("Recall K@N: fraction of each query's K exact Euclidean nearest "
                           "database items (squared L2 in the input feature space, ties by index) "
                           "found among the first N of the Hamming ranking, averaged over "
@@ -52,10 +58,17 @@ def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config
     k = config.recall_k
     metrics: dict = {"n_queries": len(query_codes), "n_database": len(database_codes)}
     if database_labels is not None:
-        for ties, key in (("expected", "map"), ("stable", "map_stable")):
-            result = mean_average_precision(query_codes, database_codes, bits, query_labels,
-                                            database_labels, ties=ties)
-            metrics[key] = result["map"]
+        for ties, suffix in (("expected", ""), ("stable", "_stable")):
+            result = evaluate_labels(query_codes, database_codes, bits, query_labels,
+                                     database_labels, map_k=config.map_k,
+                                     radius=config.radius if ties == "expected" else None,
+                                     ties=ties, denominator=config.map_k_denominator)
+            for key, value in result.items():
+                if key.startswith(("map", "precision@", "recall@")):
+                    metrics[key + suffix] = value
+                elif key.startswith("lookup_"):
+                    metrics[key] = value
+        metrics["map_k_denominator"] = config.map_k_denominator
         metrics["map_queries_without_relevant"] = result["n_no_relevant"]
     if groundtruth is not None:
         if groundtruth.shape[1] < k:
@@ -94,6 +107,13 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
     if "map" in metrics:
         rows.append(("mAP@all, label relevance, tie-aware", f"{metrics['map']:.4f}"))
         rows.append(("mAP@all, label relevance, ties by index", f"{metrics['map_stable']:.4f}"))
+        for cut in config.map_k:
+            rows.append((f"mAP@{cut} (/ {metrics['map_k_denominator']}), P@{cut}, tie-aware",
+                         f"{metrics[f'map@{cut}']:.4f}, {metrics[f'precision@{cut}']:.4f}"))
+        r = config.radius
+        rows.append((f"lookup within radius {r} (inclusive): precision, recall",
+                     f"{metrics[f'lookup_precision@r{r}']:.4f}, "
+                     f"{metrics[f'lookup_recall@r{r}']:.4f}"))
     for n in config.recall_n:
         if f"recall{k}@{n}" in metrics:
             rows.append((f"Recall{k}@{n}, Euclidean {k}-NN, tie-aware",

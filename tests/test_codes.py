@@ -3,8 +3,11 @@ import pytest
 
 from sgh.codes import (
     _popcount_lookup,
+    as_words,
     code_health,
+    distance_dtype,
     hamming_distances,
+    hamming_tile,
     iter_distance_blocks,
     pack_bits,
     unpack_bits,
@@ -112,6 +115,10 @@ def test_code_health_with_fewer_than_two_live_bits():
         "dead_bits": 2,
         "bit_balance": [0.0, 1.0, 0.5],
         "mean_abs_bit_correlation": 0.0,
+        # Bits 0 and 1 never change (0 bits of entropy), bit 2 is a fair coin (1 bit); the two
+        # distinct codes are equally frequent: -2 * (1/2) log2(1/2) = 1 bit.
+        "bit_entropy": [0.0, 0.0, 1.0],
+        "code_entropy": 1.0,
     }
 
 
@@ -130,3 +137,28 @@ def test_code_health_matches_numpy_on_random_codes(bits):
     assert health["dead_bits"] == 1 == (~live).sum()
     np.testing.assert_allclose(health["bit_balance"], codes.mean(axis=0))
     assert health["mean_abs_bit_correlation"] == pytest.approx(np.abs(correlation[upper]).mean())
+
+
+@pytest.mark.parametrize("bits", [5, 16, 24, 64, 100, 300])
+def test_hamming_tile_fills_reused_buffers_with_the_distances(bits):
+    rng = np.random.default_rng(bits)
+    query_bits, database_bits = rng.integers(0, 2, (4, bits)), rng.integers(0, 2, (9, bits))
+    query_words = as_words(pack_bits(query_bits))
+    columns = np.ascontiguousarray(as_words(pack_bits(database_bits)).T)
+    out = np.full((4, 5), 255, dtype=distance_dtype(-(-bits // 8)))
+    scratch = np.empty((4, 5), dtype=query_words.dtype)
+    for start in (0, 4):  # two column slices into the same buffers
+        tile = hamming_tile(query_words, columns[:, start : start + 5], out, scratch)
+        assert tile is out
+        expected = brute_force_distances(query_bits, database_bits[start : start + 5])
+        np.testing.assert_array_equal(tile[:, : expected.shape[1]], expected)
+
+
+def test_code_entropy_and_bit_entropy():
+    # 4 codes of 2 bits: 00, 00, 01, 11. Bit 0 is set in 1 of 4 codes, bit 1 in 2 of 4.
+    codes = pack_bits(np.array([[0, 0], [0, 0], [0, 1], [1, 1]]))
+    health = code_health(codes, 2)
+    # H(1/4) = -(1/4) log2(1/4) - (3/4) log2(3/4) = 0.5 + 0.311278... ; H(1/2) = 1.
+    assert health["bit_entropy"] == pytest.approx([0.5 + 0.75 * np.log2(4 / 3), 1.0])
+    # Code frequencies 1/2, 1/4, 1/4: 0.5 * 1 + 2 * 0.25 * 2 = 1.5 bits.
+    assert health["code_entropy"] == pytest.approx(1.5)

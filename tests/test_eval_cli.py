@@ -35,8 +35,10 @@ def test_scores_codes_from_any_method_and_writes_flat_json(tmp_path):
                                                out=str(out)))
     written = json.loads(out.read_text())
     assert written["map"] == pytest.approx(metrics["map"])
-    for key in ("map", "map_stable", "recall10@100", "map_convention", "recall_convention",
-                "distinct_database_codes"):
+    for key in ("map", "map_stable", "map@100", "map@100_stable", "precision@100", "recall@100",
+                "lookup_precision@r2", "lookup_recall@r2", "lookup_f1@r2", "recall10@100",
+                "recall10@100_stable", "map_k_denominator", "map_convention", "map_at_k_convention",
+                "lookup_convention", "recall_convention", "distinct_database_codes"):
         assert key in written
     assert all(not isinstance(value, (dict, list)) for value in written.values())  # flat
 

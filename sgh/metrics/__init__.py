@@ -1,0 +1,77 @@
+"""Retrieval metrics of Hamming rankings: pure functions on packed codes, explicit conventions.
+
+Modules, by concept:
+
+* :mod:`~sgh.metrics.conventions` — tie / denominator / empty-query policies and their text;
+* :mod:`~sgh.metrics.histograms` — the engine: per-query per-distance histograms, tiled, on
+  threads (memory bound stated there); :mod:`~sgh.metrics.tiles` — its counting kernels;
+* :mod:`~sgh.metrics.tie_aware` — closed-form tie-aware metrics from those histograms;
+* :mod:`~sgh.metrics.ranking` — mAP@all, mAP@K, precision@K, recall@K (label relevance);
+* :mod:`~sgh.metrics.radius` — hash lookup within a Hamming radius, PR curve;
+* :mod:`~sgh.metrics.neighbour_recall` — Recall K@N against Euclidean ground truth;
+* :mod:`~sgh.metrics.labels` — :func:`evaluate_labels`, all label metrics from one scan.
+
+Relevance (1-D labels, 2-D multi-label matrices, ground-truth ids) is :mod:`sgh.relevance`.
+:data:`CONVENTIONS` and :func:`conventions` give the conventions as text, to be written next to
+every reported number.
+"""
+
+from sgh.metrics.conventions import (
+    CONVENTIONS,
+    DEFAULT_DENOMINATOR,
+    DENOMINATORS,
+    NO_RELEVANT_POLICIES,
+    TIES,
+    average_over_queries,
+    conventions,
+)
+from sgh.metrics.histograms import (
+    DEFAULT_WORKERS,
+    DistanceHistograms,
+    distance_histograms,
+    label_histograms,
+)
+from sgh.metrics.labels import evaluate_labels
+from sgh.metrics.neighbour_recall import recall_at_n
+from sgh.metrics.radius import hash_lookup, per_query_lookup, pr_curve
+from sgh.metrics.ranking import (
+    average_precisions,
+    mean_average_precision,
+    per_query_average_precision,
+    per_query_relevant_retrieved,
+    precision_at_k,
+    recall_at_k,
+)
+from sgh.metrics.tie_aware import (
+    expected_average_precision,
+    expected_relevant_retrieved,
+    harmonic_numbers,
+)
+
+__all__ = [
+    "CONVENTIONS",
+    "DEFAULT_DENOMINATOR",
+    "DEFAULT_WORKERS",
+    "DENOMINATORS",
+    "NO_RELEVANT_POLICIES",
+    "TIES",
+    "DistanceHistograms",
+    "average_over_queries",
+    "average_precisions",
+    "conventions",
+    "distance_histograms",
+    "evaluate_labels",
+    "expected_average_precision",
+    "expected_relevant_retrieved",
+    "harmonic_numbers",
+    "hash_lookup",
+    "label_histograms",
+    "mean_average_precision",
+    "per_query_average_precision",
+    "per_query_lookup",
+    "per_query_relevant_retrieved",
+    "pr_curve",
+    "precision_at_k",
+    "recall_at_k",
+    "recall_at_n",
+]

@@ -1,0 +1,139 @@
+"""The conventions behind every metric, as choices to validate and as text for results files.
+
+Papers silently disagree about ties, cut-offs, denominators and empty queries, which is the most
+common reason numbers do not reproduce; every number this package reports therefore travels with
+the policies that produced it (:func:`conventions`), and per-query values are averaged by one
+function (:func:`average_over_queries`) so that every metric of a call scores the same queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+TIES = ("expected", "stable")
+NO_RELEVANT_POLICIES = ("skip", "zero", "error")
+DENOMINATORS = ("retrieved", "min_rk", "r")
+# "retrieved" is what the deep-hashing code that published mAP@K tables computes (e.g. the
+# CalcTopMap of DeepHash / HashNet / DSH ports), so it is the default that makes our numbers
+# comparable; "min_rk" is the better-behaved choice when comparing methods among themselves.
+DEFAULT_DENOMINATOR = "retrieved"
+
+_TIES_TEXT = {
+    "expected": "tie-aware: expected value when items at equal Hamming distance are in uniformly "
+    "random order (McSherry & Najork 2008), computed exactly from per-distance counts",
+    "stable": "ties at equal Hamming distance broken by database index (stable sort)",
+}
+_NO_RELEVANT_TEXT = {
+    "skip": "queries with no relevant database item are excluded from every mean and counted in "
+    "n_no_relevant; a mean is nan when no query is scored",
+    "zero": "queries with no relevant database item score 0 in every metric (AP = 0, P = R = 0) "
+    "and are counted in n_no_relevant",
+    "error": "a query with no relevant database item raises ValueError",
+}
+_DENOMINATOR_TEXT = {
+    "retrieved": "AP@K divides by the number of relevant items retrieved in the top K (0 if none "
+    "is); the most common choice in deep-hashing code",
+    "min_rk": "AP@K divides by min(R, K)",
+    "r": "AP@K divides by R, the number of relevant database items",
+}
+
+
+def check_choice(name: str, value: object, accepted: tuple[str, ...]) -> None:
+    """Raise ValueError naming ``name``, the accepted values and the bad one."""
+    if not isinstance(value, str) or value not in accepted:
+        raise ValueError(f"{name} must be one of {accepted}, got {value!r}")
+
+
+def check_cutoffs(values: int | Iterable[int], name: str = "k_values") -> list[int]:
+    """Positive integer cut-offs as python ints, in the order given."""
+    array = np.atleast_1d(np.asarray(values if not isinstance(values, range) else list(values)))
+    if (
+        array.ndim != 1
+        or array.size == 0
+        or not np.issubdtype(array.dtype, np.integer)
+        or array.min() < 1
+    ):
+        raise ValueError(f"{name} must be positive integers, got {values!r}")
+    return [int(value) for value in array]
+
+
+def conventions(
+    ties: str = "expected", no_relevant: str = "skip", denominator: str = DEFAULT_DENOMINATOR
+) -> dict[str, str]:
+    """The conventions behind the numbers of :mod:`sgh.metrics`, as text for results files."""
+    check_choice("ties", ties, TIES)
+    check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
+    check_choice("denominator", denominator, DENOMINATORS)
+    return {
+        "distance": "Hamming distance = popcount(query XOR item); database ranked by increasing "
+        "distance",
+        "relevance": "1-D labels: relevant = same label; 2-D 0/1 label matrices: relevant = at "
+        "least one shared label; Recall K@N: relevant = among the first K ground-truth ids",
+        "ties": _TIES_TEXT[ties],
+        "map": "mAP@all: AP = (1/R) * sum over relevant items of precision at their rank, over the "
+        "whole database; R = number of relevant database items; mAP = mean AP over scored "
+        "queries",
+        "map_at_k": "mAP@K: AP@K = (1/D) * sum over relevant items ranked <= K of precision at "
+        "their rank; " + _DENOMINATOR_TEXT[denominator] + "; K >= database size means the whole "
+        "ranking, where every denominator equals R",
+        "precision_at_k": "P@K = relevant items in the top K / min(K, database size); R@K = "
+        "relevant items in the top K / R; with tie-aware ties the items at the cut-off distance "
+        "count (K - #closer) / #at_cut-off each",
+        "hash_lookup": "hash lookup within Hamming radius r (inclusive, distance <= r): precision "
+        "= relevant retrieved / retrieved, 0 for a query that retrieves nothing (counted in "
+        "n_retrieved_nothing); recall = relevant retrieved / R; F1 = harmonic mean of the mean "
+        "precision and the mean recall (not a mean of per-query F1); ties do not matter",
+        "pr_curve": "precision and recall of hash lookup at every radius 0..bits, same conventions",
+        "no_relevant": _NO_RELEVANT_TEXT[no_relevant],
+        "recall_at_n": "Recall K@N: fraction of the first K ground-truth ids of a query found "
+        "among the first N items of the Hamming ranking, averaged over queries; N >= database size "
+        "retrieves everything; with tie-aware ties, items at the cut-off distance count "
+        "(N - #closer) / #at_cut-off each",
+    }
+
+
+CONVENTIONS = conventions()
+
+
+def average_over_queries(
+    per_query: dict[str, np.ndarray], relevant_counts: np.ndarray, no_relevant: str
+) -> dict:
+    """Mean of each per-query metric under the no-relevant-item policy, plus the query counts.
+
+    Args:
+        per_query: name -> ``(n_queries, ...)`` float values; nan is allowed only for queries
+            with no relevant item (R = 0), where the metric is undefined (AP, recall).
+        relevant_counts: ``(n_queries,)`` R of each query.
+        no_relevant: ``"skip"`` (means over queries with R > 0), ``"zero"`` (queries with R = 0
+            score 0; means over all queries) or ``"error"`` (raise if any query has R = 0).
+
+    Returns:
+        dict with name -> mean (float, or float64 array for per-query arrays with more axes;
+        nan when no query is scored), ``n_queries``, ``n_scored``, ``n_no_relevant``,
+        ``no_relevant_policy``.
+    """
+    check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
+    missing = relevant_counts == 0
+    if no_relevant == "error" and missing.any():
+        raise ValueError(
+            f"{int(missing.sum())} of {missing.size} queries have no relevant database item "
+            f"(first: query {int(np.flatnonzero(missing)[0])}); use no_relevant='skip' or 'zero'"
+        )
+    scored = ~missing if no_relevant == "skip" else np.ones_like(missing)
+    result: dict = {}
+    for name, values in per_query.items():
+        # Undefined values (AP, recall: nan when R = 0) score 0 under "zero"; defined ones
+        # (precision, indicators) keep their value.
+        missing_rows = missing.reshape(-1, *[1] * (values.ndim - 1))
+        values = np.where(missing_rows & np.isnan(values), 0.0, values)[scored]
+        mean = values.mean(axis=0) if values.shape[0] else np.full(values.shape[1:], np.nan)
+        result[name] = float(mean) if np.ndim(mean) == 0 else mean
+    result.update(
+        n_queries=int(missing.size),
+        n_scored=int(scored.sum()),
+        n_no_relevant=int(missing.sum()),
+        no_relevant_policy=no_relevant,
+    )
+    return result

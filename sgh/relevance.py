@@ -1,0 +1,228 @@
+"""Who is relevant to whom: validated relevance between queries and database items.
+
+Three kinds, all answering the same questions for the metrics engine (:mod:`sgh.metrics`):
+
+* **single labels** — 1-D arrays, one class label per item (ints, or any values ``np.unique``
+  orders, e.g. strings); relevant = same label.
+* **multi-label** — 2-D 0/1 (or boolean) indicator matrices ``(n, n_labels)``; relevant = the
+  two items share at least one label. An item with no label is relevant to nothing.
+* **neighbours** — a query's first ``k`` ground-truth database ids (Recall K@N); relevant = in
+  that list (each distinct id once).
+
+For speed the database is partitioned into *classes* of items that every query treats alike: the
+distinct labels, or the distinct label sets. A query's relevant items are then a union of classes,
+so the engine can count items per (class, distance) in one ``bincount`` and get both the
+all-items and the relevant-items histograms from it. When there are too many classes (many
+distinct label sets) the engine asks instead for a boolean relevance block per tile of
+(queries x database items); the neighbour kind is sparse and gives its ids directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sgh.codes import as_words
+
+
+class Relevance:
+    """Relevance of ``n_queries`` queries to ``n_database`` database items (see module doc).
+
+    Attributes:
+        kind: ``"single"``, ``"multi"`` or ``"neighbours"``.
+        database_classes: ``(n_database,)`` unsigned-integer class of each item (``None`` for
+            neighbours).
+        n_classes: number of classes (0 for neighbours).
+    """
+
+    kind: str = ""
+    database_classes: np.ndarray | None = None
+    n_classes: int = 0
+
+    def __init__(self, n_queries: int, n_database: int) -> None:
+        self.n_queries, self.n_database = int(n_queries), int(n_database)
+
+    def class_relevance(self, queries: slice) -> np.ndarray:
+        """``(b, n_classes)`` bool: which classes are relevant to each query of the slice."""
+        raise NotImplementedError
+
+    def block(self, queries: slice, items: slice) -> np.ndarray:
+        """``(b, c)`` bool: relevance of a tile of queries x a slice of database items."""
+        raise NotImplementedError
+
+    def gather(self, query: int, items: np.ndarray) -> np.ndarray:
+        """Bool array shaped like ``items`` (database ids): relevance to one query."""
+        raise NotImplementedError
+
+    def relevant_counts(self) -> np.ndarray:
+        """``(n_queries,)`` int64: number of relevant database items R of each query."""
+        raise NotImplementedError
+
+
+class SingleLabelRelevance(Relevance):
+    kind = "single"
+
+    def __init__(self, query_ids: np.ndarray, database_ids: np.ndarray, n_classes: int) -> None:
+        super().__init__(query_ids.size, database_ids.size)
+        # The smallest unsigned dtype: the per-tile comparison streams 1 byte per item.
+        compact = np.min_scalar_type(max(n_classes - 1, 0))
+        self.query_classes = query_ids.astype(compact)
+        self.database_classes = database_ids.astype(compact)
+        self.n_classes = n_classes
+        self.class_sizes = np.bincount(database_ids, minlength=n_classes)
+
+    def class_relevance(self, queries: slice) -> np.ndarray:
+        return self.query_classes[queries, None] == np.arange(self.n_classes)[None, :]
+
+    def block(self, queries: slice, items: slice) -> np.ndarray:
+        return self.database_classes[None, items] == self.query_classes[queries, None]
+
+    def gather(self, query: int, items: np.ndarray) -> np.ndarray:
+        return self.database_classes[items] == self.query_classes[query]
+
+    def relevant_counts(self) -> np.ndarray:
+        return self.class_sizes[self.query_classes].astype(np.int64)
+
+
+class MultiLabelRelevance(Relevance):
+    kind = "multi"
+
+    def __init__(self, query_words: np.ndarray, database_words: np.ndarray) -> None:
+        super().__init__(query_words.shape[0], database_words.shape[0])
+        # Label sets packed into words: relevant <=> (query AND item) != 0 in some word.
+        self.query_words, self.database_words = query_words, database_words
+        self.class_words, inverse = np.unique(database_words, axis=0, return_inverse=True)
+        self.database_classes = inverse.reshape(-1).astype(np.intp)
+        self.n_classes = self.class_words.shape[0]
+        self.class_sizes = np.bincount(self.database_classes, minlength=self.n_classes)
+
+    @staticmethod
+    def _share(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """Whether broadcast word rows ``(..., n_words)`` share a set bit."""
+        return np.any((left & right) != 0, axis=-1)
+
+    def class_relevance(self, queries: slice) -> np.ndarray:
+        return self._share(self.query_words[queries, None, :], self.class_words[None, :, :])
+
+    def block(self, queries: slice, items: slice) -> np.ndarray:
+        return self._share(self.query_words[queries, None, :], self.database_words[None, items, :])
+
+    def gather(self, query: int, items: np.ndarray) -> np.ndarray:
+        return self._share(self.database_words[items], self.query_words[query])
+
+    def relevant_counts(self) -> np.ndarray:
+        return self.class_relevance(slice(None)).astype(np.int64) @ self.class_sizes
+
+
+class NeighbourRelevance(Relevance):
+    kind = "neighbours"
+
+    def __init__(self, ids: np.ndarray, n_database: int) -> None:
+        super().__init__(ids.shape[0], n_database)
+        # Sorted rows with repeated ids masked out, so each distinct id counts once.
+        self.ids = np.sort(ids, axis=1)
+        self.distinct = np.ones(self.ids.shape, dtype=bool)
+        self.distinct[:, 1:] = self.ids[:, 1:] != self.ids[:, :-1]
+
+    def gather(self, query: int, items: np.ndarray) -> np.ndarray:
+        return np.isin(items, self.ids[query])
+
+    def relevant_counts(self) -> np.ndarray:
+        return self.distinct.sum(axis=1).astype(np.int64)
+
+
+def _as_indicator(labels: np.ndarray, name: str) -> np.ndarray:
+    if labels.dtype == np.bool_:
+        return labels
+    if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
+        raise ValueError(
+            f"{name} is 2-D, so it must be a 0/1 label-indicator matrix (bool or numbers), "
+            f"got dtype {labels.dtype}"
+        )
+    if not np.all((labels == 0) | (labels == 1)):
+        bad = labels[(labels != 0) & (labels != 1)].flat[0].item()
+        raise ValueError(
+            f"{name} is 2-D, so it must be a 0/1 label-indicator matrix; found the value {bad!r} "
+            "(pass 1-D class ids for single-label data)"
+        )
+    return labels.astype(bool)
+
+
+def label_relevance(query_labels: np.ndarray, database_labels: np.ndarray) -> Relevance:
+    """Relevance from labels: 1-D single labels (same label) or 2-D 0/1 matrices (shared label).
+
+    Args:
+        query_labels: ``(n_queries,)`` labels or ``(n_queries, n_labels)`` 0/1 indicators.
+        database_labels: ``(n_database,)`` or ``(n_database, n_labels)``, same kind as queries.
+
+    Raises:
+        ValueError: naming the argument at fault: mixed kinds, different label counts, values
+            other than 0/1 in a matrix, NaN labels, or arrays of rank other than 1 or 2.
+    """
+    query_labels, database_labels = np.asarray(query_labels), np.asarray(database_labels)
+    for name, labels in (("query_labels", query_labels), ("database_labels", database_labels)):
+        if labels.ndim not in (1, 2):
+            raise ValueError(
+                f"{name} must be 1-D class labels or a 2-D 0/1 label matrix, got shape "
+                f"{labels.shape}"
+            )
+        if np.issubdtype(labels.dtype, np.floating) and np.isnan(labels).any():
+            raise ValueError(f"{name} contains NaN; a NaN label is relevant to nothing defined")
+    if query_labels.ndim != database_labels.ndim:
+        raise ValueError(
+            f"query_labels is {query_labels.ndim}-D but database_labels is "
+            f"{database_labels.ndim}-D; use 1-D class labels for both or 0/1 label matrices "
+            "for both"
+        )
+    if query_labels.ndim == 1:
+        # Ids shared by queries and database; a query label absent from the database gets a
+        # class of size 0 (no relevant item).
+        classes, ids = np.unique(
+            np.concatenate([query_labels, database_labels]), return_inverse=True
+        )
+        ids = ids.reshape(-1).astype(np.intp)
+        return SingleLabelRelevance(
+            ids[: query_labels.size], ids[query_labels.size :], classes.size
+        )
+    if query_labels.shape[1] != database_labels.shape[1] or query_labels.shape[1] == 0:
+        raise ValueError(
+            f"query_labels has {query_labels.shape[1]} label columns but database_labels has "
+            f"{database_labels.shape[1]}; both need the same (>= 1) label columns"
+        )
+    query_bits = _as_indicator(query_labels, "query_labels")
+    database_bits = _as_indicator(database_labels, "database_labels")
+    return MultiLabelRelevance(
+        as_words(np.packbits(query_bits, axis=1)), as_words(np.packbits(database_bits, axis=1))
+    )
+
+
+def neighbour_relevance(
+    groundtruth: np.ndarray, k: int, n_queries: int, n_database: int
+) -> Relevance:
+    """Relevance = among a query's first ``k`` ground-truth ids (each distinct id once).
+
+    Args:
+        groundtruth: ``(n_queries, >= k)`` integer database ids, nearest first.
+        k: how many ground-truth ids per query are relevant (the K of Recall K@N).
+        n_queries: number of queries (rows expected in ``groundtruth``).
+        n_database: number of database items; ids must lie in ``[0, n_database)``.
+    """
+    groundtruth = np.asarray(groundtruth)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    if (
+        groundtruth.ndim != 2
+        or groundtruth.shape[0] != n_queries
+        or groundtruth.shape[1] < k
+        or not np.issubdtype(groundtruth.dtype, np.integer)
+    ):
+        raise ValueError(
+            f"groundtruth must be an integer array of shape ({n_queries}, >= k={k}), got dtype "
+            f"{groundtruth.dtype} and shape {groundtruth.shape}"
+        )
+    ids = groundtruth[:, :k].astype(np.intp)
+    if ids.size and (ids.min() < 0 or ids.max() >= n_database):
+        raise ValueError(
+            f"groundtruth ids must be database indices in [0, {n_database}), found "
+            f"{ids.min()}..{ids.max()}"
+        )
+    return NeighbourRelevance(ids, n_database)
