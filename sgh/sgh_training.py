@@ -36,10 +36,6 @@ class TrainingInterrupted(Exception):
     """SIGINT/SIGTERM arrived; the run saved a checkpoint and can be resumed."""
 
 
-INTERRUPTED_EXIT_CODE = 130
-DIVERGED_EXIT_CODE = 3
-
-
 @contextmanager
 def _stop_on_signals():
     """Turn SIGINT/SIGTERM into a request to stop after the current compiled call."""

@@ -25,15 +25,13 @@ from sgh.config import Config, register_configs, validate
 from sgh.data import load_split
 from sgh.errors import USAGE_ERROR_EXIT_CODE, UserInputError
 from sgh.evaluate import CONVENTIONS, collapse_warning, ground_truth, results_table, score
-from sgh.sgh_training import (
-    DIVERGED_EXIT_CODE,
-    INTERRUPTED_EXIT_CODE,
-    TrainingInterrupted,
-    train_sgh,
-)
+from sgh.sgh_training import TrainingInterrupted, train_sgh
 from sgh.trainer import TrainingDiverged
 
 register_configs()
+# Exit statuses besides USAGE_ERROR_EXIT_CODE (2, bad input): 130 as for Ctrl-C in a shell.
+INTERRUPTED_EXIT_CODE = 130
+DIVERGED_EXIT_CODE = 3
 
 
 def _comparable(config) -> dict:
