@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from sgh.codes_npz import SavedCodes, load_codes
-from sgh.errors import USAGE_ERROR_EXIT_CODE, UserInputError
+from sgh.errors import UserInputError, exit_on_user_error
 
 # Baselines after SGH in the README's order, so tables and legends read the same everywhere.
 METHOD_ORDER = ("sgh", "lsh", "pcah", "itq", "sh", "sph")
@@ -342,11 +342,8 @@ def main(argv=None) -> None:
     parser.add_argument("--no-tensorboard", action="store_true",
                         help="skip the TensorBoard images (and the TensorFlow import)")
     args = parser.parse_args(argv)
-    try:
+    with exit_on_user_error("sgh-compare"):
         compare(args.sweep_dir, args.out, tensorboard=not args.no_tensorboard)
-    except UserInputError as error:
-        print(f"sgh-compare: error: {error}", file=sys.stderr)
-        sys.exit(USAGE_ERROR_EXIT_CODE)
 
 
 if __name__ == "__main__":

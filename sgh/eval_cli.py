@@ -6,7 +6,6 @@ Codes from any method can be scored, as long as the file follows the `codes.npz`
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import hydra
@@ -15,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from sgh.artifacts import write_json
 from sgh.codes_npz import load_codes
 from sgh.config import EvalCommandConfig, register_configs, validate_eval
-from sgh.errors import USAGE_ERROR_EXIT_CODE, UserInputError
+from sgh.errors import UserInputError, exit_on_user_error
 from sgh.evaluate import CONVENTIONS, results_table, score
 
 register_configs()
@@ -51,11 +50,8 @@ def evaluate_codes(config: EvalCommandConfig) -> dict:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="evaluate")
 def _hydra_main(cfg: DictConfig) -> None:
-    try:
+    with exit_on_user_error("sgh-eval"):
         evaluate_codes(OmegaConf.to_object(cfg))
-    except UserInputError as error:
-        print(f"sgh-eval: error: {error}", file=sys.stderr)
-        sys.exit(USAGE_ERROR_EXIT_CODE)
 
 
 def main() -> None:

@@ -23,13 +23,13 @@ from sgh.artifacts import RunDirectory
 from sgh.baseline_training import fit_baseline
 from sgh.config import Config, register_configs, validate
 from sgh.data import load_split
-from sgh.errors import USAGE_ERROR_EXIT_CODE, UserInputError
+from sgh.errors import UserInputError, exit_on_user_error
 from sgh.evaluate import CONVENTIONS, collapse_warning, ground_truth, results_table, score
 from sgh.sgh_training import TrainingInterrupted, train_sgh
 from sgh.trainer import TrainingDiverged
 
 register_configs()
-# Exit statuses besides USAGE_ERROR_EXIT_CODE (2, bad input): 130 as for Ctrl-C in a shell.
+# Exit statuses besides bad input (2, sgh.errors): 130 as for Ctrl-C in a shell.
 INTERRUPTED_EXIT_CODE = 130
 DIVERGED_EXIT_CODE = 3
 
@@ -111,11 +111,8 @@ def _hydra_main(cfg: DictConfig) -> None:
     # Hydra routes Python logging to the console at INFO; TensorFlow's absl INFO lines are noise.
     logging.getLogger("absl").setLevel(logging.WARNING)
     try:
-        config = OmegaConf.to_object(cfg)
-        run(config, run_dir)
-    except UserInputError as error:
-        print(f"sgh-train: error: {error}", file=sys.stderr)
-        sys.exit(USAGE_ERROR_EXIT_CODE)
+        with exit_on_user_error("sgh-train"):
+            run(OmegaConf.to_object(cfg), run_dir)
     except TrainingDiverged as divergence:
         print(f"sgh-train: error: {divergence}", file=sys.stderr)
         sys.exit(DIVERGED_EXIT_CODE)
