@@ -82,7 +82,7 @@ def plain_port_step(model: SGH, optimizer):
 
 
 def speed_comparison():
-    config = _compose([*RECIPES["released"], "model.bits=32"])
+    config = _compose([*RECIPES["released"], "model.bits=32", "trainer.strategy=one_device"])
     x_train = load_split(config.dataset).train
     ours = Trainer(SGH.from_training_data(config.model, x_train, seed=0), x_train, config.trainer)
     plain_model = SGH.from_training_data(config.model, x_train, seed=0)

@@ -3,6 +3,8 @@
     <run_dir>/config.yaml     the resolved configuration of this run
     <run_dir>/tensorboard/    TensorBoard event files (loss terms, learning rate, step time)
     <run_dir>/checkpoints/    TF checkpoints: model (with its normaliser), optimizer, step
+    <run_dir>/checkpoints/best/  the best validated weights (they make codes.npz)
+    <run_dir>/encoder/        the trained encoder as a SavedModel (sgh/export.py)
     <run_dir>/codes.npz       packed codes + relevance data (contract in the README)
     <run_dir>/metrics.json    one flat JSON object of results and their conventions
 
@@ -30,7 +32,7 @@ CHECKPOINTS_KEPT = 2
 
 
 @contextmanager
-def _atomic_path(path: Path, suffix: str = ""):
+def atomic_path(path: Path, suffix: str = ""):
     """Yield a temporary path next to `path`; rename it onto `path` if the block succeeds."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + suffix,
@@ -63,7 +65,7 @@ def _json_ready(value):
 
 def write_json(path: Path, payload: dict) -> None:
     """One JSON object, written atomically (also used by sgh-eval for its out= file)."""
-    with _atomic_path(Path(path)) as temporary:
+    with atomic_path(Path(path)) as temporary:
         temporary.write_text(json.dumps(_json_ready(payload), indent=2) + "\n")
 
 
@@ -86,7 +88,7 @@ class RunDirectory:
         return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else None
 
     def write_config(self, config) -> None:
-        with _atomic_path(self.path / "config.yaml") as temporary:
+        with atomic_path(self.path / "config.yaml") as temporary:
             temporary.write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
 
     def write_metrics(self, metrics: dict) -> None:
@@ -94,7 +96,7 @@ class RunDirectory:
 
     def write_codes(self, **arrays: np.ndarray) -> None:
         # np.savez appends ".npz" to names without it, so the temporary name must end in it.
-        with _atomic_path(self.codes, suffix=".npz") as temporary:
+        with atomic_path(self.codes, suffix=".npz") as temporary:
             np.savez(temporary, **arrays)
 
     # TensorFlow is imported where it is needed, so that sgh-eval (numpy only) starts fast.

@@ -33,13 +33,6 @@ def _popcount_lookup(words: np.ndarray) -> np.ndarray:
 popcount = getattr(np, "bitwise_count", _popcount_lookup)
 
 
-def _popcount_into(words: np.ndarray, out: np.ndarray) -> None:
-    if popcount is _popcount_lookup:
-        out[...] = _popcount_lookup(words)
-    else:
-        popcount(words, out=out)
-
-
 def pack_bits(bits: np.ndarray) -> np.ndarray:
     """Pack a 0/1 matrix into codes.
 
@@ -171,33 +164,6 @@ def iter_distance_blocks(
             else:
                 distances += counts
         yield block, distances
-
-
-def hamming_tile(
-    query_words: np.ndarray, database_columns: np.ndarray, out: np.ndarray, scratch: np.ndarray
-) -> np.ndarray:
-    """Hamming distances of a tile of queries x database items, written into ``out``.
-
-    The allocation-free kernel of the metrics engine: callers keep ``out`` and ``scratch`` and
-    reuse them for every tile (fresh tile-sized arrays would cost a page-faulting ``mmap`` each).
-
-    Args:
-        query_words: ``(b, n_words)`` rows of :func:`as_words`.
-        database_columns: ``(n_words, c)``, word-major: ``as_words(database).T`` (made contiguous
-            once, so that each XOR streams through memory), or a column slice of it.
-        out: ``(b, c)`` array of :func:`distance_dtype`; receives the distances.
-        scratch: ``(b, c)`` array of the word dtype, overwritten.
-
-    Returns:
-        ``out``.
-    """
-    for word in range(database_columns.shape[0]):
-        np.bitwise_xor(query_words[:, word, None], database_columns[word][None, :], out=scratch)
-        if word == 0:
-            _popcount_into(scratch, out)
-        else:
-            out += popcount(scratch)
-    return out
 
 
 def hamming_distances(query_packed: np.ndarray, database_packed: np.ndarray) -> np.ndarray:

@@ -24,11 +24,15 @@ BUNDLED_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 @dataclass
 class FileDatasetConfig:
-    """A dataset read from a `.npz` file; the split protocol follows from the keys found.
+    """A dataset read from files; the split protocol follows from what `path` holds.
 
-    Labelled files (`X_train, y_train, X_test, y_test`) use protocol A's rule (or B's with
-    `query_selection=per_class`); ANN files (`base, query[, groundtruth, learn]`) protocol C;
-    pooled labelled files (`X, y`) draw the queries from the pool (see `sgh/data/splits.py`).
+    A `.npz` or `.mat` file of named arrays: labelled (`X_train, y_train, X_test, y_test`) uses
+    protocol A's rule (or B's with `query_selection=per_class`); ANN (`base, query[,
+    groundtruth, learn]`) protocol C; pooled labelled (`X, y`) draws the queries from the pool
+    (see `sgh/data/split.py`). A file holding one array (`.npy`, `.fvecs`, `.bvecs`, `.ivecs`,
+    or a `.npz`/`.mat` with one array) is the database of an ANN dataset whose queries, ground
+    truth and training set are the `*_path` files, or by default the texmex siblings of
+    `<name>_base<ext>` (see `sgh/data/ann_files.py`).
     """
 
     name: str = MISSING
@@ -36,6 +40,10 @@ class FileDatasetConfig:
     query_selection: str = "random"  # random | per_class  (labelled layouts)
     n_queries: int = 1000
     split: str = "test"  # test | validation (queries carved from the training set)
+    # Single-array datasets only; None = the texmex sibling (<name>_query<ext>, ...) if any.
+    query_path: str | None = None
+    groundtruth_path: str | None = None  # query x K neighbour ids, 0-based (else computed)
+    learn_path: str | None = None  # the training set (else the database)
 
 
 @dataclass
@@ -90,6 +98,27 @@ class TrainerConfig:
     steps_per_call: int = 100
     jit_compile: bool = True
     checkpoint_every: int = 1000
+    # Devices (sgh/distribute.py): auto | one_device | mirrored | multi_worker. auto: multi_worker
+    # when TF_CONFIG is set, mirrored when >1 GPU or logical_cpus >= 2, else one_device.
+    strategy: str = "auto"
+    # N >= 2 splits the CPU into N logical devices (mirrored training without GPUs); 0 = as is.
+    logical_cpus: int = 0
+
+
+@dataclass
+class ValidationConfig:
+    """Model selection during SGH training, on a validation split carved from the training set.
+
+    `queries` training items are held out (never trained on); at every `every` steps the model
+    encodes them and a fixed sample of `database` other training items afresh, and scores them
+    (`metric`); the best-scoring weights are kept in `checkpoints/best/` and give the final codes.
+    """
+
+    every: int = 1000  # steps between validation points; 0 = no validation (final = last step)
+    queries: int = 1000  # training items held out as queries (at most a tenth of them)
+    database: int = 10000  # training items (a fixed sample) the queries are ranked against
+    metric: str = "auto"  # auto: map with labels, else recall | map (mAP@all) | recall (K@100)
+    patience: int = 0  # stop after this many validation points without improvement; 0 = never
 
 
 @dataclass
@@ -108,6 +137,7 @@ class Config:
     model: Any = MISSING  # ModelConfig (sgh) or BaselineConfig
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     # Where bundled-layout datasets live (<data_dir>/<dataset>/<file>).
     data_dir: str = "${oc.env:SGH_DATA_DIR,${sgh_bundled_data_dir:}}"
 
@@ -143,8 +173,10 @@ CHOICES = {
     "model.normalization": ("isotropic", "none"),
     "model.init": ("random", "released"),
     "trainer.schedule": ("constant", "step", "cosine"),
+    "trainer.strategy": ("auto", "one_device", "mirrored", "multi_worker"),
     "dataset.query_selection": ("random", "per_class"),
     "dataset.split": ("test", "validation"),
+    "validation.metric": ("auto", "map", "recall"),
 }
 
 
@@ -163,7 +195,8 @@ def validate(config: Config) -> Config:
     """Check every value Hydra's types cannot; raise UserInputError naming the key."""
     model, trainer, dataset = config.model, config.trainer, config.dataset
     sections = {"model": model, "trainer": trainer, "dataset": dataset}
-    keys = ["model.name", "trainer.schedule", "dataset.query_selection", "dataset.split"]
+    keys = ["model.name", "trainer.schedule", "trainer.strategy", "dataset.query_selection",
+            "dataset.split"]
     if isinstance(model, ModelConfig):
         keys += ["model.objective", "model.noise", "model.estimator", "model.normalization",
                  "model.init"]
@@ -183,9 +216,19 @@ def validate(config: Config) -> Config:
     _check_range("trainer.decay_rate", trainer.decay_rate, 0, 1)
     _check_range("trainer.steps_per_call", trainer.steps_per_call, 1)
     _check_range("trainer.checkpoint_every", trainer.checkpoint_every, 1)
+    _check_range("trainer.logical_cpus", trainer.logical_cpus, 0, 256)
     _check_range("dataset.n_queries", dataset.n_queries, 1)
     validate_eval(config.eval)
+    _validate_validation(config.validation)
     return config
+
+
+def _validate_validation(config: ValidationConfig) -> None:
+    _check_choice("validation.metric", config.metric)
+    _check_range("validation.every", config.every, 0)
+    _check_range("validation.queries", config.queries, 1)
+    _check_range("validation.database", config.database, 1)
+    _check_range("validation.patience", config.patience, 0)
 
 
 def validate_eval(config: EvalConfig) -> EvalConfig:

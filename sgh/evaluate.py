@@ -1,11 +1,13 @@
 """Scoring codes on a retrieval split: both protocols, code health, and their conventions.
 
-Pure computation on arrays (no files): `sgh.train` calls it on freshly encoded codes, and later
-tools will call it on any `codes.npz`.
+Computation on arrays: `sgh.train` calls it on freshly encoded codes, `sgh-eval` on any
+`codes.npz`. The one file it touches is the ground-truth cache (`ground_truth`, see
+`sgh.ground_truth_cache`).
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -14,8 +16,8 @@ from sgh.codes import code_health
 from sgh.config import EvalConfig
 from sgh.data import RetrievalSplit
 from sgh.errors import UserInputError
+from sgh.ground_truth_cache import cached_euclidean_neighbours
 from sgh.metrics import conventions, evaluate_labels, recall_at_n
-from sgh.neighbours import euclidean_neighbours
 
 _TEXT = conventions()
 CONVENTIONS = {
@@ -40,11 +42,17 @@ CONVENTIONS = {
 }
 
 
-def ground_truth(split: RetrievalSplit, k: int) -> tuple[np.ndarray, str]:
-    """The split's Euclidean neighbours: the dataset's own if it has k of them, else computed."""
+def ground_truth(
+    split: RetrievalSplit, k: int, dataset_path: str | os.PathLike | None = None
+) -> tuple[np.ndarray, str]:
+    """The split's Euclidean neighbours and where they come from (a line for metrics.json).
+
+    The dataset's own if it has k of them per query; else computed exactly and cached next to
+    ``dataset_path`` (the dataset's file; None: not cached), see :mod:`sgh.ground_truth_cache`.
+    """
     if split.groundtruth is not None and split.groundtruth.shape[1] >= k:
         return split.groundtruth, "from the dataset file"
-    return euclidean_neighbours(split.query, split.database, k), "exact, computed blockwise"
+    return cached_euclidean_neighbours(split.query, split.database, k, dataset_path)
 
 
 def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config: EvalConfig,

@@ -95,6 +95,28 @@ class SGH(tf.Module):
         codes, _ = doubly_sn(self.logits(x), tf.constant(0.5, x.dtype))
         return tf.cast(codes, tf.uint8)
 
+    # ---- decoding (monitoring: reconstructions and templates in the input space) -----------
+    def reconstruct(self, x: tf.Tensor) -> tf.Tensor:
+        """Deterministic reconstruction x^ of x from its code, in the input space, (n, dim).
+
+        The code is the mode h = 1[p >= 1/2] (as `encode_bits`); then `paper`:
+        x^ = (hU + c) * scale + mean (the decoder works on normalised data); `released`:
+        x^ = (hU) * |s| + m (the demo's decoder reconstructs x itself).
+        """
+        h = tf.cast(self.encode_bits(tf.convert_to_tensor(x, tf.float32)), tf.float32)
+        if self.config.objective == "paper":
+            return (tf.matmul(h, self.U) + self.c) * self.scale + self.mean
+        return tf.matmul(h, self.U) * tf.abs(self.s) + self.m
+
+    def decoder_templates(self) -> tf.Tensor:
+        """What turning bit k on adds to the reconstruction, in input units, (bits, dim).
+
+        `paper`: U * scale; `released`: U * |s| (row k of the effective decoder).
+        """
+        if self.config.objective == "paper":
+            return self.U * self.scale
+        return self.U * tf.abs(self.s)
+
     # ---- training -------------------------------------------------------------------------
     def sample_noise(self, batch_size, seed: tf.Tensor) -> tf.Tensor:
         if self.config.noise == "fixed":

@@ -10,11 +10,10 @@ Three kinds, all answering the same questions for the metrics engine (:mod:`sgh.
   that list (each distinct id once).
 
 For speed the database is partitioned into *classes* of items that every query treats alike: the
-distinct labels, or the distinct label sets. A query's relevant items are then a union of classes,
-so the engine can count items per (class, distance) in one ``bincount`` and get both the
-all-items and the relevant-items histograms from it. When there are too many classes (many
-distinct label sets) the engine asks instead for a boolean relevance block per tile of
-(queries x database items); the neighbour kind is sparse and gives its ids directly.
+distinct labels, or the distinct label sets. A query's relevant items are then a union of classes
+(:meth:`Relevance.class_relevance`), so the engine sorts the database by class once and knows,
+for a whole run of items, whether they are relevant, without a per-item lookup. The neighbour
+kind is sparse and gives its ids directly.
 """
 
 from __future__ import annotations
@@ -45,14 +44,6 @@ class Relevance:
         """``(b, n_classes)`` bool: which classes are relevant to each query of the slice."""
         raise NotImplementedError
 
-    def block(self, queries: slice, items: slice) -> np.ndarray:
-        """``(b, c)`` bool: relevance of a tile of queries x a slice of database items."""
-        raise NotImplementedError
-
-    def gather(self, query: int, items: np.ndarray) -> np.ndarray:
-        """Bool array shaped like ``items`` (database ids): relevance to one query."""
-        raise NotImplementedError
-
     def relevant_counts(self) -> np.ndarray:
         """``(n_queries,)`` int64: number of relevant database items R of each query."""
         raise NotImplementedError
@@ -73,12 +64,6 @@ class SingleLabelRelevance(Relevance):
     def class_relevance(self, queries: slice) -> np.ndarray:
         return self.query_classes[queries, None] == np.arange(self.n_classes)[None, :]
 
-    def block(self, queries: slice, items: slice) -> np.ndarray:
-        return self.database_classes[None, items] == self.query_classes[queries, None]
-
-    def gather(self, query: int, items: np.ndarray) -> np.ndarray:
-        return self.database_classes[items] == self.query_classes[query]
-
     def relevant_counts(self) -> np.ndarray:
         return self.class_sizes[self.query_classes].astype(np.int64)
 
@@ -90,7 +75,11 @@ class MultiLabelRelevance(Relevance):
         super().__init__(query_words.shape[0], database_words.shape[0])
         # Label sets packed into words: relevant <=> (query AND item) != 0 in some word.
         self.query_words, self.database_words = query_words, database_words
-        self.class_words, inverse = np.unique(database_words, axis=0, return_inverse=True)
+        if database_words.shape[1] == 1:  # <= 64 labels: 1-D, 12x faster (1M items, 21 labels)
+            classes, inverse = distinct_values(database_words[:, 0])
+            self.class_words = classes[:, None]
+        else:
+            self.class_words, inverse = np.unique(database_words, axis=0, return_inverse=True)
         self.database_classes = inverse.reshape(-1).astype(np.intp)
         self.n_classes = self.class_words.shape[0]
         self.class_sizes = np.bincount(self.database_classes, minlength=self.n_classes)
@@ -102,12 +91,6 @@ class MultiLabelRelevance(Relevance):
 
     def class_relevance(self, queries: slice) -> np.ndarray:
         return self._share(self.query_words[queries, None, :], self.class_words[None, :, :])
-
-    def block(self, queries: slice, items: slice) -> np.ndarray:
-        return self._share(self.query_words[queries, None, :], self.database_words[None, items, :])
-
-    def gather(self, query: int, items: np.ndarray) -> np.ndarray:
-        return self._share(self.database_words[items], self.query_words[query])
 
     def relevant_counts(self) -> np.ndarray:
         return self.class_relevance(slice(None)).astype(np.int64) @ self.class_sizes
@@ -123,11 +106,32 @@ class NeighbourRelevance(Relevance):
         self.distinct = np.ones(self.ids.shape, dtype=bool)
         self.distinct[:, 1:] = self.ids[:, 1:] != self.ids[:, :-1]
 
-    def gather(self, query: int, items: np.ndarray) -> np.ndarray:
-        return np.isin(items, self.ids[query])
-
     def relevant_counts(self) -> np.ndarray:
         return self.distinct.sum(axis=1).astype(np.int64)
+
+
+def distinct_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for a 1-D array, inverse as intp.
+
+    Integers spanning at most max(65,536, 2 x size) values (class ids, small packed label sets)
+    are mapped through a presence table in O(n) instead of sorted: 1M labels in 10 classes take
+    5 ms instead of 30 ms (measured on the 2-core EPYC).
+    """
+    if np.issubdtype(values.dtype, np.integer) and values.size:
+        low, high = int(values.min()), int(values.max())
+        if high - low < max(1 << 16, 2 * values.size):
+            # Offsets in the values' own width: the subtraction wraps, the unsigned view
+            # undoes it (the true offset is < 2**bits), e.g. int8 127 - (-128) = 255.
+            unsigned = np.dtype(f"u{values.dtype.itemsize}")
+            low_value = values.dtype.type(low)
+            offsets = (values - low_value).view(unsigned).astype(np.intp)
+            present = np.zeros(high - low + 1, dtype=bool)
+            present[offsets] = True
+            index_of_offset = np.cumsum(present, dtype=np.intp) - 1
+            classes = np.flatnonzero(present).astype(unsigned).view(values.dtype) + low_value
+            return classes, index_of_offset[offsets]
+    classes, inverse = np.unique(values, return_inverse=True)
+    return classes, inverse.reshape(-1).astype(np.intp)
 
 
 def _as_indicator(labels: np.ndarray, name: str) -> np.ndarray:
@@ -176,10 +180,7 @@ def label_relevance(query_labels: np.ndarray, database_labels: np.ndarray) -> Re
     if query_labels.ndim == 1:
         # Ids shared by queries and database; a query label absent from the database gets a
         # class of size 0 (no relevant item).
-        classes, ids = np.unique(
-            np.concatenate([query_labels, database_labels]), return_inverse=True
-        )
-        ids = ids.reshape(-1).astype(np.intp)
+        classes, ids = distinct_values(np.concatenate([query_labels, database_labels]))
         return SingleLabelRelevance(
             ids[: query_labels.size], ids[query_labels.size :], classes.size
         )

@@ -7,10 +7,6 @@ Nothing below `main` knows Hydra; tests call `run` directly.
 
 from __future__ import annotations
 
-from sgh.quiet_tensorflow import import_tensorflow
-
-import_tensorflow()  # before anything else imports TensorFlow
-
 import logging
 import sys
 from pathlib import Path
@@ -20,13 +16,17 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts import RunDirectory
-from sgh.baseline_training import fit_baseline
 from sgh.config import Config, register_configs, validate
-from sgh.data import load_split
-from sgh.errors import UserInputError, exit_on_user_error
+from sgh.config_choices import check_group_choices
+from sgh.data import RetrievalSplit, load_split
+from sgh.errors import (
+    TrainingDiverged,
+    TrainingInterrupted,
+    UserInputError,
+    exit_on_user_error,
+)
 from sgh.evaluate import CONVENTIONS, collapse_warning, ground_truth, results_table, score
-from sgh.sgh_training import TrainingInterrupted, train_sgh
-from sgh.trainer import TrainingDiverged
+from sgh.quiet_tensorflow import import_tensorflow
 
 register_configs()
 # Exit statuses besides bad input (2, sgh.errors): 130 as for Ctrl-C in a shell.
@@ -48,6 +48,22 @@ def run(config: Config, run_dir) -> dict:
     it (see `sgh.sgh_training`).
     """
     validate(config)
+    split = load_split(config.dataset)
+    # TensorFlow takes seconds to import: only now, so that every mistake in the settings and
+    # the data above is answered in about a second.
+    import_tensorflow()
+    from sgh.distribute import strategy_for, writable_run_dir
+
+    # Before TensorFlow's first op: the device layout and collective ops are fixed from then on.
+    strategy = strategy_for(config.trainer) if config.model.name == "sgh" else None
+    with writable_run_dir(run_dir, strategy) as own_dir:  # only the chief writes (sgh.distribute)
+        return _run(config, own_dir, split)
+
+
+def _run(config: Config, run_dir, split: RetrievalSplit) -> dict:
+    from sgh.baseline_training import fit_baseline
+    from sgh.sgh_training import train_sgh
+
     run_directory = RunDirectory(run_dir)
     previous = run_directory.previous_config()
     resumable = (run_directory.path / "checkpoints" / "checkpoint").is_file()
@@ -56,7 +72,6 @@ def run(config: Config, run_dir) -> dict:
             f"{run_directory.path} holds a run with another configuration; resume it with the "
             "same settings, or choose a new hydra.run.dir")
     run_directory.write_config(config)
-    split = load_split(config.dataset)
     print(f"[sgh] {split.name}: train {split.train.shape}, database {split.database.shape}, "
           f"queries {split.query.shape}; {split.protocol}", flush=True)
 
@@ -64,7 +79,8 @@ def run(config: Config, run_dir) -> dict:
         encoded = train_sgh(config, split, run_directory)
     else:
         encoded = fit_baseline(config, split)
-    groundtruth, groundtruth_source = ground_truth(split, config.eval.recall_k)
+    groundtruth, groundtruth_source = ground_truth(
+        split, config.eval.recall_k, getattr(config.dataset, "path", None))
     metrics = {
         "dataset": split.name,
         "method": config.model.name,
@@ -86,12 +102,28 @@ def run(config: Config, run_dir) -> dict:
     run_directory.write_codes(**codes)
     run_directory.write_metrics(metrics)
     run_directory.write_final_summary(metrics)
+    _write_run_views(run_directory, config, split, codes, step=int(metrics.get("steps", 0)))
     print(results_table(metrics, _title(metrics), config.eval), flush=True)
     warning = collapse_warning(metrics, config.model.bits)
     if warning:
         print(warning, file=sys.stderr, flush=True)
     print(f"[sgh] run directory: {run_directory.path}", flush=True)
     return metrics
+
+
+def _write_run_views(run_directory: RunDirectory, config: Config, split, codes: dict,
+                     step: int) -> None:
+    """TensorBoard's HParams row of this run, and the PR curve of its final codes."""
+    from sgh import tensorboard_views as views
+
+    writer = run_directory.summary_writer()
+    with writer.as_default():
+        views.write_hparams(config)
+        if split.has_labels:
+            views.write_pr_curve(codes["query"], codes["database"], config.model.bits,
+                                 split.query_labels, split.database_labels,
+                                 step=step)
+    writer.close()
 
 
 def _title(metrics: dict) -> str:
@@ -110,6 +142,7 @@ def _hydra_main(cfg: DictConfig) -> None:
     run_dir = hydra.core.hydra_config.HydraConfig.get().runtime.output_dir
     # Hydra routes Python logging to the console at INFO; TensorFlow's absl INFO lines are noise.
     logging.getLogger("absl").setLevel(logging.WARNING)
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)  # collective all-reduce INFO lines
     try:
         with exit_on_user_error("sgh-train"):
             run(OmegaConf.to_object(cfg), run_dir)
@@ -122,6 +155,8 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    with exit_on_user_error("sgh-train"):  # before Hydra, which reports these in many lines
+        check_group_choices(sys.argv[1:], Path(CONFIG_DIR))
     _hydra_main()
 
 

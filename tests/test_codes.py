@@ -3,11 +3,8 @@ import pytest
 
 from sgh.codes import (
     _popcount_lookup,
-    as_words,
     code_health,
-    distance_dtype,
     hamming_distances,
-    hamming_tile,
     iter_distance_blocks,
     pack_bits,
     unpack_bits,
@@ -137,21 +134,6 @@ def test_code_health_matches_numpy_on_random_codes(bits):
     assert health["dead_bits"] == 1 == (~live).sum()
     np.testing.assert_allclose(health["bit_balance"], codes.mean(axis=0))
     assert health["mean_abs_bit_correlation"] == pytest.approx(np.abs(correlation[upper]).mean())
-
-
-@pytest.mark.parametrize("bits", [5, 16, 24, 64, 100, 300])
-def test_hamming_tile_fills_reused_buffers_with_the_distances(bits):
-    rng = np.random.default_rng(bits)
-    query_bits, database_bits = rng.integers(0, 2, (4, bits)), rng.integers(0, 2, (9, bits))
-    query_words = as_words(pack_bits(query_bits))
-    columns = np.ascontiguousarray(as_words(pack_bits(database_bits)).T)
-    out = np.full((4, 5), 255, dtype=distance_dtype(-(-bits // 8)))
-    scratch = np.empty((4, 5), dtype=query_words.dtype)
-    for start in (0, 4):  # two column slices into the same buffers
-        tile = hamming_tile(query_words, columns[:, start : start + 5], out, scratch)
-        assert tile is out
-        expected = brute_force_distances(query_bits, database_bits[start : start + 5])
-        np.testing.assert_array_equal(tile[:, : expected.shape[1]], expected)
 
 
 def test_code_entropy_and_bit_entropy():

@@ -29,7 +29,8 @@ def _compose(*overrides) -> Config:
 
 @pytest.mark.parametrize("dataset", [p.stem for p in (CONFIG_DIR / "dataset").glob("*.yaml")])
 def test_every_dataset_option_composes(dataset):
-    overrides = [f"dataset={dataset}"] + (["dataset.path=x.npz"] if dataset == "npz" else [])
+    needs_path = dataset in ("npz", "file")
+    overrides = [f"dataset={dataset}"] + (["dataset.path=x.npz"] if needs_path else [])
     config = validate(_compose(*overrides))
     expected = SyntheticDatasetConfig if dataset == "synthetic" else FileDatasetConfig
     assert isinstance(config.dataset, expected)

@@ -113,14 +113,14 @@ def _bad_cases(tmp_path):
     corrupt.write_bytes(b"PK\x03\x04 definitely not a zip archive")
     truncated = _write(tmp_path, "truncated.npz", **_labelled(n_train=2000))
     truncated.write_bytes(truncated.read_bytes()[:3000])
-    npy = tmp_path / "data.npy"
-    np.save(npy, np.zeros((3, 2)))
+    csv = tmp_path / "data.csv"
+    csv.write_text("0,0\n")
     pickled = tmp_path / "pickled.npz"
     np.savez(pickled, X=np.array([{"a": 1}], dtype=object), y=np.zeros(1))
     return [
         (tmp_path / "missing.npz", "which does not exist"),
         (tmp_path, "is a directory"),
-        (npy, "unknown extension '.npy'; accepted: .npz"),
+        (csv, "unknown extension '.csv'; accepted: .npy, .npz, .fvecs, .bvecs, .ivecs, .mat"),
         (corrupt, "corrupt or truncated"),
         (truncated, "corrupt or truncated"),
         (pickled, "object (pickled) arrays, which are refused"),

@@ -658,19 +658,20 @@ def test_pr_curve_and_lookup_equal_brute_force(bits):
     assert lookup["precision"] == curve["precision"][3] and lookup["recall"] == curve["recall"][3]
 
 
-# --- engine: counting strategies, tiles, threads -----------------------------------------------
+# --- engine: kernels, tiles, tasks, threads ----------------------------------------------------
 
 
 @pytest.mark.parametrize("bits", [7, 64, 100, 300])
-@pytest.mark.parametrize("strategy", ["bincount-classes", "bincount-mask", "sort-mask", None])
 @pytest.mark.parametrize("kind", ["single", "many-classes", "multi", "neighbours"])
-def test_histograms_equal_brute_force_for_every_strategy_and_tile_shape(
-    monkeypatch, bits, strategy, kind
+def test_histograms_and_stable_ranks_equal_brute_force_for_every_tile_and_task_shape(
+    monkeypatch, bits, kind
 ):
     from sgh.metrics import histograms as engine
+    from sgh.metrics import kernels
     from sgh.relevance import label_relevance, neighbour_relevance
 
     rng = np.random.default_rng(bits)
+    # 13 queries: three blocks of 4 and a remainder of 1 in the kernel's query loop.
     query, database = tied_codes(rng, 13, 150, bits, n_distinct=30)
     distances = hamming_distances(query, database)
     if kind == "neighbours":
@@ -690,21 +691,53 @@ def test_histograms_equal_brute_force_for_every_strategy_and_tile_shape(
             for row, mask in zip(distances, relevant, strict=True)
         ]
     )
-    for tile_pairs in (1, 64, 1000, 1 << 18):  # one item per tile .. everything in one tile
-        monkeypatch.setattr(engine, "TILE_PAIRS", tile_pairs)
-        histograms = engine.distance_histograms(query, database, bits, relevance, strategy=strategy)
-        np.testing.assert_array_equal(histograms.counts, expected_counts)
-        np.testing.assert_array_equal(histograms.relevant, expected_relevant)
+    cutoffs = [1, 7, 40, 150]
+    hits = np.take_along_axis(relevant, np.argsort(distances, axis=1, kind="stable"), axis=1)
+    found = np.cumsum(hits, axis=1)
+    precision_terms = np.cumsum(hits * found / np.arange(1, 151), axis=1)
+    # Tiles of one item .. the whole database (segment boundaries inside and across tiles);
+    # tasks of one query block .. all queries (the table bound caps the task size).
+    for tile_bytes, table_cells in ((8, 1 << 21), (64, 4), (1000, 100), (1 << 17, 1 << 21)):
+        monkeypatch.setattr(kernels, "TILE_BYTES", tile_bytes)
+        monkeypatch.setattr(engine, "TABLE_CELLS", table_cells)
+        for workers in (1, 2):
+            histograms = engine.distance_histograms(
+                query, database, bits, relevance, cutoffs, workers=workers
+            )
+            np.testing.assert_array_equal(histograms.counts, expected_counts)
+            np.testing.assert_array_equal(histograms.relevant, expected_relevant)
+            np.testing.assert_array_equal(
+                histograms.stable_relevant_retrieved, found[:, np.array(cutoffs) - 1]
+            )
+            np.testing.assert_allclose(
+                histograms.stable_precision_sums,
+                precision_terms[:, np.array(cutoffs) - 1],
+                rtol=1e-13,
+            )
+
+
+def test_task_slices_cover_the_queries_in_blocks_within_the_table_bound(monkeypatch):
+    from sgh.metrics import histograms as engine
+
+    monkeypatch.setattr(engine, "TABLE_CELLS", 1000)
+    for n_queries, n_segments, workers in itertools.product((1, 5, 33, 1000), (1, 10, 999), (1, 3)):
+        tasks = engine._task_slices(n_queries, n_segments, workers)
+        covered = np.concatenate([np.arange(task.start, task.stop) for task in tasks])
+        np.testing.assert_array_equal(covered, np.arange(n_queries))
+        for task in tasks[:-1]:
+            assert (task.stop - task.start) % 4 == 0  # whole blocks of the unrolled kernel
+        assert max(task.stop - task.start for task in tasks) <= max(4, 1000 // n_segments)
+        if workers > 1 and n_queries >= 4 * workers * 4:
+            assert len(tasks) >= workers  # every worker gets work
 
 
 def test_any_number_of_workers_gives_identical_results(monkeypatch):
     from sgh.metrics import histograms as engine
 
-    monkeypatch.setattr(engine, "TASK_PAIRS", 1000)  # many small tasks, finished out of order
+    monkeypatch.setattr(engine, "TASKS_PER_WORKER", 5)  # many small tasks, finished out of order
     rng = np.random.default_rng(15)
     query, database = tied_codes(rng, 40, 500, 32, n_distinct=60)
     labels_q, labels_db = random_labels(rng, 40, 500, "single")
-    # 1 worker counts with bincount, 2 and 3 with the radix-sort kernel: all agree exactly.
     for ties in ("expected", "stable"):
         one, two, three = (
             evaluate_labels(
@@ -761,3 +794,15 @@ def test_new_arguments_are_checked():
         pr_curve(query, database, 4, [0], [0, 1], workers=0)
     with pytest.raises(ValueError, match=r"query_labels must have one label .* \(1\)"):
         hash_lookup(query, database, 4, [[0, 1], [1, 0]], [[0, 1], [1, 1]])
+
+
+def test_kernels_still_compile_where_no_cache_can_be_written():
+    # numba refuses cache=True when it finds no writable cache directory (read-only package and
+    # home); a function without a source file is refused the same way.
+    from sgh.metrics import kernels
+
+    namespace = {}
+    exec("def twice(x):\n    return 2 * x\n", namespace)
+    compiled = kernels._jit(namespace["twice"])
+    assert compiled(21) == 42
+    assert type(compiled._cache).__name__ == "NullCache"

@@ -34,6 +34,8 @@ def test_run_directory_holds_every_artifact(finished_run):
         assert (run_dir / name).is_file()
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
     assert (run_dir / "checkpoints" / "checkpoint").is_file()
+    assert (run_dir / "checkpoints" / "best" / "checkpoint").is_file()
+    assert (run_dir / "encoder" / "saved_model.pb").is_file()
     assert not list(run_dir.glob(".*.tmp*"))  # no temporary file left behind
     assert OmegaConf.load(run_dir / "config.yaml").model.bits == 12
 
@@ -61,8 +63,9 @@ def test_codes_are_the_model_encoding_of_the_database(finished_run):
     config = _config()
     split = load_split(config.dataset)
     model = SGH.from_training_data(config.model, split.train, seed=123)  # other init...
+    # The final codes come from the best validated weights.
     tf.train.Checkpoint(model=model).restore(
-        tf.train.latest_checkpoint(str(run_dir / "checkpoints"))).expect_partial()
+        tf.train.latest_checkpoint(str(run_dir / "checkpoints" / "best"))).expect_partial()
     with np.load(run_dir / "codes.npz") as codes:  # ...replaced by the trained weights
         np.testing.assert_array_equal(encode_packed(model, split.database), codes["database"])
 
@@ -153,3 +156,20 @@ def test_tensorboard_events_hold_every_loss_term_rate_and_step_time(finished_run
             "train/learning_rate", "train/ms_per_step", "train/steps_per_second"} <= tags
     steps = [event.step for event in events.Tensors("loss/total")]
     assert steps == [20, 40, 60]  # one point per compiled call of 20 steps
+
+
+def test_tensorboard_shows_validation_code_health_encoder_pr_curve_and_hparams(finished_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = finished_run
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"validation/map", "validation/best_map", "validation/seconds",
+            "code_health/distinct_codes", "code_health/dead_bits", "code_health/bit_balance",
+            "encoder/logits", "encoder/probabilities", "pr_curve/hamming_lookup",
+            "gradients/global", "gradients/W", "eval/map"} <= tags, tags
+    plugins = {events.SummaryMetadata(tag).plugin_data.plugin_name for tag in tags}
+    assert {"scalars", "histograms", "pr_curves"} <= plugins
+    # The run's HParams row: TensorBoard's session-start record of the flattened config.
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")

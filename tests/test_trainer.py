@@ -15,8 +15,9 @@ X = np.random.default_rng(0).normal(size=(300, 16)).astype(np.float32)
 
 
 def _train(model_config=None, jit_compile=False, **trainer_overrides):
+    # one_device: `auto` would mirror over the GPUs of a machine with several (test_distributed).
     config = TrainerConfig(**{"steps": 40, "batch_size": 32, "steps_per_call": 10,
-                              "learning_rate": 0.01,
+                              "learning_rate": 0.01, "strategy": "one_device",
                               "jit_compile": jit_compile, **trainer_overrides})
     model = SGH.from_training_data(model_config or ModelConfig(bits=8), X, seed=config.seed)
     trainer = Trainer(model, X, config)
@@ -85,7 +86,8 @@ def test_model_options_change_training(field, other):
 
 
 def test_logs_report_loss_terms_and_timing():
-    _, logs = _train()
+    trainer, logs = _train()
+    assert trainer.replicas == 1 and not trainer.replicated  # the single-device XLA path
     assert [log.step for log in logs] == [10, 20, 30, 40]
     assert set(logs[0].terms) == {"total", "reconstruction", "gaussian_nll", "kl", "rho"}
     assert median_ms_per_step(logs) > 0

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from sgh.config import FileDatasetConfig, SyntheticDatasetConfig
 from sgh.data import npz_file
+from sgh.data.ann_files import has_texmex_name, load_ann_files
 from sgh.data.split import (
     RetrievalSplit,
     ann_split,
@@ -14,6 +15,7 @@ from sgh.data.split import (
     validation_split,
 )
 from sgh.data.synthetic import gaussian_clusters
+from sgh.data.vector_files import list_keys, require_same_scaling
 from sgh.errors import UserInputError
 
 __all__ = ["RetrievalSplit", "load_split"]
@@ -43,27 +45,54 @@ def _load_file(dataset: FileDatasetConfig) -> RetrievalSplit:
             f"dataset {dataset.name!r}: expected the file {path.resolve()}, which does not exist; "
             "put it there, or point data_dir (or the SGH_DATA_DIR environment variable) at a "
             "folder laid out as <data_dir>/<dataset>/<file>, or pass dataset.path=FILE")
-    arrays = npz_file.open_npz(path)
-    layout = npz_file.detect_layout(path, arrays)
+    if path.is_dir() or path.suffix.lower() not in (".npz", ".mat"):
+        return load_ann_files(dataset, path)  # one array per file (or a clear error)
+    keys = list_keys(path)
+    layout = npz_file.match_layout(keys)
+    if layout is None:
+        # One array is a database only when its queries are named: otherwise the keys are more
+        # likely a misnamed layout, and the message says both.
+        if len(keys) == 1 and (dataset.query_path is not None or has_texmex_name(path)):
+            return load_ann_files(dataset, path)
+        raise UserInputError(f"{path}: keys found: {', '.join(sorted(keys)) or 'none'}; "
+                             f"expected {npz_file.ACCEPTED_LAYOUTS}, or a single array (the "
+                             "database, with dataset.query_path=FILE)")
+    for setting, value in (("dataset.query_path", dataset.query_path),
+                           ("dataset.groundtruth_path", dataset.groundtruth_path),
+                           ("dataset.learn_path", dataset.learn_path)):
+        if value is not None:
+            raise UserInputError(f"{setting}={value} applies when dataset.path holds one array; "
+                                 f"{path} holds the {layout} layout ({', '.join(keys)})")
+    return _load_named_arrays(dataset, path, layout)
+
+
+def _load_named_arrays(dataset: FileDatasetConfig, path: Path, layout: str) -> RetrievalSplit:
+    arrays = npz_file.open_container(path)
+
+    def features(key: str, reference: str | None = None):
+        if reference is None:
+            return npz_file.features(path, key, arrays[key])
+        require_same_scaling(f"{path}: key {reference!r}", arrays[reference].dtype,
+                             f"{path}: key {key!r}", arrays[key].dtype)
+        return npz_file.features(path, key, arrays[key], arrays[reference].shape[1])
+
     if layout == "labelled":
-        x_train, conversion = npz_file.features(path, "X_train", arrays["X_train"])
-        x_test, _ = npz_file.features(path, "X_test", arrays["X_test"], x_train.shape[1])
+        x_train, conversion = features("X_train")
+        x_test, _ = features("X_test", "X_train")
         y_train = npz_file.labels(path, "y_train", arrays["y_train"], len(x_train), "X_train")
         y_test = npz_file.labels(path, "y_test", arrays["y_test"], len(x_test), "X_test")
         return labelled_split(dataset.name, x_train, y_train, x_test, y_test,
                               dataset.query_selection, dataset.n_queries, conversion)
     if layout == "pooled":
-        x, conversion = npz_file.features(path, "X", arrays["X"])
+        x, conversion = features("X")
         y = npz_file.labels(path, "y", arrays["y"], len(x), "X")
         if dataset.n_queries >= len(x):
             raise UserInputError(f"dataset.n_queries={dataset.n_queries} leaves no database in "
                                  f"{path} ({len(x)} items); accepted: fewer than {len(x)}")
         return pooled_split(dataset.name, x, y, dataset.n_queries, conversion)
-    base, conversion = npz_file.features(path, "base", arrays["base"])
-    query, _ = npz_file.features(path, "query", arrays["query"], base.shape[1])
-    learn = None
-    if "learn" in arrays:
-        learn, _ = npz_file.features(path, "learn", arrays["learn"], base.shape[1])
+    base, conversion = features("base")
+    query, _ = features("query", "base")
+    learn = features("learn", "base")[0] if "learn" in arrays else None
     truth = None
     if "groundtruth" in arrays:
         truth = npz_file.groundtruth(path, arrays["groundtruth"], len(query), len(base))

@@ -1,7 +1,10 @@
-"""Reading a user's `.npz` dataset safely: layout detection and validation at the edge.
+"""Reading a user's dataset of named arrays (`.npz`, or `.mat` v4/v5) safely: layout detection
+and validation at the edge.
 
 Everything wrong with the file becomes one `UserInputError` line that names the file, the key and
-what is accepted. Pickled (object) arrays are refused, never unpickled.
+what is accepted. Pickled (object) arrays are refused, never unpickled. MATLAB stores vectors as
+(1, n) or (n, 1) matrices and numbers as double, so labels and ground-truth ids are accepted in
+those shapes and as whole-valued floats.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgh.data.vector_files import as_float32_features, read_mat_arrays
 from sgh.errors import UserInputError
 
 LAYOUTS = {
@@ -42,12 +46,27 @@ def open_npz(path: Path) -> dict[str, np.ndarray]:
         raise UserInputError(f"{path}: corrupt or truncated .npz file ({error})") from None
 
 
-def detect_layout(path: Path, arrays: dict[str, np.ndarray]) -> str:
-    for layout, keys in LAYOUTS.items():
-        if all(key in arrays for key in keys):
+def open_container(path: Path) -> dict[str, np.ndarray]:
+    """Every array of a `.npz` or `.mat` file, read eagerly."""
+    if path.suffix.lower() == ".mat":
+        return read_mat_arrays(path)
+    return open_npz(path)
+
+
+def match_layout(keys) -> str | None:
+    """The layout whose required keys are all present (`LAYOUTS` order), or None."""
+    for layout, required in LAYOUTS.items():
+        if all(key in keys for key in required):
             return layout
-    found = ", ".join(sorted(arrays)) or "none"
-    raise UserInputError(f"{path}: keys found: {found}; expected {ACCEPTED_LAYOUTS}")
+    return None
+
+
+def detect_layout(path: Path, arrays: dict[str, np.ndarray]) -> str:
+    layout = match_layout(arrays)
+    if layout is None:
+        found = ", ".join(sorted(arrays)) or "none"
+        raise UserInputError(f"{path}: keys found: {found}; expected {ACCEPTED_LAYOUTS}")
+    return layout
 
 
 def features(path: Path, key: str, array: np.ndarray, dim: int | None = None):
@@ -58,45 +77,41 @@ def features(path: Path, key: str, array: np.ndarray, dim: int | None = None):
     if dim is not None and array.shape[1] != dim:
         raise UserInputError(f"{path}: key {key!r} has {array.shape[1]} features per item but "
                              f"the other splits have {dim}; all splits must agree")
-    if array.dtype == np.uint8:
-        converted, conversion = array.astype(np.float32) / np.float32(255), "uint8 / 255"
-    elif np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_:
-        converted, conversion = array.astype(np.float32), f"{array.dtype} -> float32"
-    elif np.issubdtype(array.dtype, np.floating):
-        converted = array.astype(np.float32, copy=False)
-        conversion = ("float32 as stored" if array.dtype == np.float32
-                      else f"{array.dtype} -> float32")
-    else:
-        raise UserInputError(f"{path}: key {key!r} has non-numeric dtype {array.dtype}; expected "
-                             "integer or floating-point features")
-    finite = np.isfinite(converted)
-    if not finite.all():
-        bad = np.argwhere(~finite)
-        row, column = bad[0]
-        raise UserInputError(
-            f"{path}: key {key!r} has {len(bad)} NaN/Inf values (first at row {row}, column "
-            f"{column}: {array[row, column]}); clean the features before training")
-    return converted, conversion
+    return as_float32_features(array, path, key)
+
+
+def _ids(where: str, array: np.ndarray, what: str) -> np.ndarray:
+    """Integer ids (labels, neighbour ids) as int64; whole-valued floats are accepted."""
+    if array.dtype.kind in "biu":
+        return array.astype(np.int64)
+    if array.dtype.kind == "f" and np.isfinite(array).all() and (array == np.rint(array)).all():
+        return array.astype(np.int64)
+    raise UserInputError(f"{where} has dtype {array.dtype} with values that are not whole "
+                         f"numbers; expected {what}")
 
 
 def labels(path: Path, key: str, array: np.ndarray, n_items: int, items_key: str) -> np.ndarray:
-    if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer)
-                               or array.dtype == np.bool_):
-        raise UserInputError(f"{path}: key {key!r} has shape {array.shape} and dtype "
-                             f"{array.dtype}; expected a 1-D integer label array")
+    where = f"{path}: key {key!r}"
+    if array.ndim == 2 and 1 in array.shape:  # MATLAB's row or column vector
+        array = array.ravel()
+    if array.ndim != 1:
+        raise UserInputError(f"{where} has shape {array.shape}; expected a 1-D integer label "
+                             "array")
     if len(array) != n_items:
-        raise UserInputError(f"{path}: key {key!r} has {len(array)} labels but {items_key!r} has "
+        raise UserInputError(f"{where} has {len(array)} labels but {items_key!r} has "
                              f"{n_items} items; they must match")
-    return array.astype(np.int64)
+    return _ids(where, array, "integer labels")
 
 
-def groundtruth(path: Path, array: np.ndarray, n_queries: int, n_database: int) -> np.ndarray:
-    key = "groundtruth"
-    if array.ndim != 2 or array.shape[0] != n_queries or not np.issubdtype(array.dtype,
-                                                                          np.integer):
-        raise UserInputError(f"{path}: key {key!r} has shape {array.shape}, dtype {array.dtype};"
-                             f" expected integer ids of shape ({n_queries}, K)")
-    if array.size and (array.min() < 0 or array.max() >= n_database):
-        raise UserInputError(f"{path}: key {key!r} has ids outside 0..{n_database - 1} (min "
-                             f"{array.min()}, max {array.max()}); ids index the database rows")
-    return array.astype(np.int64)
+def groundtruth(path: Path, array: np.ndarray, n_queries: int, n_database: int,
+                key: str | None = "groundtruth") -> np.ndarray:
+    """Validate query x K ids of each query's nearest database items (0-based); as int64."""
+    where = f"{path}" + ("" if key is None else f": key {key!r}")
+    if array.ndim != 2 or array.shape[0] != n_queries or array.dtype.kind not in "biuf":
+        raise UserInputError(f"{where} has shape {array.shape}, dtype {array.dtype}; expected "
+                             f"integer ids of shape ({n_queries}, K), one row per query")
+    ids = _ids(where, array, f"integer ids of shape ({n_queries}, K)")
+    if ids.size and (ids.min() < 0 or ids.max() >= n_database):
+        raise UserInputError(f"{where} has ids outside 0..{n_database - 1} (min {ids.min()}, "
+                             f"max {ids.max()}); ids index the database rows from 0")
+    return ids

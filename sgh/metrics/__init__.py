@@ -3,8 +3,8 @@
 Modules, by concept:
 
 * :mod:`~sgh.metrics.conventions` — tie / denominator / empty-query policies and their text;
-* :mod:`~sgh.metrics.histograms` — the engine: per-query per-distance histograms, tiled, on
-  threads (memory bound stated there); :mod:`~sgh.metrics.tiles` — its counting kernels;
+* :mod:`~sgh.metrics.histograms` — the engine: per-query per-distance histograms on threads
+  (memory bound stated there); :mod:`~sgh.metrics.kernels` — its compiled (numba) kernels;
 * :mod:`~sgh.metrics.tie_aware` — closed-form tie-aware metrics from those histograms;
 * :mod:`~sgh.metrics.ranking` — mAP@all, mAP@K, precision@K, recall@K (label relevance);
 * :mod:`~sgh.metrics.radius` — hash lookup within a Hamming radius, PR curve;

@@ -1,0 +1,108 @@
+"""ANN datasets kept as one array per file: the database, its queries, and optionally their
+ground truth and a separate training set (protocol C, as the `.npz` ANN layout).
+
+The companions of `dataset.path` (the database) are, for each role, the explicit setting if given,
+else the texmex sibling when the database is named `<name>_base<ext>`:
+
+- queries (required): `dataset.query_path`, else `<name>_query<ext>`;
+- ground truth, query x K ids into the database, 0-based (optional: computed exactly when
+  absent): `dataset.groundtruth_path`, else `<name>_groundtruth.ivecs`;
+- training set (optional: the database when absent): `dataset.learn_path`, else
+  `<name>_learn<ext>`.
+
+Every file may be in any format of `sgh.data.vector_files` holding one array. All headers are
+checked (dimensions agree, ground truth has a row per query) before any data is read, except
+that a database in a format read whole (`.npz`, `.mat`) is read first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sgh.data.npz_file import groundtruth as checked_groundtruth
+from sgh.data.split import RetrievalSplit, ann_split
+from sgh.data.vector_files import (
+    VectorFile,
+    WholeArrayVectors,
+    open_vectors,
+    read_float32,
+    require_same_scaling,
+)
+from sgh.errors import UserInputError
+
+TEXMEX_BASE_SUFFIX = "_base"
+SETTINGS = {"query": "dataset.query_path", "groundtruth": "dataset.groundtruth_path",
+            "learn": "dataset.learn_path"}
+
+
+def has_texmex_name(path: Path) -> bool:
+    """Whether the file is named `<name>_base<ext>`, the texmex database."""
+    return path.stem.endswith(TEXMEX_BASE_SUFFIX)
+
+
+def companion_paths(dataset, base: Path) -> dict[str, Path | None]:
+    """The file of each role (query, groundtruth, learn), or None where there is none."""
+    prefix = base.stem[: -len(TEXMEX_BASE_SUFFIX)] if has_texmex_name(base) else None
+    siblings = {"query": f"{prefix}_query{base.suffix}",
+                "groundtruth": f"{prefix}_groundtruth.ivecs",
+                "learn": f"{prefix}_learn{base.suffix}"}
+    paths: dict[str, Path | None] = {}
+    for role, setting in SETTINGS.items():
+        explicit = getattr(dataset, setting.split(".")[1])
+        if explicit is not None:
+            paths[role] = Path(explicit).expanduser()
+            if not paths[role].exists():
+                raise UserInputError(f"{setting}={explicit}: no such file")
+        elif prefix is not None and (base.parent / siblings[role]).exists():
+            paths[role] = base.parent / siblings[role]
+        else:
+            paths[role] = None
+    if paths["query"] is None:
+        hint = (f"expected its queries in {base.parent / siblings['query']} (texmex naming)"
+                if prefix is not None else
+                f"name the files <name>{TEXMEX_BASE_SUFFIX}{base.suffix} and "
+                f"<name>_query{base.suffix} (texmex naming)")
+        raise UserInputError(f"{base}: holds one array, read as the database; {hint}, or give "
+                             "the queries with dataset.query_path=FILE")
+    return paths
+
+
+def load_ann_files(dataset, base_path: Path) -> RetrievalSplit:
+    """The protocol-C split of the database at `base_path` and its companion files."""
+    base = open_vectors(base_path)  # first: a directory, a bad extension, ... is said as such
+    if isinstance(base, WholeArrayVectors):
+        # Read whole anyway (.npz, .mat): its corruption is reported before missing companions.
+        base.read(0, 1)
+    paths = companion_paths(dataset, base_path)
+    features = {"query": open_vectors(paths["query"])}
+    if paths["learn"] is not None:
+        features["learn"] = open_vectors(paths["learn"])
+    for vectors in features.values():
+        _require_same_dimension(base, vectors)
+        require_same_scaling(f"the database ({base.where})", base.dtype, vectors.where,
+                             vectors.dtype)
+    truth_file = None
+    if paths["groundtruth"] is not None:
+        truth_file = open_vectors(paths["groundtruth"])
+        if len(truth_file) != len(features["query"]):
+            raise UserInputError(
+                f"{truth_file.path}: has {len(truth_file)} rows of ground truth but "
+                f"{features['query'].path} has {len(features['query'])} queries; they must match")
+
+    base_features, conversion = read_float32(base)
+    query, _ = read_float32(features["query"])
+    learn = read_float32(features["learn"])[0] if "learn" in features else None
+    truth = None
+    if truth_file is not None:
+        truth = checked_groundtruth(truth_file.path, truth_file.read(0, len(truth_file)),
+                                    len(query), len(base_features), key=None)
+    return ann_split(dataset.name, base_features, query, truth, learn, conversion)
+
+
+def _require_same_dimension(base: VectorFile, other: VectorFile) -> None:
+    if other.shape[1] != base.shape[1]:
+        raise UserInputError(f"{other.where} has {other.shape[1]} features per item but the "
+                             f"database ({base.where}) has {base.shape[1]}; all splits must "
+                             "agree")
+
+

@@ -1,0 +1,419 @@
+"""Reading a 2-D array of vectors from a user's file, lazily and row range by row range.
+
+Formats (`ACCEPTED_SUFFIXES`):
+- `.npy`: the header is parsed on open; `read` fetches only the requested rows with positioned
+  reads (C order) or a memory map opened and closed inside the call (Fortran order).
+- `.fvecs` / `.bvecs` / `.ivecs` (texmex, little-endian): each row is an int32 dimension d
+  followed by d float32 / uint8 / int32 values. `read` fetches only the requested rows with a
+  positioned read and checks every row's declared dimension, so a 10^7 x 128 `.bvecs` streams in
+  chunks with resident memory bounded by the chunk (no memory map is kept alive: its file-backed
+  pages would count in RSS).
+- `.npz` (a zip of `.npy` members; `key` names one) and `.mat` (MATLAB v5 and v4, via
+  `scipy.io`): shapes and dtypes come from the headers on open, but the array is read whole on the
+  first `read` and kept (neither format supports reading a row range).
+
+`key` may be omitted for `.npz` and `.mat` files that hold exactly one array.
+Everything wrong with a file is one `UserInputError` line naming it (and the key) and saying
+what is accepted. Object (pickled) arrays are refused and never unpickled.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tokenize
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from sgh.data.mat5_structure import MalformedMat, check_mat5_structure, is_mat_v4
+from sgh.errors import UserInputError
+
+ACCEPTED_SUFFIXES = (".npy", ".npz", ".fvecs", ".bvecs", ".ivecs", ".mat")
+TEXMEX_VALUE_TYPES = {".fvecs": np.dtype("<f4"), ".bvecs": np.dtype("u1"),
+                      ".ivecs": np.dtype("<i4")}
+# Classes scipy.io.whosmat reports for plain numeric MATLAB arrays.
+MAT_NUMERIC_CLASSES = ("double", "single", "logical", "int8", "uint8", "int16", "uint16",
+                       "int32", "uint32", "int64", "uint64")
+# Everything numpy's .npy/.npz readers raise on malformed bytes: the header is a Python literal
+# (tokenize, ast), the archive a zip (zipfile, zlib).
+_MALFORMED = (ValueError, SyntaxError, TypeError, KeyError, EOFError, OSError, OverflowError,
+              tokenize.TokenError, zipfile.BadZipFile, zlib.error, NotImplementedError)
+
+
+class VectorFile:
+    """A read-only view of an (n, d) array on disk; `read(start, stop)` returns rows in the
+    stored dtype. Construct with `open_vectors`."""
+
+    def __init__(self, path: Path, key: str | None, shape: tuple[int, ...], dtype: np.dtype):
+        self.path, self.key, self.dtype = path, key, np.dtype(dtype)
+        _check_layout(self.where, tuple(shape), self.dtype)
+        self.shape = (int(shape[0]), int(shape[1]))
+
+    @property
+    def where(self) -> str:
+        """The file (and key) for messages: `data.npz: key 'X'`."""
+        return _where(self.path, self.key)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.where}, shape={self.shape}, dtype={self.dtype})"
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) as a (stop - start, d) array in the stored dtype."""
+        if not 0 <= start <= stop <= len(self):
+            raise ValueError(f"row range [{start}, {stop}) outside 0..{len(self)}")
+        if start == stop:
+            return np.empty((0, self.shape[1]), self.dtype)
+        return self._read(start, stop)
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        raise NotImplementedError
+
+
+def _check_layout(where: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    if dtype.hasobject:
+        raise UserInputError(f"{where} holds an object (pickled) array, which is refused and "
+                             "never unpickled; save a plain numeric array")
+    if dtype.kind not in "biuf":
+        raise UserInputError(f"{where} has non-numeric dtype {dtype}; expected integer, "
+                             "boolean or floating-point features")
+    if any(side < 0 for side in shape):
+        raise UserInputError(f"{where} declares the impossible shape {tuple(shape)}; the file "
+                             "is corrupt")
+    if len(shape) != 2:
+        raise UserInputError(f"{where} has shape {tuple(shape)}; expected a 2-D array "
+                             "(items x features)")
+    if shape[0] == 0 or shape[1] == 0:
+        raise UserInputError(f"{where} has shape {tuple(shape)}; expected a non-empty array "
+                             "(at least one item and one feature)")
+
+
+def _positioned_read(path: Path, where: str, dtype: np.dtype, offset: int, count: int):
+    """`count` items of `dtype` at byte `offset`, or a one-line error if the file is short."""
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        values = np.fromfile(handle, dtype=dtype, count=count)
+    if len(values) != count:
+        raise UserInputError(f"{where} is truncated (expected {count * dtype.itemsize} bytes at "
+                             f"offset {offset}, found {len(values) * dtype.itemsize})")
+    return values
+
+
+class NpyVectors(VectorFile):
+    def __init__(self, path: Path):
+        try:
+            with open(path, "rb") as handle:
+                version = np.lib.format.read_magic(handle)
+                # Version 3.0 differs from 2.0 only by a UTF-8 header, which numpy writes only
+                # for structured dtypes with non-Latin-1 field names, refused below anyway.
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, self.fortran_order, dtype = read_header(handle)
+                self.data_offset = handle.tell()
+        except _MALFORMED as error:
+            raise UserInputError(f"{path}: not a valid .npy file ({_reason(error)})") from None
+        super().__init__(path, None, shape, dtype)
+        expected = self.data_offset + math.prod(self.shape) * self.dtype.itemsize
+        if os.path.getsize(path) < expected:
+            raise UserInputError(f"{path}: truncated .npy file ({os.path.getsize(path)} bytes; "
+                                 f"its header says shape {self.shape} {self.dtype}, "
+                                 f"{expected} bytes)")
+
+    def _read(self, start, stop):
+        n, d = self.shape
+        if not self.fortran_order:
+            rows = _positioned_read(self.path, self.where, self.dtype,
+                                    self.data_offset + start * d * self.dtype.itemsize,
+                                    (stop - start) * d)
+            return rows.reshape(stop - start, d)
+        # Column-major: a row range is strided, so map the file only for this call.
+        mapped = np.memmap(self.path, self.dtype, "r", self.data_offset, (n, d), order="F")
+        rows = np.array(mapped[start:stop], order="C")
+        del mapped  # unmaps now: the copy is all that stays resident
+        return rows
+
+
+class TexmexVectors(VectorFile):
+    def __init__(self, path: Path):
+        values = TEXMEX_VALUE_TYPES[path.suffix.lower()]
+        size = os.path.getsize(path)
+        if size == 0:
+            raise UserInputError(f"{path}: is empty; expected at least one vector")
+        if size < 4:
+            raise UserInputError(f"{path}: truncated ({size} bytes; a row starts with a 4-byte "
+                                 "dimension)")
+        dim = int(_positioned_read(path, str(path), np.dtype("<i4"), 0, 1)[0])
+        row_bytes = 4 + dim * values.itemsize
+        if dim <= 0 or row_bytes > size:
+            raise UserInputError(f"{path}: the first row declares dimension {dim}, impossible "
+                                 f"for a {size}-byte file; the file is corrupt or not "
+                                 f"{path.suffix}")
+        if size % row_bytes:
+            raise UserInputError(
+                f"{path}: {size} bytes is not a multiple of the row size 4 + {dim} x "
+                f"{values.itemsize} = {row_bytes} bytes; the file is truncated or corrupt")
+        self.row_type = np.dtype([("dim", "<i4"), ("values", values, (dim,))])
+        super().__init__(path, None, (size // row_bytes, dim), values)
+        self._rows(len(self) - 1, len(self))  # checks the last row's dimension early
+
+    def _rows(self, start, stop):
+        rows = _positioned_read(self.path, self.where, self.row_type,
+                                start * self.row_type.itemsize, stop - start)
+        wrong = np.nonzero(rows["dim"] != self.shape[1])[0]
+        if len(wrong):
+            raise UserInputError(
+                f"{self.path}: row {start + wrong[0]} declares dimension "
+                f"{rows['dim'][wrong[0]]} but the first row declares {self.shape[1]}; every row "
+                f"of a {self.path.suffix} file must have the same dimension")
+        return rows
+
+    def _read(self, start, stop):
+        return np.ascontiguousarray(self._rows(start, stop)["values"])
+
+
+def list_keys(path: Path) -> list[str]:
+    """The names of the arrays in a `.npz` or `.mat` file, read from its directory or headers."""
+    if path.suffix.lower() == ".mat":
+        return [name for name, _, _ in _whosmat(path)]
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return [name[: -len(".npy")] for name in archive.namelist() if name.endswith(".npy")]
+    except _MALFORMED as error:
+        raise UserInputError(f"{path}: corrupt or truncated .npz file ({_reason(error)})"
+                             ) from None
+
+
+def _only_key(path: Path, keys: list[str], key: str | None) -> str:
+    found = ", ".join(keys) or "none"
+    if key is None:
+        if len(keys) == 1:
+            return keys[0]
+        raise UserInputError(f"{path}: holds several arrays ({found}); name one with a key")
+    if key not in keys:
+        raise UserInputError(f"{path}: has no key {key!r}; keys found: {found}")
+    return key
+
+
+class WholeArrayVectors(VectorFile):
+    """`.npz` and `.mat`: the array is read whole on the first `read` and kept."""
+
+    _array: np.ndarray | None = None
+
+    def _read(self, start, stop):
+        if self._array is None:
+            array = self._load()
+            if (array.dtype.newbyteorder("=") != self.dtype.newbyteorder("=")
+                    or array.shape != self.shape):
+                raise UserInputError(f"{self.where} holds {array.shape} {array.dtype} although "
+                                     f"its header says {self.shape} {self.dtype}; corrupt file")
+            self._array = array
+        return self._array[start:stop]
+
+    def _load(self) -> np.ndarray:
+        raise NotImplementedError
+
+
+class NpzVectors(WholeArrayVectors):
+    def __init__(self, path: Path, key: str | None):
+        key = _only_key(path, list_keys(path), key)
+        try:
+            with zipfile.ZipFile(path) as archive:
+                with archive.open(key + ".npy") as member:
+                    version = np.lib.format.read_magic(member)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(member)
+        except _MALFORMED as error:
+            raise UserInputError(f"{path}: corrupt or truncated .npz file ({_reason(error)})"
+                                 ) from None
+        super().__init__(path, key, shape, dtype)
+
+    def _load(self):
+        try:
+            with zipfile.ZipFile(self.path) as archive, archive.open(self.key + ".npy") as member:
+                return np.lib.format.read_array(member, allow_pickle=False)
+        except _MALFORMED as error:
+            raise UserInputError(f"{self.where} is corrupt or truncated in the .npz file "
+                                 f"({_reason(error)})") from None
+
+
+class MatVectors(WholeArrayVectors):
+    def __init__(self, path: Path, key: str | None):
+        variables = {name: (shape, kind) for name, shape, kind in _whosmat(path)}
+        key = _only_key(path, list(variables), key)
+        shape, kind = variables[key]
+        if kind not in MAT_NUMERIC_CLASSES:
+            raise UserInputError(f"{path}: key {key!r} is a MATLAB {kind} array; expected a "
+                                 f"full numeric matrix ({', '.join(MAT_NUMERIC_CLASSES)})")
+        dtype = np.dtype("bool" if kind == "logical"
+                         else {"double": "float64", "single": "float32"}.get(kind, kind))
+        super().__init__(path, key, shape, dtype)
+
+    def _load(self):
+        return read_mat_arrays(self.path, [self.key])[self.key]
+
+
+def _check_mat_file(path: Path) -> set[str]:
+    """Refuse v7.3 files with advice, and v5 files whose structure would crash scipy's reader;
+    return the names of complex variables."""
+    with open(path, "rb") as handle:
+        head = handle.read(128)
+        if head.startswith(b"MATLAB 7.3") or head.startswith(b"\x89HDF"):
+            raise UserInputError(f"{path}: is a MATLAB v7.3 (HDF5) file, which is not "
+                                 "supported; re-save it with save(..., '-v7') or as .npy")
+        if len(head) < 4 or is_mat_v4(head):
+            return set()  # v4 has no compiled reader to crash; scipy reports its errors
+        handle.seek(0)
+        try:
+            return check_mat5_structure(handle)
+        except MalformedMat as error:
+            raise UserInputError(f"{path}: corrupt or unreadable .mat file ({error})") from None
+
+
+def _whosmat(path: Path) -> list[tuple[str, tuple[int, ...], str]]:
+    """(name, shape, MATLAB class) of each variable, from the headers (scipy.io.whosmat)."""
+    import scipy.io
+
+    _check_mat_file(path)
+    try:
+        variables = scipy.io.whosmat(path)
+    # scipy's MAT parser raises many types on arbitrary bytes (struct.error, zlib.error,
+    # UnicodeDecodeError, MatReadError, ...): at this boundary each means "corrupt file".
+    except Exception as error:  # noqa: BLE001
+        raise UserInputError(f"{path}: corrupt or unreadable .mat file ({_reason(error)})"
+                             ) from None
+    return [(name, shape, kind) for name, shape, kind in variables if not name.startswith("__")]
+
+
+def read_mat_arrays(path: Path, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Variables of a MATLAB v4/v5 file as arrays in their MATLAB class (`mat_dtype=True`), all
+    or the `names` given; MATLAB has no 1-D arrays, so vectors come back as (1, n) or (n, 1)."""
+    import scipy.io
+
+    complex_names = _check_mat_file(path)
+    if names is not None:
+        complex_names &= set(names)
+    if complex_names:
+        raise UserInputError(f"{path}: key {sorted(complex_names)[0]!r} holds complex values; "
+                             "expected real numbers (save real(X) or abs(X))")
+    try:
+        variables = scipy.io.loadmat(path, variable_names=names, mat_dtype=True)
+    except Exception as error:  # noqa: BLE001  (see _whosmat)
+        raise UserInputError(f"{path}: corrupt or unreadable .mat file ({_reason(error)})"
+                             ) from None
+    return {name: value for name, value in variables.items() if not name.startswith("__")}
+
+
+def _where(path, key: str | None) -> str:
+    """The file (and key) at fault, as every message starts: `data.npz: key 'X'`."""
+    return f"{path}" + ("" if key is None else f": key {key!r}")
+
+
+def _reason(error: Exception) -> str:
+    """The exception's text on one line, for messages that must stay one line."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def open_vectors(path, key: str | None = None) -> VectorFile:
+    """Open a vector file of any `ACCEPTED_SUFFIXES` format; `key` names the array in `.npz` and
+    `.mat` files (optional when the file holds exactly one)."""
+    path = Path(path).expanduser()
+    suffix = path.suffix.lower()
+    if not path.exists():
+        raise UserInputError(f"{path}: no such file")
+    if path.is_dir():
+        raise UserInputError(f"{path}: is a directory; expected a file "
+                             f"({', '.join(ACCEPTED_SUFFIXES)})")
+    if suffix not in ACCEPTED_SUFFIXES:
+        raise UserInputError(f"{path}: unknown extension {path.suffix!r}; accepted: "
+                             f"{', '.join(ACCEPTED_SUFFIXES)}")
+    if key is not None and suffix not in (".npz", ".mat"):
+        raise UserInputError(f"{path}: a key ({key!r}) was given but {suffix} files hold one "
+                             "array; keys apply to .npz and .mat files")
+    try:
+        if suffix == ".npy":
+            return NpyVectors(path)
+        if suffix == ".npz":
+            return NpzVectors(path, key)
+        if suffix == ".mat":
+            return MatVectors(path, key)
+        return TexmexVectors(path)
+    except PermissionError:
+        raise UserInputError(f"{path}: permission denied") from None
+
+
+UINT8_CONVERSION = "uint8 / 255"
+# Rows converted per chunk by read_float32: 64 Ki rows of 128 bytes is 8 MiB of uint8 input.
+CHUNK_ROWS = 1 << 16
+
+
+def read_float32(vectors: VectorFile, chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, str]:
+    """The whole file as float32 features, converted chunk by chunk (`as_float32_features`);
+    return (features, conversion). For `.npy` and texmex files only one chunk of the stored
+    array is in memory at a time beside the result."""
+    features = np.empty(vectors.shape, np.float32)
+    for start in range(0, len(vectors), chunk_rows):
+        stop = min(start + chunk_rows, len(vectors))
+        features[start:stop] = as_float32_features(vectors.read(start, stop), vectors.path,
+                                                   vectors.key, start)[0]
+    return features, conversion_of(vectors.dtype)
+
+
+def conversion_of(dtype) -> str:
+    """How features of this dtype become float32 (see `as_float32_features`)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.uint8:
+        return UINT8_CONVERSION
+    if dtype == np.float32:
+        return "float32 as stored"
+    return f"{dtype} -> float32"
+
+
+def require_same_scaling(reference: str, reference_dtype, other: str, other_dtype) -> None:
+    """Refuse splits whose conversions put them on different scales: uint8 features are divided
+    by 255 and other types are not, so uint8 queries against a float database would be
+    compared at 1/255 of its scale."""
+    if (np.dtype(reference_dtype) == np.uint8) != (np.dtype(other_dtype) == np.uint8):
+        raise UserInputError(
+            f"{other} is converted as '{conversion_of(other_dtype)}' but {reference} as "
+            f"'{conversion_of(reference_dtype)}'; store every split with the same kind of dtype "
+            "(uint8 is divided by 255, other types are not)")
+
+
+def as_float32_features(rows: np.ndarray, path, key: str | None, first_row: int = 0):
+    """Convert rows of features to float32; return (features, conversion description).
+
+    uint8 -> `float32(x) / float32(255)` (images), other integers and booleans -> float32 as they
+    are, floats -> float32. NaN/Inf raise UserInputError with their count in these rows and the
+    first one's position as a global row index (`first_row + r`) and column.
+    """
+    where = _where(path, key)
+    dtype = rows.dtype
+    if dtype.kind not in "biuf":
+        raise UserInputError(f"{where} has non-numeric dtype {dtype}; expected integer, "
+                             "boolean or floating-point features")
+    if dtype.kind != "f":  # integers: no NaN/Inf possible
+        converted = rows.astype(np.float32)
+        if dtype == np.uint8:
+            converted /= np.float32(255)  # in place: the same float32(x) / float32(255)
+        return converted, conversion_of(dtype)
+    with np.errstate(over="ignore"):  # float64 overflow to Inf is reported below
+        converted = rows.astype(np.float32, copy=False)
+    finite = np.isfinite(converted)
+    if not finite.all():
+        bad = np.argwhere(~finite)
+        row, column = bad[0]
+        span = f"rows {first_row}..{first_row + len(rows) - 1}"
+        value = rows[row, column]
+        # A finite float64 beyond float32's range becomes Inf in the conversion: say so.
+        shown = f"{value}" if not np.isfinite(value) else f"{value}, beyond float32's range"
+        raise UserInputError(
+            f"{where} has {len(bad)} NaN/Inf values (first at row {first_row + row}, column "
+            f"{column}: {shown}) in {span} read as float32; clean the features before training")
+    return converted, conversion_of(dtype)

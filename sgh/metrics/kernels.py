@@ -1,0 +1,260 @@
+"""Compiled kernels of the metrics engine: fused XOR + popcount + per-distance counting.
+
+Codes arrive as unsigned 64-bit words (:func:`code_words`): queries as ``(b, n_words)`` rows,
+the database flattened to ``(n * n_words,)``. numba compiles each kernel once per number of words
+(:func:`word_count`), so for codes of up to 64 bits the inner loop is a bare XOR + ``popcnt`` +
+increment.
+
+Two kernels, both ``nogil`` so the engine's threads run them in parallel:
+
+* :func:`relevance_histograms` — for a block of queries, two histograms per query over the
+  distances 0..bits: items that are not relevant, and items that are. The database is grouped
+  into *segments* inside which relevance is the same for a given query (the label classes of
+  :mod:`sgh.relevance`, after sorting the database by class), so the inner loop needs no
+  per-item relevance lookup: ``hist[query, relevant_of_segment, popcount(q ^ x)] += 1``.
+* :func:`stable_statistics` — ties broken by database index, in one more pass in database order
+  and without sorting: an item at distance d has rank ``#(items at distance < d) + #(items at
+  distance d with a smaller index) + 1``; the first term comes from the histograms, the second
+  from running counters. Likewise for the rank among relevant items, hence precision at every
+  relevant rank, summed for each cut-off K.
+
+Why it is fast: the XOR + popcount + increment never leave registers and L1. Four queries share
+each database word load and update four independent histograms, which hides the store-to-load
+latency of consecutive increments of one bin; the database is walked in tiles of
+:data:`TILE_BYTES`, which stay in cache while every query passes over them. Measured on the idle
+2-core EPYC (1,000 queries x 1M 64-bit codes, 10 labels, tie-aware mAP@all): 2.1 G pairs/s on one
+core, 3.8 G on two, against 0.47 G and 0.83 G for the numpy engine it replaced (XOR, popcount and
+``bincount`` on separate arrays).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numba
+import numpy as np
+from numba import types
+from numba.extending import intrinsic
+from numba.np.unsafe.ndarray import to_fixed_tuple
+
+logger = logging.getLogger(__name__)
+
+# Database bytes walked by every query before moving on. Measured 16 KB .. 2 MB on one core: all
+# within 2.5% (1.66-1.70 G pairs/s); 128 KB sits well inside the 1 MB L2.
+TILE_BYTES = 1 << 17
+# Queries sharing each database word load (the unrolled body of relevance_histograms). 8 measured
+# only +3.5% on an idle machine (and slower on a loaded one); 4 keeps the body short.
+QUERY_BLOCK = 4
+
+
+def _jit(function):
+    """``njit(nogil=True, cache=True)``, or without the on-disk cache where none can be written.
+
+    numba caches next to this file, else in its per-user directory (``NUMBA_CACHE_DIR`` or
+    ``~/.cache/numba``); when neither is writable it refuses ``cache=True`` at decoration time, so
+    we compile on first use in every process instead (~1 s per kernel and code length) rather
+    than fail.
+    """
+    try:
+        return numba.njit(nogil=True, cache=True)(function)
+    except RuntimeError as error:  # "cannot cache function ...: no locator available"
+        logger.info("numba cannot cache %s (%s); compiling without a cache", function, error)
+        return numba.njit(nogil=True, cache=False)(function)
+
+
+def code_words(packed: np.ndarray) -> np.ndarray:
+    """Packed codes ``(n, n_bytes)`` uint8 as ``(n, ceil(n_bytes / 8))`` uint64 words, each row
+    zero-padded (zero padding never adds to a distance)."""
+    n, n_bytes = packed.shape
+    n_words = max(1, -(-n_bytes // 8))
+    padded = np.zeros((n, 8 * n_words), dtype=np.uint8)
+    padded[:, :n_bytes] = packed
+    return padded.view(np.uint64)
+
+
+def word_count(words: np.ndarray) -> tuple:
+    """``(0,) * n_words`` for ``(n, n_words)`` words: the kernels' ``word_count`` argument.
+
+    The number of words per code travels as the *length of a tuple*, which is part of the
+    argument's type, so numba compiles one kernel per code length with the word loop fully
+    unrolled (a runtime count measured 2-3x slower; ``numba.literally`` re-types every call).
+    """
+    return (0,) * words.shape[1]
+
+
+def items_per_tile(words: np.ndarray) -> int:
+    """Database items per tile: :data:`TILE_BYTES` of ``words`` (read at call time)."""
+    return max(1, TILE_BYTES // words.itemsize // words.shape[1])
+
+
+@intrinsic
+def _popcount64(typingctx, word):
+    """The CPU's population count (LLVM ``ctpop``: one ``popcnt`` on x86-64)."""
+    signature = types.uint64(types.uint64)
+
+    def codegen(context, builder, sig, args):
+        return builder.ctpop(args[0])
+
+    return signature, codegen
+
+
+@numba.njit(nogil=True, inline="always")
+def _distance(query, database_words, item, n_words):
+    """Distance of a query (a tuple of words) to item ``item`` of the flat database words."""
+    total = 0
+    first = item * n_words
+    for word in range(n_words):  # unrolled: n_words is a compile-time constant
+        total += _popcount64(query[word] ^ database_words[first + word])
+    return total
+
+
+@_jit
+def relevance_histograms(
+    query_words, database_words, segment_starts, segment_relevant, out, tile_items, word_count
+):
+    """Add each query's per-distance counts of non-relevant and relevant items to ``out``.
+
+    Args:
+        query_words: ``(b, n_words)`` uint64 (:func:`code_words`).
+        database_words: ``(n * n_words,)`` uint64, the database's words flattened (item i is
+            ``[i * n_words, (i + 1) * n_words)``), grouped into segments.
+        segment_starts: ``(n_segments + 1,)`` int64, non-decreasing, ``[0 .. n]``: segment s is
+            items ``segment_starts[s] .. segment_starts[s + 1] - 1`` (may be empty).
+        segment_relevant: ``(b, n_segments)`` uint8, 1 where segment s is relevant to query j.
+        out: ``(b, 2, levels)`` int64, levels >= largest distance + 1: ``out[j, 0, d]`` +=
+            non-relevant items at distance d, ``out[j, 1, d]`` += relevant ones.
+        tile_items: database items per tile (:func:`items_per_tile`).
+        word_count: ``(0,) * n_words`` (:func:`word_count`).
+    """
+    n_words = len(word_count)
+    n_queries, levels = out.shape[0], out.shape[2]
+    n_items = segment_starts[-1]
+    # int32 per tile (<= 2**31 items) then added to int64: half the cache footprint.
+    tile_counts = np.zeros((QUERY_BLOCK, 2, levels), dtype=np.int32)
+    first_segment = 0
+    for tile_start in range(0, n_items, tile_items):
+        tile_stop = min(tile_start + tile_items, n_items)
+        while segment_starts[first_segment + 1] <= tile_start:
+            first_segment += 1
+        for block in range(0, n_queries, QUERY_BLOCK):
+            in_block = min(QUERY_BLOCK, n_queries - block)
+            tile_counts[:] = 0
+            segment, start = first_segment, tile_start
+            while start < tile_stop:
+                stop = min(segment_starts[segment + 1], tile_stop)
+                if in_block == QUERY_BLOCK:
+                    # Query words as tuples live in registers; read from the array, they would
+                    # be reloaded after every histogram store (measured 10-30% slower).
+                    q0 = to_fixed_tuple(query_words[block], n_words)
+                    q1 = to_fixed_tuple(query_words[block + 1], n_words)
+                    q2 = to_fixed_tuple(query_words[block + 2], n_words)
+                    q3 = to_fixed_tuple(query_words[block + 3], n_words)
+                    r0, r1 = segment_relevant[block, segment], segment_relevant[block + 1, segment]
+                    r2 = segment_relevant[block + 2, segment]
+                    r3 = segment_relevant[block + 3, segment]
+                    for item in range(start, stop):
+                        d0 = d1 = d2 = d3 = 0
+                        for word in range(n_words):  # unrolled: n_words is a constant
+                            x = database_words[item * n_words + word]  # one load, four queries
+                            d0 += _popcount64(q0[word] ^ x)
+                            d1 += _popcount64(q1[word] ^ x)
+                            d2 += _popcount64(q2[word] ^ x)
+                            d3 += _popcount64(q3[word] ^ x)
+                        tile_counts[0, r0, d0] += 1
+                        tile_counts[1, r1, d1] += 1
+                        tile_counts[2, r2, d2] += 1
+                        tile_counts[3, r3, d3] += 1
+                else:
+                    for offset in range(in_block):
+                        query = to_fixed_tuple(query_words[block + offset], n_words)
+                        relevant = segment_relevant[block + offset, segment]
+                        for item in range(start, stop):
+                            level = _distance(query, database_words, item, n_words)
+                            tile_counts[offset, relevant, level] += 1
+                start = stop
+                segment += 1
+            for offset in range(in_block):
+                for relevant in range(2):
+                    for level in range(levels):
+                        out[block + offset, relevant, level] += tile_counts[offset, relevant, level]
+
+
+@_jit
+def stable_statistics(
+    query_words,
+    database_words,
+    item_classes,
+    class_relevant,
+    relevant_ids,
+    histograms,
+    cutoffs,
+    precision_sums,
+    relevant_retrieved,
+    tile_items,
+    word_count,
+):
+    """Top-K statistics of the ranking with ties broken by database index (see module doc).
+
+    Relevance of item i to query j is ``class_relevant[j, item_classes[i]]``, or, when
+    ``relevant_ids`` has columns, whether i is among the sorted ids ``relevant_ids[j]``.
+
+    Args:
+        query_words, database_words: as in :func:`relevance_histograms`, database in index order.
+        item_classes: ``(n,)`` int64 class of each item (``(0,)`` with ``relevant_ids``).
+        class_relevant: ``(b, n_classes)`` uint8.
+        relevant_ids: ``(b, k)`` int64 sorted ascending (``(b, 0)`` for class relevance).
+        histograms: ``(b, 2, levels)`` int64 from :func:`relevance_histograms`, for the same
+            relevance (duplicate ids counted once).
+        cutoffs: ``(n_cutoffs,)`` int64 sorted ascending.
+        precision_sums: ``(b, n_cutoffs)`` float64 out: sum of precision at each relevant rank
+            <= K (rank among relevant / rank).
+        relevant_retrieved: ``(b, n_cutoffs)`` int64 out: relevant items ranked <= K.
+        tile_items, word_count: as in :func:`relevance_histograms`.
+    """
+    n_words = len(word_count)
+    n_queries, levels = histograms.shape[0], histograms.shape[2]
+    n_items = database_words.shape[0] // n_words
+    n_cutoffs = cutoffs.shape[0]
+    n_ids = relevant_ids.shape[1]
+    # Rank (rank among relevant items) of the last item seen at each level: it starts at the
+    # number of items (relevant items) at smaller distances and counts up in index order.
+    last_rank = np.zeros((n_queries, levels), dtype=np.int64)
+    last_relevant_rank = np.zeros((n_queries, levels), dtype=np.int64)
+    for query in range(n_queries):
+        for level in range(1, levels):
+            relevant_below = histograms[query, 1, level - 1]
+            items_below = histograms[query, 0, level - 1] + relevant_below
+            last_rank[query, level] = last_rank[query, level - 1] + items_below
+            last_relevant_rank[query, level] = last_relevant_rank[query, level - 1] + relevant_below
+    next_id = np.zeros(n_queries, dtype=np.int64)  # position in relevant_ids of the next id
+    precision_sums[:] = 0.0
+    relevant_retrieved[:] = 0
+    largest_cutoff = cutoffs[n_cutoffs - 1] if n_cutoffs else 0
+    for tile_start in range(0, n_items, tile_items):
+        tile_stop = min(tile_start + tile_items, n_items)
+        for query in range(n_queries):
+            query_row = to_fixed_tuple(query_words[query], n_words)
+            ranks, relevant_ranks = last_rank[query], last_relevant_rank[query]
+            for item in range(tile_start, tile_stop):
+                level = _distance(query_row, database_words, item, n_words)
+                ranks[level] += 1
+                rank = ranks[level]
+                if n_ids:
+                    position = next_id[query]
+                    while position < n_ids and relevant_ids[query, position] < item:
+                        position += 1
+                    next_id[query] = position
+                    is_relevant = position < n_ids and relevant_ids[query, position] == item
+                else:
+                    is_relevant = class_relevant[query, item_classes[item]] != 0
+                if not is_relevant:
+                    continue
+                relevant_ranks[level] += 1
+                if rank > largest_cutoff:
+                    continue
+                precision = relevant_ranks[level] / rank
+                for cut in range(n_cutoffs - 1, -1, -1):
+                    if rank > cutoffs[cut]:
+                        break
+                    precision_sums[query, cut] += precision
+                    relevant_retrieved[query, cut] += 1

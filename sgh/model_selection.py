@@ -1,0 +1,88 @@
+"""Keeping the best weights by validation score, and stopping early when they stop improving.
+
+The selection's state (best score, its step, validation points since it) lives in TF variables
+that ride in the training checkpoint, so a resumed run makes exactly the decisions an
+uninterrupted one makes. The best weights are a separate one-slot checkpoint,
+`<run>/checkpoints/best/`; they give the run's final codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from sgh.model import SGH
+from sgh.validation import ValidationSet
+
+ENCODE_BATCH = 16384
+
+
+class SelectionState(tf.Module):
+    """What an exact resume needs to continue the selection (checkpointed with the trainer)."""
+
+    def __init__(self):
+        super().__init__(name="model_selection")
+        self.best_score = tf.Variable(-np.inf, dtype=tf.float64, trainable=False)
+        self.best_step = tf.Variable(-1, dtype=tf.int64, trainable=False)
+        self.points_since_best = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+
+@dataclass
+class ValidationPoint:
+    step: int
+    score: float
+    improved: bool
+    database_bits: np.ndarray  # (n, bits) 0/1 codes of the validation database, for code health
+
+
+def _encode_bits(model: SGH, x: np.ndarray) -> np.ndarray:
+    chunks = [model.encode_bits(x[start:start + ENCODE_BATCH]).numpy()
+              for start in range(0, len(x), ENCODE_BATCH)]
+    return np.concatenate(chunks).astype(np.uint8)
+
+
+class ModelSelection:
+    def __init__(self, model: SGH, validation: ValidationSet, patience: int, best_dir: Path):
+        self.model, self.validation, self.patience = model, validation, patience
+        self.state = SelectionState()
+        self._best = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(best_dir),
+                                                max_to_keep=1)
+
+    def evaluate(self, step: int) -> ValidationPoint:
+        """Encode the validation split with the current weights, score it, keep the best."""
+        query_bits = _encode_bits(self.model, self.validation.query)
+        database_bits = _encode_bits(self.model, self.validation.database)
+        score = self.validation.score(np.packbits(query_bits, axis=1),
+                                      np.packbits(database_bits, axis=1), self.model.bits)
+        # A NaN score (e.g. no scorable query) never counts as an improvement.
+        improved = bool(score > float(self.state.best_score.numpy()))
+        if improved:
+            self.state.best_score.assign(score)
+            self.state.best_step.assign(step)
+            self.state.points_since_best.assign(0)
+            self._best.save(checkpoint_number=step)
+        else:
+            self.state.points_since_best.assign_add(1)
+        return ValidationPoint(step, score, improved, database_bits)
+
+    @property
+    def best_score(self) -> float:
+        return float(self.state.best_score.numpy())
+
+    @property
+    def best_step(self) -> int:
+        return int(self.state.best_step.numpy())
+
+    def should_stop(self) -> bool:
+        return self.patience > 0 and int(self.state.points_since_best.numpy()) >= self.patience
+
+    def restore_best(self) -> bool:
+        """Load the best weights into the model; False if no validation point was reached."""
+        if self.best_step < 0 or self._best.latest_checkpoint is None:
+            return False
+        tf.train.Checkpoint(model=self.model).restore(
+            self._best.latest_checkpoint).assert_existing_objects_matched()
+        return True
