@@ -134,6 +134,10 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
                      f"{metrics['train_seconds']:.1f} s; {metrics['ms_per_step']:.2f} ms"))
     elif "train_seconds" in metrics:
         rows.append(("training (fitting) time", f"{metrics['train_seconds']:.1f} s"))
+    if "validation_metric" in metrics:
+        metric = metrics["validation_metric"]
+        rows.append((f"codes from step (best validation {metric})",
+                     f"{metrics['best_step']} ({metrics[f'best_validation_{metric}']:.4f})"))
     width = max(len(label) for label, _ in rows)
     lines = [f"  {label:<{width}}  {value}".rstrip() for label, value in rows]
     rule = "  " + "-" * (width + 12)

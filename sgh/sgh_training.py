@@ -115,17 +115,17 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
         "final_loss_terms_per_item": logs[-1].terms if logs else {},
     }
     if selection is not None:
-        fields.update(_selection_fields(selection, progress, step, config))
+        restored = selection.restore_best()  # the best validated weights make the final codes
+        fields.update(_selection_fields(selection, restored, progress, step, config))
     # The encoder that made the final codes, for sgh-encode and TF Serving (sgh/export.py).
     export_encoder(model, run_directory.path / ENCODER_DIRNAME)
     return EncodedSplit(database=encode_packed(model, split.database),
                         query=encode_packed(model, split.query), fields=fields)
 
 
-def _selection_fields(selection: ModelSelection, progress: _Progress, step: int,
-                      config: Config) -> dict:
-    """Load the best weights (they give the final codes) and report the selection."""
-    restored = selection.restore_best()
+def _selection_fields(selection: ModelSelection, restored: bool, progress: _Progress,
+                      step: int, config: Config) -> dict:
+    """What metrics.json reports about the selection (`restored`: best weights were loaded)."""
     metric = selection.validation.metric
     stopped_early = selection.should_stop() and step < config.trainer.steps
     if stopped_early:

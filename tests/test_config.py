@@ -60,6 +60,7 @@ def test_released_preset_sets_the_demo_recipe():
                                                            "released", "approximate")
     assert (config.trainer.learning_rate, config.trainer.schedule, config.trainer.batch_size,
             config.trainer.steps) == (0.01, "constant", 500, 5000)
+    assert config.validation.every == 0  # the demo trains on everything and keeps the last step
 
 
 def test_data_dir_defaults_to_bundled_data_and_follows_the_environment(monkeypatch):

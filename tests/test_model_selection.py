@@ -29,7 +29,8 @@ def _rows(array):
 def test_validation_queries_are_held_out_of_training_and_never_test_queries():
     config = _config()
     split = load_split(config.dataset)
-    train, validation = carve(split, ValidationConfig(queries=150, database=500), recall_k=10)
+    train, validation = carve(split, ValidationConfig(queries=150, database=500, metric="map"),
+                              recall_k=10)
     assert len(train) == len(split.train) - 150 and len(validation.query) == 150
     assert len(validation.database) == 500
     # Synthetic features are continuous: equal rows are the same item.
@@ -49,13 +50,19 @@ def test_held_out_share_is_capped_at_a_tenth_of_the_training_set():
     assert len(validation.query) == 200 and len(train) == 1800
 
 
-def test_without_labels_validation_is_euclidean_recall():
+def test_default_validation_metric_is_euclidean_recall_and_map_needs_labels():
     from dataclasses import replace
 
     split = load_split(_config().dataset)
     unlabelled = replace(split, database_labels=None, query_labels=None)
     _, validation = carve(unlabelled, ValidationConfig(queries=100, database=300), recall_k=5)
     assert validation.metric == "recall5@100" and validation.groundtruth.shape == (100, 5)
+    # The ground truth: the exact 5 nearest validation-database items of each query.
+    distances = ((validation.query[:, None, :] - validation.database[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(np.sort(validation.groundtruth, axis=1),
+                                  np.sort(np.argsort(distances, axis=1)[:, :5], axis=1))
+    _, labelled = carve(split, ValidationConfig(queries=100, database=300), recall_k=5)
+    assert labelled.metric == "recall5@100"  # labels do not change the default
     with pytest.raises(UserInputError, match="validation.metric=map needs labels"):
         carve(unlabelled, ValidationConfig(metric="map"), recall_k=5)
 
@@ -84,12 +91,14 @@ def test_final_codes_come_from_the_best_validated_weights(validated_run):
     run_dir, metrics = validated_run
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
     events.Reload()
+    metric = metrics["validation_metric"]
+    assert metric == "recall10@100"  # the default: the paper's Euclidean neighbours
     scores = {event.step: float(tf.make_ndarray(event.tensor_proto))
-              for event in events.Tensors("validation/map")}
+              for event in events.Tensors(f"validation/{metric}")}
     assert sorted(scores) == [40, 80, 120, 160, 200]
     best_step = max(scores, key=lambda step: (scores[step], -step))  # first of the best
     assert metrics["best_step"] == best_step
-    assert metrics["best_validation_map"] == pytest.approx(scores[best_step], abs=1e-6)
+    assert metrics[f"best_validation_{metric}"] == pytest.approx(scores[best_step], abs=1e-6)
     assert json.loads((run_dir / "metrics.json").read_text())["best_step"] == best_step
 
     config = _config()

@@ -165,7 +165,7 @@ def test_tensorboard_shows_validation_code_health_encoder_pr_curve_and_hparams(f
     events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
     events.Reload()
     tags = set(events.Tags()["tensors"])
-    assert {"validation/map", "validation/best_map", "validation/seconds",
+    assert {"validation/recall10@100", "validation/best_recall10@100", "validation/seconds",
             "code_health/distinct_codes", "code_health/dead_bits", "code_health/bit_balance",
             "encoder/logits", "encoder/probabilities", "pr_curve/hamming_lookup",
             "gradients/global", "gradients/W", "eval/map"} <= tags, tags
