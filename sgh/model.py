@@ -216,8 +216,21 @@ def initial_weights(config: ModelConfig, dim: int, mean: np.ndarray, variance: n
     return weights
 
 
-def encode_packed(model: SGH, x: np.ndarray, batch_size: int = 16384) -> np.ndarray:
+ENCODE_BATCH = 16384
+
+
+def _bit_chunks(model: SGH, x: np.ndarray, batch_size: int):
+    for start in range(0, len(x), batch_size):
+        yield model.encode_bits(x[start:start + batch_size]).numpy()
+
+
+def encode_bit_matrix(model: SGH, x: np.ndarray, batch_size: int = ENCODE_BATCH) -> np.ndarray:
+    """Unpacked `(n, bits)` uint8 0/1 codes, encoded in chunks (for code-health statistics)."""
+    chunks = list(_bit_chunks(model, x, batch_size))
+    return np.concatenate(chunks) if chunks else np.zeros((0, model.bits), np.uint8)
+
+
+def encode_packed(model: SGH, x: np.ndarray, batch_size: int = ENCODE_BATCH) -> np.ndarray:
     """Packed codes `np.packbits(bits, axis=1)` (first bit = MSB of byte 0), encoded in chunks."""
-    chunks = [np.packbits(model.encode_bits(x[start:start + batch_size]).numpy(), axis=1)
-              for start in range(0, len(x), batch_size)]
+    chunks = [np.packbits(bits, axis=1) for bits in _bit_chunks(model, x, batch_size)]
     return np.concatenate(chunks) if chunks else np.zeros((0, (model.bits + 7) // 8), np.uint8)

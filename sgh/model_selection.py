@@ -14,10 +14,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from sgh.model import SGH
+from sgh.model import SGH, encode_bit_matrix, encode_packed
 from sgh.validation import ValidationSet
-
-ENCODE_BATCH = 16384
 
 
 class SelectionState(tf.Module):
@@ -38,12 +36,6 @@ class ValidationPoint:
     database_bits: np.ndarray  # (n, bits) 0/1 codes of the validation database, for code health
 
 
-def _encode_bits(model: SGH, x: np.ndarray) -> np.ndarray:
-    chunks = [model.encode_bits(x[start:start + ENCODE_BATCH]).numpy()
-              for start in range(0, len(x), ENCODE_BATCH)]
-    return np.concatenate(chunks).astype(np.uint8)
-
-
 class ModelSelection:
     def __init__(self, model: SGH, validation: ValidationSet, patience: int, best_dir: Path):
         self.model, self.validation, self.patience = model, validation, patience
@@ -53,9 +45,8 @@ class ModelSelection:
 
     def evaluate(self, step: int) -> ValidationPoint:
         """Encode the validation split with the current weights, score it, keep the best."""
-        query_bits = _encode_bits(self.model, self.validation.query)
-        database_bits = _encode_bits(self.model, self.validation.database)
-        score = self.validation.score(np.packbits(query_bits, axis=1),
+        database_bits = encode_bit_matrix(self.model, self.validation.database)
+        score = self.validation.score(encode_packed(self.model, self.validation.query),
                                       np.packbits(database_bits, axis=1), self.model.bits)
         # A NaN score (e.g. no scorable query) never counts as an improvement.
         improved = bool(score > float(self.state.best_score.numpy()))

@@ -168,9 +168,6 @@ class _Progress:
         self.validation_seconds = 0.0
         self.last_score: str = ""
 
-    def _due(self, log: ChunkLog, every: int) -> bool:
-        """Whether a multiple of `every` steps was reached in this call, or the run ends."""
-        return log.step % every < log.steps or log.step == self.total
 
     def on_chunk(self, log: ChunkLog) -> None:
         for name, value in log.terms.items():
@@ -179,12 +176,13 @@ class _Progress:
         tf.summary.scalar("train/ms_per_step", log.ms_per_step, step=log.step)
         tf.summary.scalar("train/steps_per_second", 1e3 / log.ms_per_step, step=log.step)
         views.write_gradient_norms(log.gradient_norms, log.step)
-        if self.selection is not None and self._due(log, self.config.validation.every):
+        if self.selection is not None and (
+                _crossed_multiple(log, self.config.validation.every) or log.step == self.total):
             self._validate(log.step)
         if log.step >= self.next_print or log.step == self.total:
             self.next_print = (log.step // self.print_every + 1) * self.print_every
             self._print(log)
-        if log.step % self.config.trainer.checkpoint_every < log.steps:
+        if _crossed_multiple(log, self.config.trainer.checkpoint_every):
             self.checkpoints.save(checkpoint_number=log.step)
 
     def _validate(self, step: int) -> None:
@@ -212,6 +210,11 @@ class _Progress:
         print(f"[sgh] step {log.step:>6}/{self.total}  {terms}  lr {log.learning_rate:.3g}"
               f"{self.last_score}  {1e3 / log.ms_per_step:.0f} steps/s  "
               f"ETA {_duration(eta)}", flush=True)
+
+
+def _crossed_multiple(log: ChunkLog, every: int) -> bool:
+    """Whether the steps of this compiled call reached a multiple of `every`."""
+    return log.step % every < log.steps
 
 
 def _duration(seconds: float) -> str:

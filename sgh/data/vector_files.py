@@ -75,13 +75,17 @@ class VectorFile:
         raise NotImplementedError
 
 
+def _check_numeric(where: str, dtype: np.dtype) -> None:
+    if dtype.kind not in "biuf":
+        raise UserInputError(f"{where} has non-numeric dtype {dtype}; expected integer, "
+                             "boolean or floating-point features")
+
+
 def _check_layout(where: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
     if dtype.hasobject:
         raise UserInputError(f"{where} holds an object (pickled) array, which is refused and "
                              "never unpickled; save a plain numeric array")
-    if dtype.kind not in "biuf":
-        raise UserInputError(f"{where} has non-numeric dtype {dtype}; expected integer, "
-                             "boolean or floating-point features")
+    _check_numeric(where, dtype)
     if any(side < 0 for side in shape):
         raise UserInputError(f"{where} declares the impossible shape {tuple(shape)}; the file "
                              "is corrupt")
@@ -395,9 +399,7 @@ def as_float32_features(rows: np.ndarray, path, key: str | None, first_row: int 
     """
     where = _where(path, key)
     dtype = rows.dtype
-    if dtype.kind not in "biuf":
-        raise UserInputError(f"{where} has non-numeric dtype {dtype}; expected integer, "
-                             "boolean or floating-point features")
+    _check_numeric(where, dtype)
     if dtype.kind != "f":  # integers: no NaN/Inf possible
         converted = rows.astype(np.float32)
         if dtype == np.uint8:

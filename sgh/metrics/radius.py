@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgh.metrics.conventions import NO_RELEVANT_POLICIES, average_over_queries, check_choice
-from sgh.metrics.histograms import label_histograms
+from sgh.metrics.histograms import DistanceHistograms, label_histograms
 
 
 def check_radius(radius: int, bits: int) -> int:
@@ -129,6 +129,12 @@ def pr_curve(
     histograms = label_histograms(
         query_codes, database_codes, bits, query_labels, database_labels, workers=workers
     )
+    return pr_curve_of_histograms(histograms, no_relevant)
+
+
+def pr_curve_of_histograms(histograms: DistanceHistograms, no_relevant: str = "skip") -> dict:
+    """:func:`pr_curve` from a scan already made (``label_histograms``); same result."""
+    bits = histograms.counts.shape[1] - 1
     per_query = per_query_lookup(histograms.counts, histograms.relevant)
     result = summarise_lookup(per_query, histograms.relevant.sum(axis=1), no_relevant)
     curve = {
