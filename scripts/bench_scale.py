@@ -71,7 +71,8 @@ def time_setting(setting: dict) -> dict:
         return 1e3 * (time.perf_counter() - started) / BLOCK_STEPS
 
     block()  # compilation and warm-up
-    return {"replicas": trainer.replicas, "blocks_ms_per_step": [block() for _ in range(BLOCKS)]}
+    return {"replicas": trainer.replicas, "device": model.W.device,
+            "blocks_ms_per_step": [block() for _ in range(BLOCKS)]}
 
 
 def speed_table(rounds: int) -> dict:

@@ -2,7 +2,9 @@
 
 The estimator is fitted on the training set and encodes database and queries; the run directory
 gets the same `codes.npz` and `metrics.json` as an SGH run, so every tool downstream treats all
-methods alike.
+methods alike. The baselines are closed-form fits (PCA, rotations) of the whole training set, so
+a streamed training set is read into memory for them; a streamed database is encoded chunk by
+chunk.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 from sgh.baselines import BASELINES
 from sgh.config import Config
 from sgh.data import RetrievalSplit
+from sgh.data.streamed_features import StreamedFeatures, iter_chunks
 from sgh.sgh_training import EncodedSplit
 
 
@@ -21,10 +24,13 @@ def fit_baseline(config: Config, split: RetrievalSplit) -> EncodedSplit:
     estimator = BASELINES[config.model.name](n_bits=config.model.bits,
                                              random_state=config.trainer.seed)
     started = time.perf_counter()
-    estimator.fit(split.train)
+    train = split.train
+    estimator.fit(train.load() if isinstance(train, StreamedFeatures) else train)
     train_seconds = time.perf_counter() - started
+    database = np.concatenate([np.packbits(estimator.transform(rows), axis=1)
+                               for _, rows in iter_chunks(split.database)])
     return EncodedSplit(
-        database=np.packbits(estimator.transform(split.database), axis=1),
+        database=database,
         query=np.packbits(estimator.transform(split.query), axis=1),
         fields={"train_seconds": train_seconds, "estimator_params": {
             key: value for key, value in estimator.get_params().items()

@@ -44,6 +44,10 @@ class FileDatasetConfig:
     query_path: str | None = None
     groundtruth_path: str | None = None  # query x K neighbour ids, 0-based (else computed)
     learn_path: str | None = None  # the training set (else the database)
+    # Read the training set and database from disk as needed instead of loading them
+    # (sgh/data/streamed_features.py): auto = when their float32 copies would exceed 4 GiB;
+    # always; never. Single-array .npy/.fvecs/.bvecs/.ivecs files only; same results either way.
+    streaming: str = "auto"
 
 
 @dataclass
@@ -177,6 +181,7 @@ CHOICES = {
     "trainer.strategy": ("auto", "one_device", "mirrored", "multi_worker"),
     "dataset.query_selection": ("random", "per_class"),
     "dataset.split": ("test", "validation"),
+    "dataset.streaming": ("auto", "always", "never"),
     "validation.metric": ("recall", "map"),
 }
 
@@ -203,6 +208,8 @@ def validate(config: Config) -> Config:
                  "model.init"]
         _check_range("model.alpha", model.alpha, 0)
         _check_range("model.beta", model.beta, 0)
+    if isinstance(dataset, FileDatasetConfig):
+        keys.append("dataset.streaming")
     for key in keys:
         section, attribute = key.split(".")
         _check_choice(key, getattr(sections[section], attribute))

@@ -34,7 +34,8 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts import atomic_path
-from sgh.neighbours import euclidean_neighbours
+from sgh.data.streamed_features import StreamedFeatures, iter_chunks, take_rows
+from sgh.neighbours import chunked_euclidean_neighbours
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +49,11 @@ def features_digest(query: np.ndarray, database: np.ndarray) -> str:
     """Hex BLAKE2b-128 of :data:`METHOD` and both arrays' dtype, shape and bytes."""
     digest = hashlib.blake2b(METHOD, digest_size=16)
     for array in (query, database):
-        array = np.ascontiguousarray(array)
-        digest.update(f"|{array.dtype.str}|{array.shape}|".encode())
-        digest.update(array.reshape(-1).view(np.uint8))  # the bytes in place, no copy
+        # A streamed database is hashed chunk by chunk: the same bytes, so the same digest.
+        digest.update(f"|{np.dtype(array.dtype).str}|{tuple(array.shape)}|".encode())
+        for _, rows in iter_chunks(array) if isinstance(array, StreamedFeatures) else [(0, array)]:
+            rows = np.ascontiguousarray(rows)
+            digest.update(rows.reshape(-1).view(np.uint8))  # the bytes in place, no copy
     return digest.hexdigest()
 
 
@@ -111,7 +114,8 @@ def _trusted(path: Path, query, database, k: int) -> np.ndarray | None:
         problem = "a query lists the same id twice"
     else:
         for row in np.linspace(0, n_queries - 1, min(_SAMPLED_QUERIES, n_queries)).astype(int):
-            differences = database[ids[row]].astype(np.float64) - query[row].astype(np.float64)
+            differences = (take_rows(database, ids[row]).astype(np.float64)
+                           - query[row].astype(np.float64))
             distances = np.einsum("ij,ij->i", differences, differences)
             # Relative slack: the reference computed these same sums, perhaps in another order.
             slack = 1e-9 * max(1.0, float(distances[-1]))
@@ -156,14 +160,15 @@ def cached_euclidean_neighbours(
         raise ValueError(
             f"k must be an integer between 1 and the database size {len(database)}, got {k!r}"
         )
+    compute = chunked_euclidean_neighbours  # bounded memory, in memory or streamed
     if dataset_path is None:
-        return euclidean_neighbours(query, database, k), "exact, computed blockwise"
+        return compute(query, database, k), "exact, computed blockwise"
     candidates = cache_candidates(dataset_path, features_digest(query, database))
     for path in candidates:
         ids = _trusted(path, query, database, k)
         if ids is not None:
             return ids, f"exact, computed blockwise earlier; read from the cache {path}"
-    ids = euclidean_neighbours(query, database, k)
+    ids = compute(query, database, k)
     for path in candidates:
         if _write(path, ids):
             return ids, f"exact, computed blockwise; cached in {path}"

@@ -30,6 +30,8 @@ import numpy as np
 import tensorflow as tf
 
 from sgh.config import ModelConfig
+from sgh.data.streamed_features import Features, iter_chunks
+from sgh.feature_statistics import FeatureStatistics, feature_statistics
 from sgh.ops import doubly_sn
 
 # The stateless RNG of the neuron's noise and the batches: named, not "auto_select", so the
@@ -67,20 +69,29 @@ class SGH(tf.Module):
             self.m = tf.Variable(init["m"], name="m")
 
     @classmethod
-    def from_training_data(cls, config: ModelConfig, x_train: np.ndarray, seed: int) -> SGH:
-        x_train = np.asarray(x_train, np.float32)
-        dim = x_train.shape[1]
-        mean64 = x_train.mean(axis=0, dtype=np.float64)
+    def from_training_data(cls, config: ModelConfig, x_train: Features, seed: int) -> SGH:
+        """The model for training on `x_train` (in memory or streamed: one pass over it)."""
+        return cls.from_statistics(config, feature_statistics(x_train), seed)
+
+    @classmethod
+    def from_statistics(cls, config: ModelConfig, statistics: FeatureStatistics,
+                        seed: int) -> SGH:
+        dim = len(statistics.mean)
         if config.normalization == "isotropic":
             # One global scale (RMS of the centred coordinates) keeps Euclidean neighbours intact;
             # per-dimension z-scoring would change them (measured: Recall10@100 0.615 -> 0.483).
-            mean = mean64.astype(np.float32)
-            variance = np.mean(np.square(x_train - mean, dtype=np.float64))
+            mean = statistics.mean.astype(np.float32)
+            # Centred on the float32 mean the model subtracts: sum (x - mean32)^2 =
+            # sum (x - mean64)^2 + n (mean64 - mean32)^2 per dimension.
+            offset = statistics.mean - mean
+            variance = float(np.sum(statistics.squared_deviations
+                                    + statistics.count * np.square(offset))
+                             / (statistics.count * dim))
             scale = math.sqrt(variance) if variance > 0 else 1.0
         else:
             mean, scale = np.zeros(dim, np.float32), 1.0
-        normalised_var = x_train.var(axis=0, dtype=np.float64) / scale**2
-        normalised_mean = (mean64 - mean) / scale
+        normalised_var = statistics.variance / scale**2
+        normalised_mean = (statistics.mean - mean) / scale
         init = initial_weights(config, dim, normalised_mean, normalised_var, seed)
         return cls(config, dim, mean, scale, init)
 
@@ -219,18 +230,22 @@ def initial_weights(config: ModelConfig, dim: int, mean: np.ndarray, variance: n
 ENCODE_BATCH = 16384
 
 
-def _bit_chunks(model: SGH, x: np.ndarray, batch_size: int):
-    for start in range(0, len(x), batch_size):
-        yield model.encode_bits(x[start:start + batch_size]).numpy()
+def _bit_chunks(model: SGH, x: Features, batch_size: int):
+    for _, rows in iter_chunks(x, batch_size):
+        yield model.encode_bits(rows).numpy()
 
 
-def encode_bit_matrix(model: SGH, x: np.ndarray, batch_size: int = ENCODE_BATCH) -> np.ndarray:
+def encode_bit_matrix(model: SGH, x: Features, batch_size: int = ENCODE_BATCH) -> np.ndarray:
     """Unpacked `(n, bits)` uint8 0/1 codes, encoded in chunks (for code-health statistics)."""
     chunks = list(_bit_chunks(model, x, batch_size))
     return np.concatenate(chunks) if chunks else np.zeros((0, model.bits), np.uint8)
 
 
-def encode_packed(model: SGH, x: np.ndarray, batch_size: int = ENCODE_BATCH) -> np.ndarray:
-    """Packed codes `np.packbits(bits, axis=1)` (first bit = MSB of byte 0), encoded in chunks."""
-    chunks = [np.packbits(bits, axis=1) for bits in _bit_chunks(model, x, batch_size)]
-    return np.concatenate(chunks) if chunks else np.zeros((0, (model.bits + 7) // 8), np.uint8)
+def encode_packed(model: SGH, x: Features, batch_size: int = ENCODE_BATCH) -> np.ndarray:
+    """Packed codes `np.packbits(bits, axis=1)` (first bit = MSB of byte 0), encoded in chunks;
+    `x` in memory or streamed from disk (then only one chunk of features is read at a time)."""
+    codes = np.empty((len(x), (model.bits + 7) // 8), np.uint8)
+    for start, bits in zip(range(0, len(x), batch_size), _bit_chunks(model, x, batch_size),
+                           strict=True):
+        codes[start:start + len(bits)] = np.packbits(bits, axis=1)
+    return codes

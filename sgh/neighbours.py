@@ -129,3 +129,48 @@ def euclidean_neighbours(
         first = np.cumsum(per_query) - per_query
         neighbours[block] = candidates[order][first[:, None] + np.arange(k)]
     return neighbours
+
+
+# Database rows per chunk of `chunked_euclidean_neighbours`: 64 MiB as float64.
+_DATABASE_CHUNK_BYTES = 1 << 26
+# Queries whose merge candidates are compared at a time.
+_MERGE_QUERIES = 256
+
+
+def chunked_euclidean_neighbours(query: np.ndarray, database, k: int,
+                                 chunk_rows: int | None = None) -> np.ndarray:
+    """`euclidean_neighbours` over a database read in row chunks (in memory or
+    `sgh.data.streamed_features.StreamedFeatures`); the same ids, in the same order.
+
+    Each chunk's exact k nearest are found as above; their exact distances (computed as there,
+    so equal distances compare equal) and global ids are merged with the best so far, ordered
+    by (distance, database index). The global k nearest are among the chunks' k nearest, so the
+    merge is exact. Each chunk is converted to float64 once (exactly), and the queries are
+    blocked against it as above. Memory: one chunk (``chunk_rows``, default 64 MiB as float64)
+    with the block distances, and (n_queries, 2k) candidates, whatever the database's size.
+    Unlike a single `euclidean_neighbours` call, whose query blocks shrink as the database grows
+    (one query per block beyond 8 M items, each converting the whole database), the work per
+    query block stays the same.
+    """
+    from sgh.data.streamed_features import iter_chunks
+
+    query = _as_features(query, "query")
+    if chunk_rows is None:
+        chunk_rows = max(1, _DATABASE_CHUNK_BYTES // (8 * query.shape[1]))
+    best_ids = np.zeros((len(query), 0), np.int64)
+    best_distances = np.zeros((len(query), 0))
+    for start, rows in iter_chunks(database, chunk_rows):
+        rows = rows.astype(np.float64)
+        ids = euclidean_neighbours(query, rows, min(k, len(rows)))
+        distances = np.empty(ids.shape)
+        for first in range(0, len(query), _MERGE_QUERIES):
+            block = slice(first, first + _MERGE_QUERIES)
+            diff = (rows[ids[block]].astype(np.float64)
+                    - query[block, None, :].astype(np.float64)).reshape(-1, query.shape[1])
+            distances[block] = np.einsum("ij,ij->i", diff, diff).reshape(-1, ids.shape[1])
+        merged_ids = np.concatenate([best_ids, ids + start], axis=1)
+        merged_distances = np.concatenate([best_distances, distances], axis=1)
+        order = np.lexsort((merged_ids, merged_distances), axis=1)[:, :k]
+        best_ids = np.take_along_axis(merged_ids, order, axis=1)
+        best_distances = np.take_along_axis(merged_distances, order, axis=1)
+    return best_ids

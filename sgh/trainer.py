@@ -3,12 +3,14 @@
 Why it is fast: a plain TF2 port calls one `tf.function` per step and feeds each batch from numpy;
 at SGH's size (~125 MFLOP a step) that per-call overhead is a large share of the step. Here the
 training set lives in a TF variable, batches are gathered on the device, and `steps_per_call`
-steps run inside one `tf.while_loop`, compiled with XLA.
+steps run inside one `tf.while_loop`, compiled with XLA. A training set streamed from disk
+(`StreamedFeatures`) is fed instead as one (steps, batch, d) block per call, read ahead by a
+tf.data pipeline (`sgh.input_pipeline`); the batches, and so the weights, are the same.
 
 Why it is reproducible: the batch indices and the neuron's noise of step t are drawn from
 stateless RNGs keyed by (seed, 2t) and (seed, 2t + 1), so a run's data order depends only on the
-seed and the step, never on how the steps were grouped into calls or whether the run was
-restarted.
+seed and the step, never on how the steps were grouped into calls, whether the run was
+restarted, or whether the data were streamed.
 
 Several replicas (`sgh.distribute`: mirrored GPUs or logical CPUs, or workers): the global batch
 stays `batch_size`. Every replica draws the same global batch of step t and takes its own slice,
@@ -30,9 +32,11 @@ import numpy as np
 import tensorflow as tf
 
 from sgh.config import TrainerConfig
+from sgh.data.streamed_features import Features, StreamedFeatures
 from sgh.distribute import Workers, is_multi_worker, strategy_for
 from sgh.errors import TrainingDiverged, UserInputError
-from sgh.model import LOSS_TERMS, RNG_ALGORITHM, SGH
+from sgh.input_pipeline import batch_ids, call_plan, streamed_blocks
+from sgh.model import LOSS_TERMS, SGH
 
 # TF1's AdamOptimizer default, which the released demo used (Keras' default is 1e-7).
 ADAM_EPSILON = 1e-8
@@ -88,13 +92,14 @@ def replica_share(terms: dict[str, tf.Tensor], replicas: int,
 
 
 class Trainer:
-    """Trains `model` on `x_train`; on several replicas when `strategy` has them.
+    """Trains `model` on `x_train` (in memory, or `StreamedFeatures` read from disk as needed);
+    on several replicas when `strategy` has them.
 
     `strategy` defaults to `sgh.distribute.strategy_for(config)`; with several replicas the model
     must have been built inside `strategy.scope()` (its variables mirrored).
     """
 
-    def __init__(self, model: SGH, x_train: np.ndarray, config: TrainerConfig,
+    def __init__(self, model: SGH, x_train: Features, config: TrainerConfig,
                  strategy: tf.distribute.Strategy | None = None):
         self.model, self.config = model, config
         self.strategy = strategy if strategy is not None else strategy_for(config)
@@ -108,10 +113,12 @@ class Trainer:
         self.gradient_names = () if self.replicated else tuple(
             variable.name.split(":")[0].split("/")[-1]
             for variable in model.trainable_variables) + ("global",)
+        self.streamed = x_train if isinstance(x_train, StreamedFeatures) else None
         with self.strategy.scope():
-            # A variable, not a constant: a constant would be copied into every traced graph.
-            self.data = tf.Variable(np.asarray(x_train, np.float32), trainable=False,
-                                    name="train")
+            if self.streamed is None:
+                # A variable, not a constant: a constant would be copied into every traced graph.
+                self.data = tf.Variable(np.asarray(x_train, np.float32), trainable=False,
+                                        name="train")
             self.optimizer = keras.optimizers.Adam(learning_rate_schedule(config),
                                                    epsilon=ADAM_EPSILON)
             self.optimizer.build(model.trainable_variables)
@@ -153,21 +160,23 @@ class Trainer:
         return tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self.step,
                                    **extra)
 
-    def _global_batch(self, step: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Step `step`'s batch indices (B,) and the neuron's noise (B, bits), whoever draws them."""
-        seed = tf.cast(self.config.seed, tf.int64)
-        batch_ids = tf.random.stateless_uniform(
-            [self.config.batch_size], seed=tf.stack([seed, 2 * step]), maxval=self.n_train,
-            dtype=tf.int32, alg=RNG_ALGORITHM)  # with replacement, as the released demo does
-        epsilon = self.model.sample_noise(self.config.batch_size, tf.stack([seed, 2 * step + 1]))
-        return batch_ids, epsilon
+    def _batch_ids(self, step: tf.Tensor) -> tf.Tensor:
+        """Step `step`'s batch indices (B,), whoever draws them (`sgh.input_pipeline`)."""
+        return batch_ids(self.config.seed, step, self.config.batch_size, self.n_train)
+
+    def _noise(self, step: tf.Tensor) -> tf.Tensor:
+        """Step `step`'s noise of the neuron (B, bits)."""
+        seed = tf.stack([tf.cast(self.config.seed, tf.int64), 2 * step + 1])
+        return self.model.sample_noise(self.config.batch_size, seed)
 
     # ---- one device: the whole call is one XLA computation ---------------------------------
-    def train_step(self, step: tf.Tensor) -> tf.Tensor:
-        """One optimizer step at global step `step`; returns the loss terms, then the gradient
-        norms (`gradient_names`), as one vector."""
-        batch_ids, epsilon = self._global_batch(step)
-        x = tf.gather(self.data, batch_ids)
+    def train_step(self, step: tf.Tensor, x: tf.Tensor | None = None) -> tf.Tensor:
+        """One optimizer step at global step `step` on its batch `x` (gathered from the
+        in-memory training set when None); returns the loss terms, then the gradient norms
+        (`gradient_names`), as one vector."""
+        if x is None:
+            x = tf.gather(self.data, self._batch_ids(step))
+        epsilon = self._noise(step)
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             terms = self.model.loss_terms(x, epsilon)
@@ -180,11 +189,13 @@ class Trainer:
         return tf.concat([tf.stack([terms[name] for name in self.term_names]), norms,
                           tf.norm(norms)[tf.newaxis]], axis=0)
 
-    def _run_steps(self, n_steps: tf.Tensor) -> tf.Tensor:
+    def _run_steps(self, n_steps: tf.Tensor, block: tf.Tensor | None = None) -> tf.Tensor:
+        """`n_steps` steps from the current one; `block`: their streamed batches (n, B, d)."""
         start = self.step.read_value()
 
         def body(i, total):
-            return i + 1, total + self.train_step(start + tf.cast(i, tf.int64))
+            x = None if block is None else block[i]
+            return i + 1, total + self.train_step(start + tf.cast(i, tf.int64), x)
 
         zeros = tf.zeros([len(self.term_names) + len(self.gradient_names)])
         _, total = tf.while_loop(lambda i, _: i < n_steps, body, (tf.constant(0), zeros))
@@ -192,12 +203,16 @@ class Trainer:
         return total / tf.cast(n_steps, tf.float32)
 
     # ---- several replicas --------------------------------------------------------------------
-    def _gradients(self, step: tf.Tensor, replica: tf.Tensor):
-        """Replica `replica`'s gradients of its share of step `step`'s objective, and its terms."""
+    def _gradients(self, step: tf.Tensor, replica: tf.Tensor, x_global: tf.Tensor | None = None):
+        """Replica `replica`'s gradients of its share of step `step`'s objective, and its terms;
+        `x_global`: the step's streamed global batch (else gathered from memory)."""
         local_batch = self.config.batch_size // self.replicas
-        batch_ids, epsilon = self._global_batch(step)
+        epsilon = self._noise(step)
         first = replica * local_batch
-        x = tf.gather(self.data, batch_ids[first:first + local_batch])
+        if x_global is None:
+            x = tf.gather(self.data, self._batch_ids(step)[first:first + local_batch])
+        else:
+            x = x_global[first:first + local_batch]
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             terms = replica_share(self.model.loss_terms(x, epsilon[first:first + local_batch]),
@@ -205,20 +220,23 @@ class Trainer:
         gradients = tape.gradient(terms["objective"], variables)
         return gradients, tf.stack([terms[name] for name in self.term_names])
 
-    def _replica_step(self, step: tf.Tensor) -> None:
+    def _replica_step(self, step: tf.Tensor, x_global: tf.Tensor | None = None) -> None:
         replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32)
-        gradients, terms = self._replica_gradients(step, replica)
+        gradients, terms = self._replica_gradients(step, replica, x_global)
         variables = self.model.trainable_variables
         # Keras all-reduces (sums) the replicas' gradients before the update.
         self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
         self._term_sums.assign_add(terms)
 
-    def _run_replicated_steps(self, n_steps: tf.Tensor) -> tf.Tensor:
+    def _run_replicated_steps(self, n_steps: tf.Tensor, block: tf.Tensor | None = None
+                              ) -> tf.Tensor:
         start = self.step.read_value()
         self._term_sums.assign(tf.zeros([len(self.term_names)]))
 
         def body(i):
-            self.strategy.run(self._replica_step, args=(start + tf.cast(i, tf.int64),))
+            step = start + tf.cast(i, tf.int64)
+            self.strategy.run(self._replica_step,
+                              args=(step,) if block is None else (step, block[i]))
             return (i + 1,)
 
         tf.while_loop(lambda i: i < n_steps, body, (tf.constant(0),))
@@ -249,11 +267,18 @@ class Trainer:
             self.workers.adopt_chief_values([*self.model.variables, self.step,
                                              *self.optimizer.variables])
         logs, n_terms = [], len(self.term_names)
-        while int(self.step.numpy()) < self.config.steps and not self._stop(stop_requested):
-            n = min(self.config.steps_per_call, self.config.steps - int(self.step.numpy()))
+        blocks = (None if self.streamed is None else
+                  iter(streamed_blocks(self.streamed, self.config, int(self.step.numpy()))))
+        for _, n in call_plan(self.config, int(self.step.numpy())):
+            if self._stop(stop_requested):
+                break
             learning_rate = self.current_learning_rate()
             started = time.perf_counter()
-            means = self._run(tf.constant(n)).numpy()
+            if blocks is None:
+                means = self._run(tf.constant(n)).numpy()
+            else:
+                # The time waiting for a block counts: a slow disk shows in ms_per_step.
+                means = self._run(tf.constant(n), next(blocks)).numpy()
             log = ChunkLog(step=int(self.step.numpy()), steps=n,
                            seconds=time.perf_counter() - started, learning_rate=learning_rate,
                            terms=dict(zip(self.term_names, means[:n_terms].tolist(),

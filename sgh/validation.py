@@ -23,6 +23,7 @@ import numpy as np
 
 from sgh.config import ValidationConfig
 from sgh.data import RetrievalSplit
+from sgh.data.streamed_features import Features, take_rows, without_rows
 from sgh.errors import UserInputError
 from sgh.metrics import mean_average_precision, recall_at_n
 from sgh.neighbours import euclidean_neighbours
@@ -54,9 +55,35 @@ class ValidationSet:
                            k=self.k)[RECALL_CUTOFF]
 
 
+# Up to this many training items the draws are permutations of all of them (the validation split
+# of every run so far); beyond, samplers whose memory does not grow with the training set (a
+# permutation of SIFT-1B's 10^9 items would take 8 GB). Streamed and in-memory runs both draw here.
+PERMUTATION_LIMIT = 10_000_000
+
+
+def _draw(n: int, n_queries: int, n_database: int) -> tuple[np.ndarray, np.ndarray]:
+    """(held-out query ids, sorted validation-database ids) among n training items."""
+    query_rng, database_rng = (np.random.default_rng(seed)
+                               for seed in (_QUERY_SEED, _DATABASE_SEED))
+    if n <= PERMUTATION_LIMIT:
+        held_out = query_rng.permutation(n)[:n_queries]
+        kept = np.setdiff1d(np.arange(n), held_out)  # sorted: training order is unchanged
+        return held_out, np.sort(database_rng.permutation(kept)[:n_database])
+    held_out = query_rng.choice(n, n_queries, replace=False)
+    # Positions among the kept items, then their ids: each held-out id shifts the later ones.
+    positions = np.sort(database_rng.choice(n - n_queries, min(n_database, n - n_queries),
+                                            replace=False))
+    hidden = np.sort(held_out)
+    return held_out, positions + np.searchsorted(hidden - np.arange(n_queries), positions,
+                                                 side="right")
+
+
 def carve(split: RetrievalSplit, config: ValidationConfig,
-          recall_k: int) -> tuple[np.ndarray, ValidationSet]:
-    """Split the training set into (training items, validation set); see the module doc."""
+          recall_k: int) -> tuple[Features, ValidationSet]:
+    """Split the training set into (training items, validation set); see the module doc.
+
+    A streamed training set stays on disk: the validation items are read, and the training
+    items are the file minus the held-out rows."""
     train = split.train
     n_queries = min(config.queries, len(train) // MAX_HELD_OUT_SHARE)
     if n_queries < 1:
@@ -64,9 +91,8 @@ def carve(split: RetrievalSplit, config: ValidationConfig,
             f"{split.name!r} has {len(train)} training items, too few to hold out validation "
             f"queries (at most 1 in {MAX_HELD_OUT_SHARE}); train without validation: "
             "validation.every=0")
-    held_out = np.random.default_rng(_QUERY_SEED).permutation(len(train))[:n_queries]
-    kept = np.setdiff1d(np.arange(len(train)), held_out)  # sorted: training order is unchanged
-    sample = np.sort(np.random.default_rng(_DATABASE_SEED).permutation(kept)[: config.database])
+    held_out, sample = _draw(len(train), n_queries, config.database)
+    query, database = take_rows(train, held_out), take_rows(train, sample)
     metric = config.metric
     if metric == "map" and not split.has_labels:
         raise UserInputError(f"validation.metric=map needs labels, and {split.name!r} has none; "
@@ -76,14 +102,14 @@ def carve(split: RetrievalSplit, config: ValidationConfig,
         # The training set is the head of the database in every labelled layout.
         labels = split.database_labels[: len(train)]
         validation = ValidationSet(
-            metric="map", query=train[held_out], database=train[sample],
+            metric="map", query=query, database=database,
             query_labels=labels[held_out], database_labels=labels[sample],
             convention=f"validation mAP@all, tie-aware, relevant = same label; {size}")
     else:
         k = min(recall_k, len(sample))
         validation = ValidationSet(
-            metric=f"recall{k}@{RECALL_CUTOFF}", query=train[held_out], database=train[sample],
-            groundtruth=euclidean_neighbours(train[held_out], train[sample], k), k=k,
+            metric=f"recall{k}@{RECALL_CUTOFF}", query=query, database=database,
+            groundtruth=euclidean_neighbours(query, database, k), k=k,
             convention=(f"validation Recall{k}@{RECALL_CUTOFF}, tie-aware, exact Euclidean "
                         f"neighbours; {size}"))
-    return train[kept], validation
+    return without_rows(train, held_out), validation

@@ -34,7 +34,7 @@ def counting_calls(monkeypatch):
         calls.append(k)
         return euclidean_neighbours(query, database, k)
 
-    monkeypatch.setattr(cache, "euclidean_neighbours", counted)
+    monkeypatch.setattr(cache, "chunked_euclidean_neighbours", counted)
     return calls
 
 

@@ -14,6 +14,7 @@ from sgh.data.split import (
     pooled_split,
     validation_split,
 )
+from sgh.data.streamed_features import StreamedFeatures
 from sgh.data.synthetic import gaussian_clusters
 from sgh.data.vector_files import list_keys, require_same_scaling
 from sgh.errors import UserInputError
@@ -34,6 +35,11 @@ def load_split(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> Retrieval
         raise UserInputError(f"dataset {dataset.name!r}: the training set has {len(split.train)} "
                              "items; at least 2 are needed")
     if dataset.split == "validation":
+        if isinstance(split.train, StreamedFeatures):
+            raise UserInputError(
+                f"dataset.split=validation reorders the training set in memory, and "
+                f"{split.train.path} is streamed from disk; use the built-in model selection "
+                "(validation.every, on by default) or dataset.streaming=never")
         split = validation_split(split, dataset.n_queries)
     return split
 
@@ -57,6 +63,10 @@ def _load_file(dataset: FileDatasetConfig) -> RetrievalSplit:
         raise UserInputError(f"{path}: keys found: {', '.join(sorted(keys)) or 'none'}; "
                              f"expected {npz_file.ACCEPTED_LAYOUTS}, or a single array (the "
                              "database, with dataset.query_path=FILE)")
+    if dataset.streaming == "always":
+        raise UserInputError(f"dataset.streaming=always: {path} holds named arrays, which are "
+                             "read whole; store the database (and training set) as single-array "
+                             ".npy, .fvecs or .bvecs files, or use dataset.streaming=auto")
     for setting, value in (("dataset.query_path", dataset.query_path),
                            ("dataset.groundtruth_path", dataset.groundtruth_path),
                            ("dataset.learn_path", dataset.learn_path)):

@@ -21,9 +21,11 @@ from pathlib import Path
 
 from sgh.data.npz_file import groundtruth as checked_groundtruth
 from sgh.data.split import RetrievalSplit, ann_split
+from sgh.data.streamed_features import StreamedFeatures, choose_streaming
 from sgh.data.vector_files import (
     VectorFile,
     WholeArrayVectors,
+    conversion_of,
     open_vectors,
     read_float32,
     require_same_scaling,
@@ -89,9 +91,14 @@ def load_ann_files(dataset, base_path: Path) -> RetrievalSplit:
                 f"{truth_file.path}: has {len(truth_file)} rows of ground truth but "
                 f"{features['query'].path} has {len(features['query'])} queries; they must match")
 
-    base_features, conversion = read_float32(base)
     query, _ = read_float32(features["query"])
-    learn = read_float32(features["learn"])[0] if "learn" in features else None
+    stored = [base] + ([features["learn"]] if "learn" in features else [])
+    if choose_streaming(dataset.streaming, stored):
+        base_features, conversion = StreamedFeatures(base), conversion_of(base.dtype)
+        learn = StreamedFeatures(features["learn"]) if "learn" in features else None
+    else:
+        base_features, conversion = read_float32(base)
+        learn = read_float32(features["learn"])[0] if "learn" in features else None
     truth = None
     if truth_file is not None:
         truth = checked_groundtruth(truth_file.path, truth_file.read(0, len(truth_file)),

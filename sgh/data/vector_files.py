@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from sgh.data.mat5_structure import MalformedMat, check_mat5_structure, is_mat_v4
+from sgh.data.positioned_reads import read_runs
 from sgh.errors import UserInputError
 
 ACCEPTED_SUFFIXES = (".npy", ".npz", ".fvecs", ".bvecs", ".ivecs", ".mat")
@@ -73,6 +74,39 @@ class VectorFile:
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         raise NotImplementedError
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The rows at the sorted, distinct indices `rows`, in the stored dtype.
+
+        Fixed-stride formats read each run of consecutive rows with one positioned read into
+        the result (no memory map, so resident memory is the result alone)."""
+        rows = np.asarray(rows, np.int64)
+        if not len(rows):
+            return self.read(0, 0)
+        if rows[0] < 0 or rows[-1] >= len(self):
+            raise ValueError(f"rows outside 0..{len(self)}")
+        layout = self._stride_layout()
+        if layout is None:  # read whole anyway (.npz, .mat), or strided (Fortran-order .npy)
+            return self._read(0, len(self))[rows]
+        offset, record = layout
+        records = np.empty(len(rows), record)
+        first = np.flatnonzero(np.diff(rows, prepend=-2) != 1)  # each run's first row
+        sizes = np.diff(np.append(first, len(rows))) * record.itemsize
+        offsets = offset + rows[first] * record.itemsize
+        with open(self.path, "rb", buffering=0) as handle:
+            short, got = read_runs(handle.fileno(), records, first * record.itemsize, sizes,
+                                   offsets)
+        if short >= 0:
+            raise UserInputError(f"{self.where} is truncated (expected {sizes[short]} bytes at "
+                                 f"offset {offsets[short]}, found {got})")
+        return self._from_records(records, rows)
+
+    def _stride_layout(self) -> tuple[int, np.dtype] | None:
+        """(byte offset of row 0, dtype of one stored row) for fixed-stride formats, else None."""
+        return None
+
+    def _from_records(self, records: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return records
 
 
 def _check_numeric(where: str, dtype: np.dtype) -> None:
@@ -128,6 +162,11 @@ class NpyVectors(VectorFile):
                                  f"its header says shape {self.shape} {self.dtype}, "
                                  f"{expected} bytes)")
 
+    def _stride_layout(self):
+        if self.fortran_order:
+            return None
+        return self.data_offset, np.dtype((self.dtype, (self.shape[1],)))
+
     def _read(self, start, stop):
         n, d = self.shape
         if not self.fortran_order:
@@ -168,13 +207,23 @@ class TexmexVectors(VectorFile):
     def _rows(self, start, stop):
         rows = _positioned_read(self.path, self.where, self.row_type,
                                 start * self.row_type.itemsize, stop - start)
-        wrong = np.nonzero(rows["dim"] != self.shape[1])[0]
+        self._check_dimensions(rows, np.arange(start, stop))
+        return rows
+
+    def _check_dimensions(self, records: np.ndarray, rows: np.ndarray) -> None:
+        wrong = np.nonzero(records["dim"] != self.shape[1])[0]
         if len(wrong):
             raise UserInputError(
-                f"{self.path}: row {start + wrong[0]} declares dimension "
-                f"{rows['dim'][wrong[0]]} but the first row declares {self.shape[1]}; every row "
-                f"of a {self.path.suffix} file must have the same dimension")
-        return rows
+                f"{self.path}: row {rows[wrong[0]]} declares dimension "
+                f"{records['dim'][wrong[0]]} but the first row declares {self.shape[1]}; every "
+                f"row of a {self.path.suffix} file must have the same dimension")
+
+    def _stride_layout(self):
+        return 0, self.row_type
+
+    def _from_records(self, records, rows):
+        self._check_dimensions(records, rows)
+        return np.ascontiguousarray(records["values"])
 
     def _read(self, start, stop):
         return np.ascontiguousarray(self._rows(start, stop)["values"])

@@ -1,0 +1,181 @@
+"""Out-of-core training at scale: `sgh-train` on an N x 128 uint8 `.bvecs` streamed from disk.
+
+    python scripts/bench_stream.py                                  # 10,000,000 vectors
+    python scripts/bench_stream.py --n 1000000 --json bench_stream.json
+
+Steps: (1) write `toy_base.bvecs` (N x 128, SIFT-1B's format; a 16-dim latent mapped to 128
+uint8 values plus noise, see `write_structured_bvecs`) and `toy_query.bvecs` (1,000 queries)
+chunk by chunk; (2) run the full `sgh-train` job on them in a subprocess with
+`dataset.streaming=always`: the statistics pass, validation carve, `--steps` training steps from
+the tf.data pipeline, encoding the database, exact ground truth over database chunks,
+evaluation; its peak RSS (the child's own VmHWM, read at its exit) is the figure, against the
+float32 copy of the data it never makes; (3) the speed side by side on a `--compare-n` dataset
+of the same kind (default 1,000,000 vectors, which fit in memory): median ms per training step
+of the in-memory path (batches gathered on the device) and of the streamed path, each in its
+own process, alternating for `--rounds` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_encode import GENERATE_CHUNK  # noqa: E402
+
+# Runs sgh-train in this child and prints its own peak RSS at exit (VmHWM: see bench_encode).
+CHILD = """
+import atexit, sys
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            print("PEAK_RSS_BYTES", int(line.split()[1]) * 1024, flush=True)
+atexit.register(peak)
+sys.argv = ["sgh-train", *sys.argv[1:]]
+from sgh.train import main
+main()
+"""
+QUERIES, DIM = 1000, 128
+
+
+def train(base: Path, run_dir: Path, streaming: str, steps: int, extra: list[str]) -> dict:
+    """One sgh-train job; its metrics, peak RSS and wall time."""
+    args = [f"dataset.path={base}", "dataset=file", f"dataset.streaming={streaming}",
+            f"trainer.steps={steps}", "model.bits=32", f"hydra.run.dir={run_dir}", *extra]
+    started = time.perf_counter()
+    child = subprocess.run([sys.executable, "-c", CHILD, *args], cwd=ROOT, capture_output=True,
+                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                           "PYTHONUNBUFFERED": "1"})
+    wall = time.perf_counter() - started
+    if child.returncode != 0:
+        sys.exit(f"[bench] sgh-train failed ({' '.join(args)}):\n{child.stderr[-3000:]}")
+    peak = next(int(line.split()[1]) for line in child.stdout.splitlines()
+                if line.startswith("PEAK_RSS_BYTES"))
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    streamed_line = next((line for line in child.stdout.splitlines()
+                          if line.startswith("[sgh] streaming")), None)
+    return {"metrics": metrics, "peak_rss_bytes": peak, "wall_seconds": wall,
+            "streaming_line": streamed_line}
+
+
+LATENT_DIM = 16
+
+
+def write_structured_bvecs(path: Path, n: int, seed: int) -> None:
+    """n SIFT-like uint8 rows with neighbourhood structure, written chunk by chunk: a 16-dim
+    Gaussian latent mapped linearly to 128 dims (the same map for every file), plus noise,
+    rounded and clipped to 0..255. Euclidean neighbours then follow the latent, as in real
+    descriptors, so Recall10@100 is a meaningful figure (clusters of pure noise would make every
+    neighbour a coin toss)."""
+    mixing = np.random.default_rng(12345).normal(0.0, 12.0, (LATENT_DIM, DIM))
+    rng = np.random.default_rng(seed)
+    row_type = np.dtype([("dim", "<i4"), ("values", "u1", (DIM,))])
+    with open(path, "wb") as handle:
+        for start in range(0, n, GENERATE_CHUNK):
+            count = min(GENERATE_CHUNK, n - start)
+            values = 128.0 + rng.normal(size=(count, LATENT_DIM)) @ mixing
+            values += rng.normal(0.0, 8.0, values.shape)
+            rows = np.empty(count, row_type)
+            rows["dim"] = DIM
+            rows["values"] = np.clip(np.rint(values), 0, 255)
+            rows.tofile(handle)
+
+
+def write_dataset(folder: Path, n: int) -> Path:
+    write_structured_bvecs(folder / "toy_base.bvecs", n, seed=0)
+    write_structured_bvecs(folder / "toy_query.bvecs", QUERIES, seed=1)
+    return folder / "toy_base.bvecs"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10_000_000, help="database vectors")
+    parser.add_argument("--steps", type=int, default=5000, help="training steps at --n")
+    parser.add_argument("--compare-n", type=int, default=1_000_000,
+                        help="vectors of the in-memory vs streamed speed comparison (0 skips)")
+    parser.add_argument("--compare-steps", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--workdir", default=None, help="where the files go (default: a temp dir)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    report: dict = {"cpu_count": os.cpu_count(), "dim": DIM, "queries": QUERIES}
+    with tempfile.TemporaryDirectory(prefix="bench_stream.", dir=args.workdir) as workdir:
+        workdir = Path(workdir)
+        if args.compare_n:
+            small = workdir / "small"
+            small.mkdir()
+            base = write_dataset(small, args.compare_n)
+            times: dict[str, list[float]] = {"never": [], "always": []}
+            peaks: dict[str, int] = {}
+            for round_ in range(args.rounds):
+                for streaming in times:  # side by side: load drifts over time
+                    result = train(base, workdir / f"compare-{streaming}-{round_}", streaming,
+                                   args.compare_steps, ["validation.every=0"])
+                    times[streaming].append(result["metrics"]["ms_per_step"])
+                    peaks[streaming] = max(peaks.get(streaming, 0), result["peak_rss_bytes"])
+            medians = {key: float(np.median(value)) for key, value in times.items()}
+            report["compare"] = {
+                "n": args.compare_n, "steps": args.compare_steps, "rounds": args.rounds,
+                "in_memory_ms_per_step": medians["never"],
+                "streamed_ms_per_step": medians["always"],
+                "streamed_over_in_memory": medians["always"] / medians["never"],
+                "runs_ms_per_step": times,
+                "in_memory_peak_rss_bytes": peaks["never"],
+                "streamed_peak_rss_bytes": peaks["always"],
+                "convention": ("median over runs of metrics.json ms_per_step (median over "
+                               "compiled calls of wall time / steps, first call excluded); "
+                               "32 bits, batch 500, steps_per_call 100, no validation"),
+            }
+            c = report["compare"]
+            print(f"[bench] {args.compare_n:,} x {DIM}: in memory {c['in_memory_ms_per_step']:.2f}"
+                  f" ms/step (peak RSS {c['in_memory_peak_rss_bytes'] / 2**20:,.0f} MiB), "
+                  f"streamed {c['streamed_ms_per_step']:.2f} ms/step (peak RSS "
+                  f"{c['streamed_peak_rss_bytes'] / 2**20:,.0f} MiB): "
+                  f"{c['streamed_over_in_memory']:.2f}x the time per step", flush=True)
+        if args.n:
+            big = workdir / "big"
+            big.mkdir()
+            started = time.perf_counter()
+            base = write_dataset(big, args.n)
+            print(f"[bench] wrote {base} ({base.stat().st_size / 2**30:.2f} GiB) in "
+                  f"{time.perf_counter() - started:.0f} s; training streamed ...", flush=True)
+            result = train(base, workdir / "big-run", "always", args.steps, [])
+            metrics = result["metrics"]
+            report["streamed"] = {
+                "n": args.n, "steps": args.steps, "file_bytes": base.stat().st_size,
+                "float32_bytes": args.n * DIM * 4,
+                "peak_rss_bytes": result["peak_rss_bytes"],
+                "wall_seconds": result["wall_seconds"],
+                "train_seconds": metrics["train_seconds"], "ms_per_step": metrics["ms_per_step"],
+                "recall10@100": metrics.get("recall10@100"),
+                "groundtruth": metrics["groundtruth"], "n_train": metrics["n_train"],
+                "streaming_line": result["streaming_line"],
+                "convention": ("whole sgh-train job in one process (statistics pass, "
+                               "validation every 1000 steps, training, database encoding, exact "
+                               "ground truth over database chunks, evaluation); peak RSS = the "
+                               "process's VmHWM at exit; Recall10@100 tie-aware vs exact "
+                               "Euclidean 10-NN, 1000 queries"),
+            }
+            s = report["streamed"]
+            print(f"[bench] {args.n:,} x {DIM} uint8 streamed: sgh-train end to end "
+                  f"{s['wall_seconds']:.0f} s ({args.steps} steps, {s['ms_per_step']:.2f} ms/step),"
+                  f" peak RSS {s['peak_rss_bytes'] / 2**20:,.0f} MiB (the float32 copy would be "
+                  f"{s['float32_bytes'] / 2**30:.1f} GiB); Recall10@100 {s['recall10@100']:.4f}",
+                  flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

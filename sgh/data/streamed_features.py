@@ -1,0 +1,172 @@
+"""Features that stay on disk: float32 rows of a vector file, read only when needed.
+
+A training set or database too large for memory (SIFT-1B: 10^9 x 128 uint8, 512 GB as float32)
+is never loaded whole. `StreamedFeatures` stands where an in-memory float32 array would, and
+every consumer reads it in one of two ways:
+
+- `chunks()`: consecutive row ranges of `CHUNK_ROWS` rows (statistics, encoding the database,
+  exact ground truth);
+- `take(ids)`: rows at arbitrary indices (training batches, validation samples), read with one
+  positioned read per run of consecutive rows.
+
+Rows are converted exactly as loading the file whole converts them (`as_float32_features`,
+NaN/Inf refused with the row's position), so streamed and in-memory runs see the same float32
+values, and `iter_chunks` and `take_rows` accept either kind, chunked at the same boundaries.
+
+`without(rows)` hides some rows (validation's held-out items): indices then count only the
+rows left, in file order, exactly as `array[kept]` does in memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from sgh.data.vector_files import (
+    CHUNK_ROWS,
+    VectorFile,
+    WholeArrayVectors,
+    as_float32_features,
+    conversion_of,
+)
+from sgh.errors import UserInputError
+
+# dataset.streaming=auto streams a dataset whose training set and database would take more than
+# this as float32 in memory: SIFT-1M (0.6 GB) and GIST-1M's base (3.8 GB) stay in memory, where
+# training is fastest; GIST-1M with its learn set (5.8 GB) and SIFT-10M and up are streamed.
+STREAM_ABOVE_BYTES = 4 << 30
+
+
+class StreamedFeatures:
+    """The float32 features of a `VectorFile`, read on demand (see the module doc)."""
+
+    def __init__(self, vectors: VectorFile, hidden: np.ndarray | None = None):
+        if isinstance(vectors, WholeArrayVectors):
+            raise ValueError(f"{vectors.where}: .npz and .mat files cannot be read by rows")
+        self.vectors = vectors
+        # Sorted file rows that are not part of these features; shifted[j] = hidden[j] - j is
+        # how many visible rows precede hidden row j, which maps visible index -> file row.
+        self.hidden = np.zeros(0, np.int64) if hidden is None else np.asarray(hidden, np.int64)
+        self._shifted = self.hidden - np.arange(len(self.hidden))
+        self.shape = (vectors.shape[0] - len(self.hidden), vectors.shape[1])
+        self.dtype = np.dtype(np.float32)
+        self.conversion = conversion_of(vectors.dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        hidden = f", {len(self.hidden)} rows hidden" if len(self.hidden) else ""
+        return f"StreamedFeatures({self.vectors.where}, shape={self.shape}{hidden})"
+
+    @property
+    def path(self) -> Path:
+        return self.vectors.path
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the features would take in memory as float32."""
+        return self.shape[0] * self.shape[1] * 4
+
+    def without(self, rows: np.ndarray) -> StreamedFeatures:
+        """These features minus the items at indices `rows` (indices into these features)."""
+        hidden = np.union1d(self.hidden, self.file_rows(np.unique(rows)))
+        return StreamedFeatures(self.vectors, hidden)
+
+    def file_rows(self, ids: np.ndarray) -> np.ndarray:
+        """The file row of each visible index in `ids`."""
+        ids = np.asarray(ids, np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(self)):
+            raise IndexError(f"indices outside 0..{len(self)} of {self!r}")
+        return ids + np.searchsorted(self._shifted, ids, side="right")
+
+    def take(self, ids: np.ndarray) -> np.ndarray:
+        """Rows at indices `ids` (any order, repeats allowed) as float32 (len(ids), d)."""
+        ids = np.asarray(ids, np.int64)
+        unique, inverse = np.unique(ids, return_inverse=True)
+        rows = self.file_rows(unique)
+        features = self._convert(self.vectors.take(rows), rows)
+        return features[inverse.reshape(-1)]
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Visible rows [start, stop) as float32."""
+        if not 0 <= start <= stop <= len(self):
+            raise ValueError(f"row range [{start}, {stop}) outside 0..{len(self)}")
+        if start == stop:
+            return np.empty((0, self.shape[1]), np.float32)
+        first, last = self.file_rows(np.array([start, stop - 1]))
+        features = self._convert(self.vectors.read(int(first), int(last) + 1),
+                                 np.arange(first, last + 1))
+        inside = self.hidden[(self.hidden >= first) & (self.hidden <= last)]
+        if len(inside):
+            features = np.delete(features, inside - first, axis=0)
+        return features
+
+    def chunks(self, chunk_rows: int = CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
+        """(start, float32 rows [start, start + chunk_rows)) over all visible rows, in order."""
+        for start in range(0, len(self), chunk_rows):
+            yield start, self.read(start, min(start + chunk_rows, len(self)))
+
+    def load(self) -> np.ndarray:
+        """All visible rows in memory (for consumers that need them whole: the baselines)."""
+        features = np.empty(self.shape, np.float32)
+        for start, rows in self.chunks():
+            features[start:start + len(rows)] = rows
+        return features
+
+    def _convert(self, stored: np.ndarray, file_rows: np.ndarray) -> np.ndarray:
+        try:
+            return as_float32_features(stored, self.vectors.path, self.vectors.key)[0]
+        except UserInputError:
+            # Name the offending row by its position in the file, which the message above
+            # cannot know for scattered rows: find it and convert it alone.
+            for stored_row, file_row in zip(stored, file_rows, strict=True):
+                as_float32_features(stored_row[np.newaxis], self.vectors.path, self.vectors.key,
+                                    first_row=int(file_row))
+            raise
+
+
+Features = np.ndarray | StreamedFeatures
+
+
+def iter_chunks(features: Features, chunk_rows: int = CHUNK_ROWS
+                ) -> Iterator[tuple[int, np.ndarray]]:
+    """(start, float32 rows) in chunks of `chunk_rows`, for in-memory and streamed features
+    alike (the same boundaries, so chunked sums agree bit for bit)."""
+    if isinstance(features, StreamedFeatures):
+        yield from features.chunks(chunk_rows)
+        return
+    for start in range(0, len(features), chunk_rows):
+        yield start, np.asarray(features[start:start + chunk_rows], np.float32)
+
+
+def take_rows(features: Features, ids: np.ndarray) -> np.ndarray:
+    """Rows at indices `ids` as float32, for in-memory and streamed features alike."""
+    if isinstance(features, StreamedFeatures):
+        return features.take(ids)
+    return np.asarray(features[np.asarray(ids, np.int64)], np.float32)
+
+
+def without_rows(features: Features, rows: np.ndarray) -> Features:
+    """`features` minus the items at indices `rows`, in order (`np.delete` in memory)."""
+    if isinstance(features, StreamedFeatures):
+        return features.without(rows)
+    kept = np.setdiff1d(np.arange(len(features)), rows)
+    return features[kept]
+
+
+def choose_streaming(setting: str, files: list[VectorFile]) -> bool:
+    """Whether to stream the training set and database `files` (`dataset.streaming`: auto,
+    always or never; see the README)."""
+    whole = [vectors for vectors in files if isinstance(vectors, WholeArrayVectors)]
+    if setting == "never" or (setting == "auto" and whole):
+        return False
+    if whole:
+        raise UserInputError(
+            f"dataset.streaming=always: {whole[0].where} cannot be streamed (.npz and .mat are "
+            "read whole); save it as .npy, .fvecs or .bvecs, or use dataset.streaming=auto")
+    if setting == "always":
+        return True
+    return sum(vectors.shape[0] * vectors.shape[1] * 4 for vectors in files) > STREAM_ABOVE_BYTES

@@ -1,0 +1,45 @@
+"""Per-dimension mean and variance of a training set in one streaming pass.
+
+The model's normaliser and initial weights need only these (`SGH.from_statistics`), so a
+training set on disk is read once, chunk by chunk, and never held whole. Chunks are merged with
+the pairwise update of Chan, Golub and LeVeque (1979) in float64, which stays accurate where the
+textbook sum-of-squares formula cancels catastrophically (features far from zero). In-memory and
+streamed features are chunked at the same boundaries (`iter_chunks`), so both give the same
+statistics bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sgh.data.streamed_features import Features, iter_chunks
+
+
+@dataclass(frozen=True)
+class FeatureStatistics:
+    count: int
+    mean: np.ndarray  # (d,) float64
+    squared_deviations: np.ndarray  # (d,) float64: sum over items of (x - mean)^2
+
+    @property
+    def variance(self) -> np.ndarray:
+        """Per-dimension population variance."""
+        return self.squared_deviations / self.count
+
+
+def feature_statistics(features: Features) -> FeatureStatistics:
+    """Count, mean and summed squared deviations of `features` (in memory or streamed)."""
+    count, mean, deviations = 0, np.zeros(features.shape[1]), np.zeros(features.shape[1])
+    for _, chunk in iter_chunks(features):
+        chunk = chunk.astype(np.float64)
+        n = len(chunk)
+        chunk_mean = chunk.mean(axis=0)
+        chunk_deviations = np.square(chunk - chunk_mean).sum(axis=0)
+        delta = chunk_mean - mean
+        total = count + n
+        mean = mean + delta * (n / total)
+        deviations = deviations + chunk_deviations + np.square(delta) * (count * n / total)
+        count = total
+    return FeatureStatistics(count, mean, deviations)
