@@ -18,6 +18,8 @@ kind is sparse and gives its ids directly.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from sgh.codes import as_words
@@ -47,6 +49,14 @@ class Relevance:
     def relevant_counts(self) -> np.ndarray:
         """``(n_queries,)`` int64: number of relevant database items R of each query."""
         raise NotImplementedError
+
+    def shard(self, start: int, stop: int) -> Relevance:
+        """The same relevance for database items ``start..stop - 1`` only, as items 0.. of a
+        database shard (the metrics engine scans large databases shard by shard)."""
+        shard = copy.copy(self)
+        shard.n_database = stop - start
+        shard.database_classes = self.database_classes[start:stop]
+        return shard
 
 
 class SingleLabelRelevance(Relevance):
@@ -108,6 +118,15 @@ class NeighbourRelevance(Relevance):
 
     def relevant_counts(self) -> np.ndarray:
         return self.distinct.sum(axis=1).astype(np.int64)
+
+    def shard(self, start: int, stop: int) -> NeighbourRelevance:
+        # Ids shifted to the shard (still sorted); those outside it are masked out of the counts
+        # and match no item of the shard.
+        shard = copy.copy(self)
+        shard.n_database = stop - start
+        shard.ids = self.ids - start
+        shard.distinct = self.distinct & (shard.ids >= 0) & (shard.ids < stop - start)
+        return shard
 
 
 def distinct_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -34,6 +34,9 @@ from sgh.codes import validate_codes
 # one or two distance bytes. Measured (1,000 x 1M 64-bit codes, k=100): 2**17..2**20 all within
 # noise of each other, 2**16 ~30% slower (per-block Python overhead); 2**18 keeps it ~2.5 MB.
 PAIRS_PER_BLOCK = 1 << 18
+# Database codes converted to words at a time: a larger index is searched shard by shard, in id
+# order, so its words are never held whole (2^24 64-bit codes: 128 MB of words).
+SHARD_ITEMS = 1 << 24
 MISSING_DISTANCE = np.iinfo(np.int32).max  # faiss's D for k > ntotal
 MISSING_ID = -1  # faiss's I for k > ntotal
 
@@ -71,11 +74,13 @@ def _to_words(packed: np.ndarray) -> np.ndarray:
 class HammingIndex:
     """Exact (brute-force) index over ``bits``-bit packed codes; see the module conventions.
 
-    Memory: the database twice (packed, and as words built by the first search after ``add``);
-    per search, temporaries for ``PAIRS_PER_BLOCK`` pairs (~2.5 MB; queries go in blocks and the
-    database in slices of at most ``PAIRS_PER_BLOCK`` items), the ``(nq, k)`` output (which is
-    the running top-k) and one block's candidates (typically a few k per query, never more than
-    the block). ``range_search`` also holds all its hits.
+    Memory: the database packed, and as words (built by the first search after ``add``, and
+    kept) up to ``SHARD_ITEMS`` codes; a larger index converts one shard of ``SHARD_ITEMS``
+    codes at a time during each search, in id order, with the same results. Per search:
+    temporaries for ``PAIRS_PER_BLOCK`` pairs (~2.5 MB; queries go in blocks and the database in
+    slices of at most ``PAIRS_PER_BLOCK`` items), the ``(nq, k)`` output (which is the running
+    top-k) and one block's candidates (typically a few k per query, never more than the block).
+    ``range_search`` also holds all its hits.
     """
 
     def __init__(self, bits: int) -> None:
@@ -151,7 +156,7 @@ class HammingIndex:
             dists.append(dist.ravel()[flat].astype(np.int32))
             ids.append(cols + b0)
         rows, D, I = np.concatenate(rows), np.concatenate(dists), np.concatenate(ids)
-        # Blocks come query block by query block, database slices in id order, and hits within a
+        # Each query's database slices come in id order (_distance_blocks) and hits within a
         # block in row-major order: each query's hits are already in id order, so a stable sort
         # on (query, distance) yields (query, distance, id).
         order = np.argsort(rows * (self.bits + 1) + D, kind="stable")
@@ -163,14 +168,26 @@ class HammingIndex:
         """Yield ``(q0, q1, b0, dist)``: distances of ``xq[q0:q1]`` to database ids ``b0...``.
 
         ``dist`` is a view into buffers reused by the next block: consume it before asking for
-        the next. Database slices of a query block are yielded in id order.
+        the next. For every query, database slices come in id order (shard by shard; within a
+        shard, query block by query block).
         """
-        if self._words is None:
-            self._words = _to_words(self.codes())
-        words, query_words = self._words, _to_words(xq)
-        nq, nb = len(xq), words.shape[1]
-        if nq == 0 or nb == 0:
+        codes, query_words = self.codes(), _to_words(xq)
+        nq, total = len(xq), len(codes)
+        if nq == 0 or total == 0:
             return
+        for shard in range(0, total, SHARD_ITEMS):
+            if total <= SHARD_ITEMS:
+                if self._words is None:
+                    self._words = _to_words(codes)
+                words = self._words
+            else:
+                words = _to_words(codes[shard:shard + SHARD_ITEMS])
+            for q0, q1, b0, d in self._shard_blocks(query_words, words):
+                yield q0, q1, shard + b0, d
+
+    def _shard_blocks(self, query_words: np.ndarray, words: np.ndarray):
+        """``_distance_blocks`` over one shard's words, ids counted from the shard's first."""
+        nq, nb = query_words.shape[1], words.shape[1]
         db_step = min(nb, PAIRS_PER_BLOCK)
         q_step = max(1, PAIRS_PER_BLOCK // nb)
         pairs = min(q_step, nq) * db_step

@@ -806,3 +806,33 @@ def test_kernels_still_compile_where_no_cache_can_be_written():
     compiled = kernels._jit(namespace["twice"])
     assert compiled(21) == 42
     assert type(compiled._cache).__name__ == "NullCache"
+
+
+@pytest.mark.parametrize("bits", [8, 64, 100])
+def test_a_database_scanned_in_shards_gives_the_same_metrics(bits, monkeypatch):
+    # Large databases are scanned shard by shard (histograms summed, stable ranks carried over):
+    # every metric, tie-aware and tie-broken, must be exactly that of one scan.
+    from sgh.metrics import histograms
+
+    rng = np.random.default_rng(bits)
+    query, database = tied_codes(rng, 37, 500, bits, n_distinct=40)
+    single = rng.integers(0, 5, 537)
+    multi = rng.integers(0, 2, (537, 6))
+    truth = np.stack([rng.choice(500, 12, replace=False) for _ in range(37)])
+    truth[3, 5] = truth[3, 4]  # a repeated id counts once
+
+    def everything():
+        out = {}
+        for ties in ("expected", "stable"):
+            for name, labels in (("single", single), ("multi", multi)):
+                out[name, ties] = evaluate_labels(query, database, bits, labels[:37],
+                                                  labels[37:], map_k=(10, 100, 600),
+                                                  radius=(0, 2), pr_curve=True, ties=ties)
+            out["recall", ties] = recall_at_n(query, database, bits, truth, (1, 10, 100, 499),
+                                              k=12, ties=ties)
+        return out
+
+    whole = everything()
+    for shard_items in (1, 7, 128, 499):
+        monkeypatch.setattr(histograms, "SHARD_ITEMS", shard_items)
+        assert everything() == whole, shard_items

@@ -227,3 +227,25 @@ def test_lookup_popcount_matches_numpy(monkeypatch):
     monkeypatch.setattr(sgh.search, "_popcount", sgh.search._popcount_lookup)
     for a, b in zip(expected, index.search(xq, 15), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bits", [8, 64, 130])
+def test_an_index_searched_in_shards_gives_the_same_results(bits, monkeypatch):
+    # Beyond SHARD_ITEMS codes the words are built shard by shard during each search: the
+    # neighbours, their order among ties and the range hits must not change.
+    rng = np.random.default_rng(bits)
+    pool = random_codes(rng, 30, bits)
+    xb = pool[rng.integers(0, 30, 700)]  # many ties
+    xq = random_codes(rng, 23, bits)
+    index = HammingIndex(bits)
+    index.add(xb)
+    whole = index.search(xq, 50), index.range_search(xq, bits // 3)
+    for shard_items in (1, 13, 256, 699):
+        monkeypatch.setattr(sgh.search, "SHARD_ITEMS", shard_items)
+        sharded = HammingIndex(bits)
+        sharded.add(xb)
+        D, I = sharded.search(xq, 50)
+        np.testing.assert_array_equal(D, whole[0][0])
+        np.testing.assert_array_equal(I, whole[0][1])
+        for got, want in zip(sharded.range_search(xq, bits // 3), whole[1], strict=True):
+            np.testing.assert_array_equal(got, want)

@@ -28,7 +28,9 @@ the database and the queries, never in their product:
   while it is built), and 16 * (bits + 1) bytes of histograms per task query.
 For 1,000 queries x 1,000,000 64-bit codes, 10 labels, 2 workers: ~25 MB at the peak (measured
 with tracemalloc: 24 MB for :func:`sgh.metrics.evaluate_labels`, 27 MB with stable ties),
-whatever the number of workers.
+whatever the number of workers. "The database" above is one shard: beyond
+:data:`SHARD_ITEMS` items the database is scanned shard by shard, so the shared copies stop
+growing there, and the database codes themselves may be a memory map.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -51,6 +54,11 @@ TASKS_PER_WORKER = 4
 # Cells (task queries x classes) of a task's class relevance table: bounds its memory when
 # multi-label data have very many distinct label sets.
 TABLE_CELLS = 1 << 21
+# Database items scanned at a time. A larger database is scanned in shards of this many items,
+# in index order: the engine's own copies (words, grouped words, sort order) are then of one
+# shard, the histograms add up over shards, and the stable ranks carry over from one shard to
+# the next, so the results are the same. 2^24 items of 64-bit codes: ~400 MB of copies.
+SHARD_ITEMS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -128,14 +136,16 @@ class _Scan:
     def _neighbour_histogram(self, queries: slice) -> np.ndarray:
         """``(b, levels)`` int64: each query's distinct ground-truth ids per distance."""
         ids, distinct = self.relevance.ids[queries], self.relevance.distinct[queries]
+        ids = np.clip(ids, 0, len(self.index_words) - 1)  # a shard's outside ids: not distinct
         differing = self.index_words[ids] ^ self.query_words[queries][:, None, :]
         distances = popcount(differing).sum(axis=2, dtype=np.intp)  # (b, k)
         keys = distances + np.arange(ids.shape[0])[:, None] * self.levels
         counts = np.bincount(keys[distinct], minlength=ids.shape[0] * self.levels)
         return counts.reshape(ids.shape[0], self.levels)
 
-    def run(self, queries: slice):
-        """Histograms (and stable statistics) of a task: a contiguous range of queries."""
+    def histograms(self, queries: slice) -> np.ndarray:
+        """``(b, 2, levels)`` int64 of a task (a contiguous range of queries): non-relevant and
+        relevant items at each distance."""
         n_task = queries.stop - queries.start
         query_words = self.query_words[queries]
         table = self._segment_relevance(queries)
@@ -153,24 +163,28 @@ class _Scan:
             relevant = self._neighbour_histogram(queries)
             split[:, 0] -= relevant
             split[:, 1] = relevant
-        precision_sums = np.zeros((n_task, self.cutoffs.size))
-        found = np.zeros((n_task, self.cutoffs.size), dtype=np.int64)
-        if self.cutoffs.size:
-            ids = self.relevance.ids[queries].astype(np.int64) if self.by_ids else None
-            kernels.stable_statistics(
-                query_words,
-                self.index_words.reshape(-1),
-                self.item_classes,
-                table,
-                np.zeros((n_task, 0), dtype=np.int64) if ids is None else ids,
-                split,
-                self.cutoffs,
-                precision_sums,
-                found,
-                kernels.items_per_tile(self.index_words),
-                kernels.word_count(self.index_words),
-            )
-        return split.sum(axis=1), split[:, 1], precision_sums, found
+        return split
+
+    def stable(self, queries: slice, ranks: tuple[np.ndarray, np.ndarray],
+               precision_sums: np.ndarray, found: np.ndarray) -> None:
+        """Add this database's (shard's) stable statistics of a task to ``precision_sums`` and
+        ``found``, carrying the task's ``ranks`` (:func:`kernels.initial_ranks`) along."""
+        ids = (self.relevance.ids[queries].astype(np.int64) if self.by_ids
+               else np.zeros((queries.stop - queries.start, 0), dtype=np.int64))
+        kernels.stable_statistics(
+            self.query_words[queries],
+            self.index_words.reshape(-1),
+            self.item_classes,
+            self._segment_relevance(queries),
+            ids,
+            ranks[0][queries],
+            ranks[1][queries],
+            self.cutoffs,
+            precision_sums[queries],
+            found[queries],
+            kernels.items_per_tile(self.index_words),
+            kernels.word_count(self.index_words),
+        )
 
 
 def _task_slices(n_queries: int, n_segments: int, workers: int) -> list[slice]:
@@ -219,27 +233,49 @@ def distance_histograms(
         )
     workers = check_workers(workers)
     cutoffs = np.unique(np.minimum(np.asarray(list(stable_cutoffs), dtype=np.int64), n_database))
-    scan = _Scan(query_codes, database_codes, bits, relevance, cutoffs)
-    tasks = _task_slices(n_queries, scan.n_segments, workers)
-    if workers == 1 or len(tasks) <= 1:
-        parts = [scan.run(task) for task in tasks]
-    else:
-        with ThreadPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-            parts = list(pool.map(scan.run, tasks))
-    if not parts:
-        levels = bits + 1
-        parts = [(np.zeros((0, levels), np.int64),) * 2 + (np.zeros((0, cutoffs.size)),) * 2]
-    counts, relevant, precision_sums, found = (
-        np.concatenate(arrays) for arrays in zip(*parts, strict=True)
-    )
+    shards = [(start, min(start + SHARD_ITEMS, n_database))
+              for start in range(0, n_database, SHARD_ITEMS)]
+
+    def scan_of(shard: tuple[int, int]) -> _Scan:
+        start, stop = shard
+        return _Scan(query_codes, database_codes[start:stop], bits,
+                     relevance if len(shards) == 1 else relevance.shard(start, stop), cutoffs)
+
+    # Pass 1: the histograms, summed over the shards. With one shard its scan is kept for pass 2.
+    split = np.zeros((n_queries, 2, bits + 1), dtype=np.int64)
+    scan = None
+    for shard in shards:
+        scan = scan_of(shard)
+        tasks = _task_slices(n_queries, scan.n_segments, workers)
+        for task, part in zip(tasks, _map(scan.histograms, tasks, workers), strict=True):
+            split[task] += part
+    # Pass 2 (stable cut-offs): ranks carried from shard to shard, in index order.
+    precision_sums = np.zeros((n_queries, cutoffs.size))
+    found = np.zeros((n_queries, cutoffs.size), dtype=np.int64)
+    if cutoffs.size:
+        ranks = kernels.initial_ranks(split)
+        for shard in shards:
+            if len(shards) > 1:
+                scan = scan_of(shard)
+            tasks = _task_slices(n_queries, scan.n_segments, workers)
+            _map(partial(scan.stable, ranks=ranks, precision_sums=precision_sums, found=found),
+                 tasks, workers)
     return DistanceHistograms(
-        counts=counts,
-        relevant=relevant,
+        counts=split.sum(axis=1),
+        relevant=split[:, 1].copy(),
         n_database=n_database,
         stable_cutoffs=cutoffs,
         stable_precision_sums=precision_sums if cutoffs.size else None,
-        stable_relevant_retrieved=found.astype(np.int64) if cutoffs.size else None,
+        stable_relevant_retrieved=found if cutoffs.size else None,
     )
+
+
+def _map(function, tasks: list[slice], workers: int) -> list:
+    """``function`` over the tasks, on a thread pool when there are several workers and tasks."""
+    if workers == 1 or len(tasks) <= 1:
+        return [function(task) for task in tasks]
+    with ThreadPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        return list(pool.map(function, tasks))
 
 
 def label_histograms(

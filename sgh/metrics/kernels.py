@@ -179,6 +179,20 @@ def relevance_histograms(
                         out[block + offset, relevant, level] += tile_counts[offset, relevant, level]
 
 
+def initial_ranks(histograms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ranks before the first item, for :func:`stable_statistics`: at each distance, the
+    number of items (relevant items) at smaller distances. ``histograms``: ``(b, 2, levels)``
+    int64 over the whole database, as from :func:`relevance_histograms` (non-relevant,
+    relevant; duplicate ids counted once)."""
+    relevant = histograms[:, 1]
+    items = histograms[:, 0] + relevant
+    last_rank = np.zeros_like(items)
+    last_relevant_rank = np.zeros_like(relevant)
+    last_rank[:, 1:] = np.cumsum(items, axis=1)[:, :-1]
+    last_relevant_rank[:, 1:] = np.cumsum(relevant, axis=1)[:, :-1]
+    return last_rank, last_relevant_rank
+
+
 @_jit
 def stable_statistics(
     query_words,
@@ -186,7 +200,8 @@ def stable_statistics(
     item_classes,
     class_relevant,
     relevant_ids,
-    histograms,
+    last_rank,
+    last_relevant_rank,
     cutoffs,
     precision_sums,
     relevant_retrieved,
@@ -202,33 +217,23 @@ def stable_statistics(
         query_words, database_words: as in :func:`relevance_histograms`, database in index order.
         item_classes: ``(n,)`` int64 class of each item (``(0,)`` with ``relevant_ids``).
         class_relevant: ``(b, n_classes)`` uint8.
-        relevant_ids: ``(b, k)`` int64 sorted ascending (``(b, 0)`` for class relevance).
-        histograms: ``(b, 2, levels)`` int64 from :func:`relevance_histograms`, for the same
-            relevance (duplicate ids counted once).
+        relevant_ids: ``(b, k)`` int64 sorted ascending (``(b, 0)`` for class relevance); ids
+            outside ``0..n - 1`` match no item (a database shard passes its ids shifted).
+        last_rank, last_relevant_rank: ``(b, levels)`` int64 in/out: the rank (and rank among
+            relevant items) of the last item seen at each distance; start from
+            :func:`initial_ranks`, and carry them from one database shard to the next.
         cutoffs: ``(n_cutoffs,)`` int64 sorted ascending.
-        precision_sums: ``(b, n_cutoffs)`` float64 out: sum of precision at each relevant rank
-            <= K (rank among relevant / rank).
-        relevant_retrieved: ``(b, n_cutoffs)`` int64 out: relevant items ranked <= K.
+        precision_sums: ``(b, n_cutoffs)`` float64, added to: sum of precision at each relevant
+            rank <= K (rank among relevant / rank).
+        relevant_retrieved: ``(b, n_cutoffs)`` int64, added to: relevant items ranked <= K.
         tile_items, word_count: as in :func:`relevance_histograms`.
     """
     n_words = len(word_count)
-    n_queries, levels = histograms.shape[0], histograms.shape[2]
+    n_queries = last_rank.shape[0]
     n_items = database_words.shape[0] // n_words
     n_cutoffs = cutoffs.shape[0]
     n_ids = relevant_ids.shape[1]
-    # Rank (rank among relevant items) of the last item seen at each level: it starts at the
-    # number of items (relevant items) at smaller distances and counts up in index order.
-    last_rank = np.zeros((n_queries, levels), dtype=np.int64)
-    last_relevant_rank = np.zeros((n_queries, levels), dtype=np.int64)
-    for query in range(n_queries):
-        for level in range(1, levels):
-            relevant_below = histograms[query, 1, level - 1]
-            items_below = histograms[query, 0, level - 1] + relevant_below
-            last_rank[query, level] = last_rank[query, level - 1] + items_below
-            last_relevant_rank[query, level] = last_relevant_rank[query, level - 1] + relevant_below
     next_id = np.zeros(n_queries, dtype=np.int64)  # position in relevant_ids of the next id
-    precision_sums[:] = 0.0
-    relevant_retrieved[:] = 0
     largest_cutoff = cutoffs[n_cutoffs - 1] if n_cutoffs else 0
     for tile_start in range(0, n_items, tile_items):
         tile_stop = min(tile_start + tile_items, n_items)
