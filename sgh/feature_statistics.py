@@ -31,12 +31,14 @@ class FeatureStatistics:
 
 def feature_statistics(features: Features) -> FeatureStatistics:
     """Count, mean and summed squared deviations of `features` (in memory or streamed)."""
-    count, mean, deviations = 0, np.zeros(features.shape[1]), np.zeros(features.shape[1])
-    for _, chunk in iter_chunks(features):
+    dim = features.shape[1]
+    count, mean, deviations = 0, np.zeros(dim), np.zeros(dim)
+    for _, chunk in iter_chunks(features):  # 32 MiB as float32, 64 MiB in this float64 copy
         chunk = chunk.astype(np.float64)
         n = len(chunk)
         chunk_mean = chunk.mean(axis=0)
-        chunk_deviations = np.square(chunk - chunk_mean).sum(axis=0)
+        chunk -= chunk_mean  # in place: one float64 copy of the chunk at a time
+        chunk_deviations = np.square(chunk, out=chunk).sum(axis=0)
         delta = chunk_mean - mean
         total = count + n
         mean = mean + delta * (n / total)

@@ -4,8 +4,8 @@ A training set or database too large for memory (SIFT-1B: 10^9 x 128 uint8, 512 
 is never loaded whole. `StreamedFeatures` stands where an in-memory float32 array would, and
 every consumer reads it in one of two ways:
 
-- `chunks()`: consecutive row ranges of `CHUNK_ROWS` rows (statistics, encoding the database,
-  exact ground truth);
+- `chunks()`: consecutive row ranges of `CHUNK_BYTES` as float32 (statistics, hashing,
+  loading);
 - `take(ids)`: rows at arbitrary indices (training batches, validation samples), read with one
   positioned read per run of consecutive rows.
 
@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 from sgh.data.vector_files import (
-    CHUNK_ROWS,
     VectorFile,
     WholeArrayVectors,
     as_float32_features,
@@ -37,6 +36,13 @@ from sgh.errors import UserInputError
 # this as float32 in memory: SIFT-1M (0.6 GB) and GIST-1M's base (3.8 GB) stay in memory, where
 # training is fastest; GIST-1M with its learn set (5.8 GB) and SIFT-10M and up are streamed.
 STREAM_ABOVE_BYTES = 4 << 30
+# Rows per chunk of `chunks` / `iter_chunks` by default: 32 MiB as float32 (65,536 rows of 128
+# dimensions, 8,738 of GIST's 960), whatever the dimension.
+CHUNK_BYTES = 1 << 25
+
+
+def default_chunk_rows(dim: int) -> int:
+    return max(1, CHUNK_BYTES // (4 * dim))
 
 
 class StreamedFeatures:
@@ -104,8 +110,10 @@ class StreamedFeatures:
             features = np.delete(features, inside - first, axis=0)
         return features
 
-    def chunks(self, chunk_rows: int = CHUNK_ROWS) -> Iterator[tuple[int, np.ndarray]]:
-        """(start, float32 rows [start, start + chunk_rows)) over all visible rows, in order."""
+    def chunks(self, chunk_rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """(start, float32 rows [start, start + chunk_rows)) over all visible rows, in order
+        (`chunk_rows` default: `default_chunk_rows`)."""
+        chunk_rows = chunk_rows or default_chunk_rows(self.shape[1])
         for start in range(0, len(self), chunk_rows):
             yield start, self.read(start, min(start + chunk_rows, len(self)))
 
@@ -131,10 +139,12 @@ class StreamedFeatures:
 Features = np.ndarray | StreamedFeatures
 
 
-def iter_chunks(features: Features, chunk_rows: int = CHUNK_ROWS
+def iter_chunks(features: Features, chunk_rows: int | None = None
                 ) -> Iterator[tuple[int, np.ndarray]]:
-    """(start, float32 rows) in chunks of `chunk_rows`, for in-memory and streamed features
-    alike (the same boundaries, so chunked sums agree bit for bit)."""
+    """(start, float32 rows) in chunks of `chunk_rows` (default: `default_chunk_rows`), for
+    in-memory and streamed features alike (the same boundaries, so chunked sums agree bit for
+    bit)."""
+    chunk_rows = chunk_rows or default_chunk_rows(features.shape[1])
     if isinstance(features, StreamedFeatures):
         yield from features.chunks(chunk_rows)
         return
