@@ -47,10 +47,13 @@ def euclidean_neighbours(
     Distances are ``sum((x - q) ** 2)`` computed in float64 from the given values (integers and
     float32 are converted exactly). Items are ordered by (distance, database index).
 
-    Method: for a block of queries, approximate distances A = |q|^2 - 2 q.x + |x|^2 in float64
-    (one matrix product). Each A is within E = 2 * gamma_(dim+3) * (|q|^2 + max |x|^2) of the
-    true distance (standard dot-product rounding bound, gamma_n = n u / (1 - n u), u = 2^-53),
-    and so is the direct computation. Every item of the exact top k then satisfies
+    Method: for a block of queries, approximate distances A = |q|^2 - 2 q.x + |x|^2 (one matrix
+    product), in float32 when both arrays are float32 (every dataset's features: twice the
+    matrix-product rate and half the memory traffic), else in float64. Each A is within
+    E = 2 * gamma_(dim+3) * (|q|^2 + max |x|^2) of the true distance (standard dot-product
+    rounding bound, gamma_n = n u / (1 - n u), u = 2^-24 or 2^-53 the unit roundoff of the
+    working precision; the norms are computed in float64 and rounded once), and so is the
+    direct computation. Every item of the exact top k then satisfies
     A <= A_(k) + 4E, A_(k) the k-th smallest A; those candidates (usually barely more than k) are
     ranked by their direct distances with ``np.lexsort``.
 
@@ -80,8 +83,10 @@ def euclidean_neighbours(
         raise ValueError(
             f"k must be an integer between 1 and the database size {n_database}, got {k!r}"
         )
+    work = np.float32 if query.dtype == database.dtype == np.float32 else np.float64
+    itemsize = np.dtype(work).itemsize
     if block_size is None:
-        block_size = max(1, _BLOCK_BYTES // (8 * n_database))
+        block_size = max(1, _BLOCK_BYTES // (itemsize * n_database))
     if (
         isinstance(block_size, bool)
         or not isinstance(block_size, (int, np.integer))
@@ -91,19 +96,23 @@ def euclidean_neighbours(
 
     rows_per_chunk = max(1, _CHUNK_BYTES // (8 * max(dim, 1)))
     database_norms = _squared_norms(database, rows_per_chunk)
-    unit_roundoff = np.finfo(np.float64).eps / 2
+    database_norms_work = database_norms.astype(work)
+    unit_roundoff = np.finfo(work).eps / 2
     gamma = (dim + 3) * unit_roundoff / (1 - (dim + 3) * unit_roundoff)
-    # float64 input needs no conversion; otherwise reuse one buffer (a fresh allocation per
-    # chunk costs more in page faults than the copy itself).
-    needs_copy = database.dtype != np.float64
-    chunk_buffer = np.empty((min(rows_per_chunk, n_database), dim)) if needs_copy else None
+    # Input in the working precision needs no conversion; otherwise reuse one buffer (a fresh
+    # allocation per chunk costs more in page faults than the copy itself).
+    needs_copy = database.dtype != work
+    chunk_buffer = (np.empty((min(rows_per_chunk, n_database), dim), dtype=work) if needs_copy
+                    else None)
 
     neighbours = np.empty((n_queries, k), dtype=np.int64)
     for start in range(0, n_queries, block_size):
         block = slice(start, min(start + block_size, n_queries))
         block_query = query[block].astype(np.float64)
         query_norms = np.einsum("ij,ij->i", block_query, block_query)
-        approx = np.empty((block_query.shape[0], n_database))
+        block_query_work = block_query.astype(work)  # exact: float32 input stays float32
+        query_norms_work = query_norms.astype(work)
+        approx = np.empty((block_query.shape[0], n_database), dtype=work)
         for chunk_start in range(0, n_database, rows_per_chunk):
             chunk = slice(chunk_start, min(chunk_start + rows_per_chunk, n_database))
             if needs_copy:
@@ -111,11 +120,11 @@ def euclidean_neighbours(
                 np.copyto(rows, database[chunk], casting="unsafe")
             else:
                 rows = database[chunk]
-            approx[:, chunk] = (
-                query_norms[:, None] - 2.0 * (block_query @ rows.T) + database_norms[None, chunk]
-            )
-        kth = np.partition(approx, k - 1, axis=1)[:, k - 1]
+            approx[:, chunk] = (query_norms_work[:, None] - 2.0 * (block_query_work @ rows.T)
+                                + database_norms_work[None, chunk])
+        kth = np.partition(approx, k - 1, axis=1)[:, k - 1].astype(np.float64)
         margin = 4.0 * 2.0 * gamma * (query_norms + database_norms.max())
+        # Compared in float64 (approx promoted exactly): the threshold is not rounded down.
         rows_idx, candidates = np.nonzero(approx <= (kth + margin)[:, None])
         del approx
 
@@ -145,22 +154,26 @@ def chunked_euclidean_neighbours(query: np.ndarray, database, k: int,
     Each chunk's exact k nearest are found as above; their exact distances (computed as there,
     so equal distances compare equal) and global ids are merged with the best so far, ordered
     by (distance, database index). The global k nearest are among the chunks' k nearest, so the
-    merge is exact. Each chunk is converted to float64 once (exactly), and the queries are
-    blocked against it as above. Memory: one chunk (``chunk_rows``, default 64 MiB as float64)
-    with the block distances, and (n_queries, 2k) candidates, whatever the database's size.
+    merge is exact. Memory: one chunk (``chunk_rows``, default 64 MiB as float64) with the
+    block distances, and (n_queries, 2k) candidates, whatever the database's size.
     Unlike a single `euclidean_neighbours` call, whose query blocks shrink as the database grows
     (one query per block beyond 8 M items, each converting the whole database), the work per
     query block stays the same.
     """
-    from sgh.data.streamed_features import iter_chunks
+    from sgh.data.streamed_features import StreamedFeatures
 
     query = _as_features(query, "query")
     if chunk_rows is None:
         chunk_rows = max(1, _DATABASE_CHUNK_BYTES // (8 * query.shape[1]))
+    if isinstance(database, StreamedFeatures):
+        chunks = database.chunks(chunk_rows)
+    else:  # in memory: slices in the given dtype (float64 features stay float64)
+        database = _as_features(database, "database")
+        chunks = ((start, database[start:start + chunk_rows])
+                  for start in range(0, len(database), chunk_rows))
     best_ids = np.zeros((len(query), 0), np.int64)
     best_distances = np.zeros((len(query), 0))
-    for start, rows in iter_chunks(database, chunk_rows):
-        rows = rows.astype(np.float64)
+    for start, rows in chunks:
         ids = euclidean_neighbours(query, rows, min(k, len(rows)))
         distances = np.empty(ids.shape)
         for first in range(0, len(query), _MERGE_QUERIES):

@@ -57,6 +57,19 @@ def test_exact_despite_cancellation_in_the_expansion():
     )
 
 
+@pytest.mark.parametrize("offset", [0.0, 30.0, 3000.0])
+def test_float32_inputs_are_ranked_exactly_despite_float32_approximations(offset):
+    # float32 features are approximated in float32 (u = 2^-24, a wider margin): with a common
+    # offset the expansion cancels badly in float32, yet the ranking must equal float64's.
+    rng = np.random.default_rng(3)
+    database = (offset + rng.normal(scale=0.05, size=(600, 16))).astype(np.float32)
+    database[300:] = database[:300] + np.float32(1e-3)  # near-ties
+    query = (offset + rng.normal(scale=0.05, size=(25, 16))).astype(np.float32)
+    for ids in (euclidean_neighbours(query, database, 12),
+                sgh.neighbours.chunked_euclidean_neighbours(query, database, 12, chunk_rows=77)):
+        np.testing.assert_array_equal(ids, brute_force(query, database, 12))
+
+
 def test_k_equal_to_database_size_returns_a_full_ranking():
     database = np.array([[3.0], [1.0], [2.0], [1.0]])
     # Distances from 0: 9, 1, 4, 1 -> order 1, 3 (tie, by index), 2, 0.
