@@ -57,19 +57,29 @@ print("RESULT " + json.dumps(summary))
 """
 
 
-def write_bvecs(path: Path, n: int, dim: int, seed: int) -> None:
-    """n rows of (int32 dim, dim uint8): clustered SIFT-like bytes, written chunk by chunk."""
-    rng = np.random.default_rng(seed)
-    centres = rng.integers(0, 256, (64, dim)).astype(np.int16)
+def write_rows(path: Path, n: int, dim: int, draw) -> None:
+    """A `.bvecs` of n rows (int32 dim, dim uint8), `draw(count)` giving the values of each chunk
+    of GENERATE_CHUNK rows, written chunk by chunk: the file is never held in memory."""
     row_type = np.dtype([("dim", "<i4"), ("values", "u1", (dim,))])
     with open(path, "wb") as handle:
         for start in range(0, n, GENERATE_CHUNK):
             count = min(GENERATE_CHUNK, n - start)
             rows = np.empty(count, row_type)
             rows["dim"] = dim
-            noise = rng.integers(-40, 41, (count, dim), dtype=np.int16)
-            rows["values"] = np.clip(centres[rng.integers(0, 64, count)] + noise, 0, 255)
+            rows["values"] = draw(count)
             rows.tofile(handle)
+
+
+def write_bvecs(path: Path, n: int, dim: int, seed: int) -> None:
+    """n clustered SIFT-like rows of `dim` bytes (encoding speed does not depend on them)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.integers(0, 256, (64, dim)).astype(np.int16)
+
+    def draw(count):
+        noise = rng.integers(-40, 41, (count, dim), dtype=np.int16)
+        return np.clip(centres[rng.integers(0, 64, count)] + noise, 0, 255)
+
+    write_rows(path, n, dim, draw)
 
 
 def main() -> None:

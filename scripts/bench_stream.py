@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench_encode import GENERATE_CHUNK  # noqa: E402
+from bench_encode import write_rows  # noqa: E402
 
 # Runs sgh-train in this child and prints its own peak RSS at exit (VmHWM: see bench_encode).
 CHILD = """
@@ -79,16 +79,13 @@ def write_structured_bvecs(path: Path, n: int, seed: int) -> None:
     neighbour a coin toss)."""
     mixing = np.random.default_rng(12345).normal(0.0, 12.0, (LATENT_DIM, DIM))
     rng = np.random.default_rng(seed)
-    row_type = np.dtype([("dim", "<i4"), ("values", "u1", (DIM,))])
-    with open(path, "wb") as handle:
-        for start in range(0, n, GENERATE_CHUNK):
-            count = min(GENERATE_CHUNK, n - start)
-            values = 128.0 + rng.normal(size=(count, LATENT_DIM)) @ mixing
-            values += rng.normal(0.0, 8.0, values.shape)
-            rows = np.empty(count, row_type)
-            rows["dim"] = DIM
-            rows["values"] = np.clip(np.rint(values), 0, 255)
-            rows.tofile(handle)
+
+    def draw(count):
+        values = 128.0 + rng.normal(size=(count, LATENT_DIM)) @ mixing
+        values += rng.normal(0.0, 8.0, values.shape)
+        return np.clip(np.rint(values), 0, 255)
+
+    write_rows(path, n, DIM, draw)
 
 
 def write_dataset(folder: Path, n: int) -> Path:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts import atomic_path
-from sgh.data.streamed_features import StreamedFeatures, iter_chunks, take_rows
+from sgh.data.streamed_features import StreamedFeatures, take_rows
 from sgh.neighbours import chunked_euclidean_neighbours
 
 logger = logging.getLogger(__name__)
@@ -49,9 +49,10 @@ def features_digest(query: np.ndarray, database: np.ndarray) -> str:
     """Hex BLAKE2b-128 of :data:`METHOD` and both arrays' dtype, shape and bytes."""
     digest = hashlib.blake2b(METHOD, digest_size=16)
     for array in (query, database):
-        # A streamed database is hashed chunk by chunk: the same bytes, so the same digest.
         digest.update(f"|{np.dtype(array.dtype).str}|{tuple(array.shape)}|".encode())
-        for _, rows in iter_chunks(array) if isinstance(array, StreamedFeatures) else [(0, array)]:
+        # A streamed database is hashed chunk by chunk: the same bytes, so the same digest.
+        parts = array.chunks() if isinstance(array, StreamedFeatures) else [(0, array)]
+        for _, rows in parts:
             rows = np.ascontiguousarray(rows)
             digest.update(rows.reshape(-1).view(np.uint8))  # the bytes in place, no copy
     return digest.hexdigest()

@@ -26,6 +26,8 @@ from sgh.model import RNG_ALGORITHM
 # Calls whose batches are read concurrently, and ready blocks kept ahead of the training loop.
 PARALLEL_READS = 2
 PREFETCH_BLOCKS = 1
+# Blocks in memory at most: those being read, the ready one, and the one being trained on.
+BLOCKS_IN_MEMORY = PARALLEL_READS + PREFETCH_BLOCKS + 1
 
 
 def batch_ids(seed: tf.Tensor, step: tf.Tensor, batch_size: int, n_train: int) -> tf.Tensor:
@@ -47,14 +49,12 @@ def block_bytes(config: TrainerConfig, dim: int) -> int:
 
 
 def streamed_blocks(rows: StreamedFeatures, config: TrainerConfig,
-                    first_step: int) -> tf.data.Dataset:
-    """One float32 block (steps, batch_size, d) per compiled call of `call_plan`, in order.
-
-    At most PARALLEL_READS + PREFETCH_BLOCKS blocks are being read or waiting, plus the one
-    being trained on: resident memory is bounded by (PARALLEL_READS + PREFETCH_BLOCKS + 1) x
-    `block_bytes` whatever the size of the file.
+                    plan: list[tuple[int, int]]) -> tf.data.Dataset:
+    """One float32 block (steps, batch_size, d) per compiled call of `plan` (`call_plan`), in
+    order. Resident memory is bounded by BLOCKS_IN_MEMORY x `block_bytes`, whatever the size of
+    the file.
     """
-    plan = np.array(call_plan(config, first_step), np.int64).reshape(-1, 2)
+    plan = np.array(plan, np.int64).reshape(-1, 2)
     n_train, dim, batch_size = len(rows), rows.shape[1], config.batch_size
 
     def ids_of_call(call):

@@ -231,13 +231,14 @@ ENCODE_BATCH = 16384
 
 
 def _bit_chunks(model: SGH, x: Features, batch_size: int):
-    for _, rows in iter_chunks(x, batch_size):
-        yield model.encode_bits(rows).numpy()
+    """(first row, unpacked codes) of each chunk of `batch_size` rows."""
+    for start, rows in iter_chunks(x, batch_size):
+        yield start, model.encode_bits(rows).numpy()
 
 
 def encode_bit_matrix(model: SGH, x: Features, batch_size: int = ENCODE_BATCH) -> np.ndarray:
     """Unpacked `(n, bits)` uint8 0/1 codes, encoded in chunks (for code-health statistics)."""
-    chunks = list(_bit_chunks(model, x, batch_size))
+    chunks = [bits for _, bits in _bit_chunks(model, x, batch_size)]
     return np.concatenate(chunks) if chunks else np.zeros((0, model.bits), np.uint8)
 
 
@@ -245,7 +246,6 @@ def encode_packed(model: SGH, x: Features, batch_size: int = ENCODE_BATCH) -> np
     """Packed codes `np.packbits(bits, axis=1)` (first bit = MSB of byte 0), encoded in chunks;
     `x` in memory or streamed from disk (then only one chunk of features is read at a time)."""
     codes = np.empty((len(x), (model.bits + 7) // 8), np.uint8)
-    for start, bits in zip(range(0, len(x), batch_size), _bit_chunks(model, x, batch_size),
-                           strict=True):
+    for start, bits in _bit_chunks(model, x, batch_size):
         codes[start:start + len(bits)] = np.packbits(bits, axis=1)
     return codes

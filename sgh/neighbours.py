@@ -71,6 +71,11 @@ def euclidean_neighbours(
     time. Candidate lists have up to ``block_size * n_database`` entries only when nearly all
     distances tie within the margin (e.g. a database of identical rows).
     """
+    return _nearest(query, database, k, block_size)[0]
+
+
+def _nearest(query, database, k: int, block_size: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """`euclidean_neighbours`, and the exact float64 squared distances of the ids it returns."""
     query = _as_features(query, "query")
     database = _as_features(database, "database")
     if query.shape[1] != database.shape[1]:
@@ -106,6 +111,7 @@ def euclidean_neighbours(
                     else None)
 
     neighbours = np.empty((n_queries, k), dtype=np.int64)
+    distances = np.empty((n_queries, k))
     for start in range(0, n_queries, block_size):
         block = slice(start, min(start + block_size, n_queries))
         block_query = query[block].astype(np.float64)
@@ -136,14 +142,14 @@ def euclidean_neighbours(
         order = np.lexsort((candidates, exact, rows_idx))
         per_query = np.bincount(rows_idx, minlength=block_query.shape[0])
         first = np.cumsum(per_query) - per_query
-        neighbours[block] = candidates[order][first[:, None] + np.arange(k)]
-    return neighbours
+        nearest = order[first[:, None] + np.arange(k)]
+        neighbours[block] = candidates[nearest]
+        distances[block] = exact[nearest]
+    return neighbours, distances
 
 
 # Database rows per chunk of `chunked_euclidean_neighbours`: 64 MiB as float64.
 _DATABASE_CHUNK_BYTES = 1 << 26
-# Queries whose merge candidates are compared at a time.
-_MERGE_QUERIES = 256
 
 
 def chunked_euclidean_neighbours(query: np.ndarray, database, k: int,
@@ -151,14 +157,14 @@ def chunked_euclidean_neighbours(query: np.ndarray, database, k: int,
     """`euclidean_neighbours` over a database read in row chunks (in memory or
     `sgh.data.streamed_features.StreamedFeatures`); the same ids, in the same order.
 
-    Each chunk's exact k nearest are found as above; their exact distances (computed as there,
-    so equal distances compare equal) and global ids are merged with the best so far, ordered
-    by (distance, database index). The global k nearest are among the chunks' k nearest, so the
-    merge is exact. Memory: one chunk (``chunk_rows``, default 64 MiB as float64) with the
-    block distances, and (n_queries, 2k) candidates, whatever the database's size.
-    Unlike a single `euclidean_neighbours` call, whose query blocks shrink as the database grows
-    (one query per block beyond 8 M items, each converting the whole database), the work per
-    query block stays the same.
+    Each chunk's exact k nearest are found as above; their exact distances (the same float64
+    sums for every chunk, so equal distances compare equal) and global ids are merged with the
+    best so far, ordered by (distance, database index). The global k nearest are among the
+    chunks' k nearest, so the merge is exact. Memory: one chunk (``chunk_rows``, default 64 MiB
+    as float64) with the block distances, and (n_queries, 2k) candidates, whatever the
+    database's size. Unlike a single `euclidean_neighbours` call, whose query blocks shrink as
+    the database grows (one query per block beyond 8 M items, each converting the whole
+    database), the work per query block stays the same.
     """
     from sgh.data.streamed_features import StreamedFeatures
 
@@ -167,20 +173,14 @@ def chunked_euclidean_neighbours(query: np.ndarray, database, k: int,
         chunk_rows = max(1, _DATABASE_CHUNK_BYTES // (8 * query.shape[1]))
     if isinstance(database, StreamedFeatures):
         chunks = database.chunks(chunk_rows)
-    else:  # in memory: slices in the given dtype (float64 features stay float64)
-        database = _as_features(database, "database")
+    else:  # in memory: slices in the given dtype (float64 features stay float64), each checked
+        database = np.asarray(database)
         chunks = ((start, database[start:start + chunk_rows])
                   for start in range(0, len(database), chunk_rows))
     best_ids = np.zeros((len(query), 0), np.int64)
     best_distances = np.zeros((len(query), 0))
     for start, rows in chunks:
-        ids = euclidean_neighbours(query, rows, min(k, len(rows)))
-        distances = np.empty(ids.shape)
-        for first in range(0, len(query), _MERGE_QUERIES):
-            block = slice(first, first + _MERGE_QUERIES)
-            diff = (rows[ids[block]].astype(np.float64)
-                    - query[block, None, :].astype(np.float64)).reshape(-1, query.shape[1])
-            distances[block] = np.einsum("ij,ij->i", diff, diff).reshape(-1, ids.shape[1])
+        ids, distances = _nearest(query, rows, min(k, len(rows)), None)
         merged_ids = np.concatenate([best_ids, ids + start], axis=1)
         merged_distances = np.concatenate([best_distances, distances], axis=1)
         order = np.lexsort((merged_ids, merged_distances), axis=1)[:, :k]

@@ -23,7 +23,7 @@ from sgh.data.streamed_features import StreamedFeatures
 from sgh.distribute import strategy_for
 from sgh.errors import TrainingInterrupted, UserInputError
 from sgh.export import ENCODER_DIRNAME, export_encoder
-from sgh.input_pipeline import PARALLEL_READS, PREFETCH_BLOCKS, block_bytes
+from sgh.input_pipeline import BLOCKS_IN_MEMORY, block_bytes
 from sgh.model import SGH, encode_packed
 from sgh.model_selection import ModelSelection
 from sgh.trainer import ChunkLog, Trainer, median_ms_per_step
@@ -76,10 +76,10 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     tf.random.set_seed(config.trainer.seed)
     strategy = strategy_for(config.trainer)  # created by sgh.train.run before TF started
     if isinstance(train_items, StreamedFeatures):
-        blocks = PARALLEL_READS + PREFETCH_BLOCKS + 1
+        block_mib = block_bytes(config.trainer, train_items.shape[1]) / 2**20
         print(f"[sgh] streaming {len(train_items)} training items from {train_items.path}: "
-              f"{blocks} blocks of {block_bytes(config.trainer, train_items.shape[1]) / 2**20:.0f}"
-              " MiB of batches in memory at most", flush=True)
+              f"{BLOCKS_IN_MEMORY} blocks of {block_mib:.0f} MiB of batches in memory at most",
+              flush=True)
     with strategy.scope():  # several replicas: the model's variables are mirrored on each
         model = SGH.from_training_data(config.model, train_items, seed=config.trainer.seed)
     trainer = Trainer(model, train_items, config.trainer, strategy)

@@ -267,9 +267,10 @@ class Trainer:
             self.workers.adopt_chief_values([*self.model.variables, self.step,
                                              *self.optimizer.variables])
         logs, n_terms = [], len(self.term_names)
+        plan = call_plan(self.config, int(self.step.numpy()))
         blocks = (None if self.streamed is None else
-                  iter(streamed_blocks(self.streamed, self.config, int(self.step.numpy()))))
-        for _, n in call_plan(self.config, int(self.step.numpy())):
+                  iter(streamed_blocks(self.streamed, self.config, plan)))
+        for _, n in plan:
             if self._stop(stop_requested):
                 break
             learning_rate = self.current_learning_rate()

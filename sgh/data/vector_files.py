@@ -86,8 +86,8 @@ class VectorFile:
         if rows[0] < 0 or rows[-1] >= len(self):
             raise ValueError(f"rows outside 0..{len(self)}")
         layout = self._stride_layout()
-        if layout is None:  # read whole anyway (.npz, .mat), or strided (Fortran-order .npy)
-            return self._read(0, len(self))[rows]
+        if layout is None:
+            return self._take_unstrided(rows)
         offset, record = layout
         records = np.empty(len(rows), record)
         first = np.flatnonzero(np.diff(rows, prepend=-2) != 1)  # each run's first row
@@ -107,6 +107,10 @@ class VectorFile:
 
     def _from_records(self, records: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return records
+
+    def _take_unstrided(self, rows: np.ndarray) -> np.ndarray:
+        """`take` for formats without a row stride: those read whole anyway (.npz, .mat)."""
+        return self._read(0, len(self))[rows]
 
 
 def _check_numeric(where: str, dtype: np.dtype) -> None:
@@ -166,6 +170,13 @@ class NpyVectors(VectorFile):
         if self.fortran_order:
             return None
         return self.data_offset, np.dtype((self.dtype, (self.shape[1],)))
+
+    def _take_unstrided(self, rows):
+        # Column-major: map the file for this call and gather the rows (not the whole file).
+        mapped = np.memmap(self.path, self.dtype, "r", self.data_offset, self.shape, order="F")
+        taken = np.array(mapped[rows], order="C")
+        del mapped  # unmaps now: the copy is all that stays resident
+        return taken
 
     def _read(self, start, stop):
         n, d = self.shape

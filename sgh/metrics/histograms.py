@@ -94,9 +94,12 @@ def check_workers(workers: int | None) -> int:
 
 
 class _Scan:
-    """Shared read-only state of one scan; :meth:`run` is called once per task, on threads."""
+    """Shared read-only state of one scan of a database (or shard); :meth:`histograms` and
+    :meth:`stable` are called once per task, on threads. ``grouped=False`` skips grouping the
+    database by class, which only :meth:`histograms` needs."""
 
-    def __init__(self, query_codes, database_codes, bits, relevance: Relevance, cutoffs):
+    def __init__(self, query_codes, database_codes, bits, relevance: Relevance, cutoffs,
+                 grouped: bool = True):
         self.relevance, self.levels, self.cutoffs = relevance, bits + 1, cutoffs
         self.query_words = kernels.code_words(query_codes)
         words = kernels.code_words(database_codes)
@@ -108,6 +111,8 @@ class _Scan:
             self.grouped_words = words
             self.segment_starts = np.array([0, n_database], dtype=np.int64)
             self.item_classes = np.zeros(0, dtype=np.int64)
+        elif not grouped:
+            self.item_classes = relevance.database_classes.astype(np.int64)
         else:
             classes = relevance.database_classes
             # Narrowest dtype first: numpy's stable sort is a radix sort for 8- and 16-bit keys.
@@ -124,7 +129,7 @@ class _Scan:
 
     @property
     def n_segments(self) -> int:
-        return self.segment_starts.size - 1
+        return 1 if self.by_ids else self.relevance.n_classes
 
     def _segment_relevance(self, queries: slice) -> np.ndarray:
         """``(b, n_segments)`` uint8: which class segments are relevant to each query."""
@@ -236,16 +241,18 @@ def distance_histograms(
     shards = [(start, min(start + SHARD_ITEMS, n_database))
               for start in range(0, n_database, SHARD_ITEMS)]
 
-    def scan_of(shard: tuple[int, int]) -> _Scan:
+    def scan_of(shard: tuple[int, int], stage_cutoffs: np.ndarray, grouped: bool) -> _Scan:
         start, stop = shard
         return _Scan(query_codes, database_codes[start:stop], bits,
-                     relevance if len(shards) == 1 else relevance.shard(start, stop), cutoffs)
+                     relevance if len(shards) == 1 else relevance.shard(start, stop),
+                     stage_cutoffs, grouped)
 
-    # Pass 1: the histograms, summed over the shards. With one shard its scan is kept for pass 2.
+    # Pass 1: the histograms, summed over the shards. With one shard its scan also serves
+    # pass 2; with several, each pass builds only what it needs of a shard.
     split = np.zeros((n_queries, 2, bits + 1), dtype=np.int64)
     scan = None
     for shard in shards:
-        scan = scan_of(shard)
+        scan = scan_of(shard, cutoffs if len(shards) == 1 else cutoffs[:0], grouped=True)
         tasks = _task_slices(n_queries, scan.n_segments, workers)
         for task, part in zip(tasks, _map(scan.histograms, tasks, workers), strict=True):
             split[task] += part
@@ -256,7 +263,7 @@ def distance_histograms(
         ranks = kernels.initial_ranks(split)
         for shard in shards:
             if len(shards) > 1:
-                scan = scan_of(shard)
+                scan = scan_of(shard, cutoffs, grouped=False)
             tasks = _task_slices(n_queries, scan.n_segments, workers)
             _map(partial(scan.stable, ranks=ranks, precision_sums=precision_sums, found=found),
                  tasks, workers)
