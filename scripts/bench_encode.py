@@ -6,7 +6,7 @@
 Steps: (1) write an n x dim `.bvecs` (SIFT-1B's format) into a temporary directory in chunks,
 never holding it in memory; (2) build a 32-bit SGH model (random initial weights, normaliser from
 a sample of the data: speed and memory do not depend on training) and export it as a SavedModel;
-(3) encode the file in a *separate process* through `sgh.encode_cli.encode_file` (the code behind
+(3) encode the file in a *separate process* through `sgh.cli.encode.encode_file` (the code behind
 `sgh-encode`), so that its peak RSS (VmHWM, see CHILD) is the encoder's alone, not the
 generator's; (4) check the codes of random slices (and the first and last rows) against the
 in-memory Python model on the same rows: they must be identical.
@@ -41,7 +41,7 @@ GENERATE_CHUNK = 1_000_000
 # parent would report the parent's RSS at the fork.
 CHILD = """
 import json, sys
-from sgh.encode_cli import EncodeCommandConfig, encode_file
+from sgh.cli.encode import EncodeCommandConfig, encode_file
 from sgh.quiet_tensorflow import import_tensorflow
 import_tensorflow()
 def status(field):
@@ -96,8 +96,9 @@ def main() -> None:
     import_tensorflow()
     from sgh.config import ModelConfig
     from sgh.data.vector_files import as_float32_features, open_vectors
-    from sgh.export import export_encoder
-    from sgh.model import SGH, encode_packed
+    from sgh.model.encoding import encode_packed
+    from sgh.model.export import export_encoder
+    from sgh.model.sgh_model import SGH
 
     with tempfile.TemporaryDirectory(prefix="bench_encode.", dir=args.workdir) as workdir:
         workdir = Path(workdir)

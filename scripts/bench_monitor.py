@@ -26,7 +26,7 @@ VARIANTS = {"monitored": [], "bare": ["validation.every=0"]}
 def train_seconds(overrides: list[str]) -> tuple[float, float]:
     """(train_seconds, validation_seconds) of one sgh-train process."""
     with tempfile.TemporaryDirectory() as run_dir:
-        subprocess.run([sys.executable, "-m", "sgh.train", *overrides,
+        subprocess.run([sys.executable, "-m", "sgh.cli.train", *overrides,
                         f"hydra.run.dir={run_dir}"], check=True, capture_output=True)
         metrics = json.loads((Path(run_dir) / "metrics.json").read_text())
     return metrics["train_seconds"], metrics.get("validation_seconds", 0.0)

@@ -18,7 +18,7 @@
 
 Logical CPUs share the same physical cores, so on a small machine 2 replicas cannot be faster
 than one device: the figure shows what the replication costs, and that it works; real speed-ups
-need GPUs or machines (README).
+need GPUs or machines (docs/guide/devices.md).
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ def time_setting(setting: dict) -> dict:
     import tensorflow as tf
 
     from sgh.config import ModelConfig, TrainerConfig
-    from sgh.distribute import strategy_for
-    from sgh.model import SGH
-    from sgh.trainer import Trainer
+    from sgh.model.sgh_model import SGH
+    from sgh.training.devices import strategy_for
+    from sgh.training.loop import Trainer
 
     x_train = np.random.default_rng(0).normal(size=(60000, 784)).astype(np.float32)
     config = TrainerConfig(batch_size=BATCH, steps_per_call=STEPS_PER_CALL, **setting)
@@ -100,7 +100,7 @@ def map_comparison() -> dict:
                             "mirrored_2": ["trainer.strategy=mirrored",
                                            "trainer.logical_cpus=2"]}.items():
         with tempfile.TemporaryDirectory() as run_dir:
-            subprocess.run([sys.executable, "-m", "sgh.train", *overrides,
+            subprocess.run([sys.executable, "-m", "sgh.cli.train", *overrides,
                             f"hydra.run.dir={run_dir}"], check=True, cwd=PROJECT,
                            stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
             metrics = json.loads((Path(run_dir) / "metrics.json").read_text())

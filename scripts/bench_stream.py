@@ -42,7 +42,7 @@ def peak():
             print("PEAK_RSS_BYTES", int(line.split()[1]) * 1024, flush=True)
 atexit.register(peak)
 sys.argv = ["sgh-train", *sys.argv[1:]]
-from sgh.train import main
+from sgh.cli.train import main
 main()
 """
 QUERIES, DIM = 1000, 128

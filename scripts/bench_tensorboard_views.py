@@ -6,7 +6,8 @@
 In one process, on the bundled MNIST (60,000 training items, 784 features):
 1. trains the default model for 1,000 steps (so the codes are not those of random weights) and
    measures the median ms/step of the compiled calls (the first, compilation, excluded);
-2. times each view of `sgh.tensorboard_views` on a fixed sample of `--sample` training items,
+2. times each view of `sgh.training.tensorboard_views` on a fixed sample of `--sample` training
+   items,
    `--repeats` times after one warm-up, writing into a real event file: encoding the sample,
    `write_code_health`, `write_encoder_histograms`, `write_images`; and the once-per-run views
    `write_pr_curve` (1,000 test queries x 69,000 database codes, protocol A) and
@@ -33,16 +34,17 @@ import_tensorflow()
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from sgh import tensorboard_views as views  # noqa: E402
 from sgh.config import (  # noqa: E402
-    BUNDLED_DATA_DIR,
     Config,
     ModelConfig,
     SyntheticDatasetConfig,
     TrainerConfig,
 )
-from sgh.model import SGH, encode_packed  # noqa: E402
-from sgh.trainer import Trainer, median_ms_per_step  # noqa: E402
+from sgh.model.encoding import encode_packed  # noqa: E402
+from sgh.model.sgh_model import SGH  # noqa: E402
+from sgh.resources import BUNDLED_DATA_DIR  # noqa: E402
+from sgh.training import tensorboard_views as views  # noqa: E402
+from sgh.training.loop import Trainer, median_ms_per_step  # noqa: E402
 
 WARMUP_STEPS = 1000
 

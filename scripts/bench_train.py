@@ -2,7 +2,7 @@
 
     python scripts/bench_train.py [--bits 16 32 64] [--cifar] [--json PATH]
 
-1. Trains and scores each recipe at each bit count through `sgh.train.run` (the same code path
+1. Trains and scores each recipe at each bit count through `sgh.pipeline.run` (the same code path
    as `sgh-train`): mAP@all (label relevance, tie-aware), Recall10@100 (Euclidean 10-NN,
    tie-aware), training time, median ms/step, distinct database codes, final reconstruction.
 2. With --cifar (needs cifar10_gist under the data directory): protocol B at 32 bits for both
@@ -32,17 +32,20 @@ import tensorflow as tf  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from sgh.cli.schemas import CONFIG_PATH, register_configs  # noqa: E402
 from sgh.data import load_split  # noqa: E402
-from sgh.model import SGH  # noqa: E402
-from sgh.train import CONFIG_DIR, run  # noqa: E402
-from sgh.trainer import ADAM_EPSILON, Trainer  # noqa: E402
+from sgh.model.sgh_model import SGH  # noqa: E402
+from sgh.pipeline import run  # noqa: E402
+from sgh.training.loop import ADAM_EPSILON, Trainer  # noqa: E402
+
+register_configs()
 
 RECIPES = {"default": [], "released": ["experiment=released_mnist"]}
 BLOCK_STEPS, BLOCKS = 200, 7
 
 
 def _compose(overrides):
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONFIG_PATH, version_base="1.3"):
         return OmegaConf.to_object(compose("train", overrides=overrides))
 
 

@@ -25,7 +25,10 @@ import numpy as np  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
-from sgh.train import CONFIG_DIR, run  # noqa: E402
+from sgh.cli.schemas import CONFIG_PATH, register_configs  # noqa: E402
+from sgh.pipeline import run  # noqa: E402
+
+register_configs()
 
 # Every variant names its estimator, learning rate and steps, so the table stays reproducible
 # when the defaults change. "chosen" is the default recipe (configs/model/sgh.yaml,
@@ -56,7 +59,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = {}
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONFIG_PATH, version_base="1.3"):
         for name in args.variants:
             runs = []
             for seed in args.seeds:

@@ -1,4 +1,4 @@
-"""Packed binary codes: bit packing, Hamming distances and code health.
+"""Packed binary codes: bit packing, validation, Hamming words and popcount, and code health.
 
 Conventions used everywhere in ``sgh``:
 
@@ -8,26 +8,23 @@ Conventions used everywhere in ``sgh``:
 * The Hamming distance between two codes is ``popcount(a XOR b)``.
 
 For speed the bytes of each row are zero-padded to one machine word (1, 2, 4 or 8 bytes, or a
-multiple of 8) and viewed as unsigned integers, so one XOR + popcount handles up to 64 bits.
+multiple of 8) and viewed as unsigned integers (`as_words`), so one XOR + `popcount` handles up
+to 64 bits. `sgh.search` and the metrics engine (`sgh.metrics.histograms`) compute distances
+this way; the engine's compiled kernels (`sgh.metrics.kernels`) do the same in registers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
-
-# Pairs (query, database item) per distance block. Measured on a 2-core machine: blocks that stay
-# in cache (~2-4 MB of temporaries) are ~2x faster than 64-query blocks, so keep them small.
-PAIRS_PER_BLOCK = 1 << 18
 
 _BYTE_POPCOUNT = np.array([bin(value).count("1") for value in range(256)], dtype=np.uint8)
 
 
-def _popcount_lookup(words: np.ndarray) -> np.ndarray:
+def _popcount_lookup(words: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Per-element popcount through a 256-entry byte table (numpy < 2 has no bitwise_count)."""
     as_bytes = words.view(np.uint8).reshape(*words.shape, words.itemsize)
-    return _BYTE_POPCOUNT[as_bytes].sum(axis=-1, dtype=np.uint8)
+    dtype = np.uint8 if out is None else out.dtype
+    return _BYTE_POPCOUNT[as_bytes].sum(axis=-1, dtype=dtype, out=out)
 
 
 popcount = getattr(np, "bitwise_count", _popcount_lookup)
@@ -101,82 +98,6 @@ def as_words(packed: np.ndarray) -> np.ndarray:
     padded = np.zeros((n, padded_bytes), dtype=np.uint8)
     padded[:, :n_bytes] = packed
     return padded.view(f"u{word_bytes}")
-
-
-def distance_dtype(n_bytes: int) -> np.dtype:
-    """Smallest unsigned dtype holding the largest distance, 8 * n_bytes."""
-    for dtype in (np.uint8, np.uint16, np.uint32):
-        if 8 * n_bytes <= np.iinfo(dtype).max:
-            return np.dtype(dtype)
-    return np.dtype(np.uint64)
-
-
-def _check_pair(query_packed: np.ndarray, database_packed: np.ndarray) -> None:
-    for name, packed in (("query codes", query_packed), ("database codes", database_packed)):
-        if packed.ndim != 2 or packed.dtype != np.uint8:
-            raise ValueError(
-                f"{name} must be a 2-D uint8 array of packed bits, got dtype {packed.dtype} "
-                f"and shape {packed.shape}"
-            )
-    if query_packed.shape[1] == 0:
-        raise ValueError("codes must have at least one byte per row, got 0")
-    if query_packed.shape[1] != database_packed.shape[1]:
-        raise ValueError(
-            f"query codes have {query_packed.shape[1]} bytes per row but database codes have "
-            f"{database_packed.shape[1]}"
-        )
-
-
-def iter_distance_blocks(
-    query_packed: np.ndarray, database_packed: np.ndarray, queries_per_block: int | None = None
-) -> Iterator[tuple[slice, np.ndarray]]:
-    """Yield ``(query_slice, distances)`` for consecutive blocks of queries.
-
-    ``distances`` is a ``(len(query_slice), n_database)`` array of Hamming distances (uint8 for
-    codes up to 31 bytes, wider beyond) against the whole database, in database order.
-
-    Memory: one block holds ``queries_per_block * n_database`` pairs; the temporaries are one
-    XOR word (<= 8 bytes) and one distance (1-2 bytes) per pair. The default block size is
-    ``max(1, PAIRS_PER_BLOCK // n_database)`` queries, i.e. about 2.5 MB of temporaries, or one
-    query row when the database has more than ``PAIRS_PER_BLOCK`` items. The database is not
-    blocked: tie-broken (stable) rankings need whole rows. Callers should consume each block
-    before asking for the next (the array is freshly allocated, so keeping it is safe but costs
-    memory).
-    """
-    query_packed, database_packed = np.asarray(query_packed), np.asarray(database_packed)
-    _check_pair(query_packed, database_packed)
-    n_queries, n_database = query_packed.shape[0], database_packed.shape[0]
-    if queries_per_block is None:
-        queries_per_block = max(1, PAIRS_PER_BLOCK // max(n_database, 1))
-    if queries_per_block < 1:
-        raise ValueError(f"queries_per_block must be >= 1, got {queries_per_block}")
-    dtype = distance_dtype(query_packed.shape[1])
-    query_words = as_words(query_packed)
-    # One contiguous row per word position so that each XOR streams through memory.
-    database_words = np.ascontiguousarray(as_words(database_packed).T)
-    for start in range(0, n_queries, queries_per_block):
-        block = slice(start, min(start + queries_per_block, n_queries))
-        distances = None
-        for word in range(database_words.shape[0]):
-            counts = popcount(query_words[block, word, None] ^ database_words[word][None, :])
-            if distances is None:
-                distances = counts.astype(dtype, copy=False)
-            else:
-                distances += counts
-        yield block, distances
-
-
-def hamming_distances(query_packed: np.ndarray, database_packed: np.ndarray) -> np.ndarray:
-    """All pairwise Hamming distances, ``(n_queries, n_database)`` (uint8 up to 248-bit codes).
-
-    Materialises the full matrix: meant for tests and small inputs. Metrics over large databases
-    use :func:`iter_distance_blocks` instead.
-    """
-    blocks = [distances for _, distances in iter_distance_blocks(query_packed, database_packed)]
-    if not blocks:
-        n_bytes = np.asarray(query_packed).shape[1]
-        return np.zeros((0, np.asarray(database_packed).shape[0]), distance_dtype(n_bytes))
-    return np.concatenate(blocks, axis=0)
 
 
 def code_health(database_packed: np.ndarray, bits: int, rows_per_chunk: int = 1 << 16) -> dict:

@@ -1,25 +1,24 @@
 """Typed configuration: the schema Hydra composes into, and the checks Hydra cannot express.
 
-The dataclasses are registered in Hydra's ConfigStore, and the YAML files under `configs/` extend
-them, so a misspelt key fails at compose time. `validate()` then checks values (ranges, choices)
-with one-line errors. Library code receives these dataclasses, never a `DictConfig`.
+`sgh.cli.schemas` registers these dataclasses in Hydra's ConfigStore, and the YAML files under
+`configs/` extend them, so a misspelt key fails at compose time. `validate()` then checks values
+(ranges, choices) with one-line errors. Library code receives these dataclasses, never a
+`DictConfig`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING
 
 from sgh.errors import UserInputError
+from sgh.methods import BASELINE_NAMES, METHODS
 
 # Beyond 1024 bits a code is no longer "compact", and the linear encoder's memory grows with it.
 MAX_BITS = 1024
-BUNDLED_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
 @dataclass
@@ -102,8 +101,9 @@ class TrainerConfig:
     steps_per_call: int = 100
     jit_compile: bool = True
     checkpoint_every: int = 1000
-    # Devices (sgh/distribute.py): auto | one_device | mirrored | multi_worker. auto: multi_worker
-    # when TF_CONFIG is set, mirrored when >1 GPU or logical_cpus >= 2, else one_device.
+    # Devices (sgh/training/devices.py): auto | one_device | mirrored | multi_worker. auto:
+    # multi_worker when TF_CONFIG is set, mirrored when >1 GPU or logical_cpus >= 2, else
+    # one_device.
     strategy: str = "auto"
     # N >= 2 splits the CPU into N logical devices (mirrored training without GPUs); 0 = as is.
     logical_cpus: int = 0
@@ -157,21 +157,25 @@ class EvalCommandConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
-def register_configs() -> None:
-    if not OmegaConf.has_resolver("sgh_bundled_data_dir"):
-        OmegaConf.register_new_resolver("sgh_bundled_data_dir", lambda: str(BUNDLED_DATA_DIR))
-    store = ConfigStore.instance()
-    store.store(name="config_schema", node=Config)
-    store.store(name="eval_command_schema", node=EvalCommandConfig)
-    store.store(group="dataset", name="file_schema", node=FileDatasetConfig)
-    store.store(group="dataset", name="synthetic_schema", node=SyntheticDatasetConfig)
-    store.store(group="model", name="sgh_schema", node=ModelConfig)
-    store.store(group="model", name="baseline_schema", node=BaselineConfig)
+# 65,536 rows of 128 floats are 32 MB: large enough that per-call overhead is negligible,
+# small enough that memory is bounded far below the 1.5 GiB target at any file size.
+ENCODE_BATCH_SIZE = 65536
 
 
-BASELINE_NAMES = ("lsh", "pcah", "itq", "sh", "sph")
+@dataclass
+class EncodeCommandConfig:
+    """`sgh-encode`: which encoder, which input, where the codes go."""
+
+    run: str | None = None  # an sgh-train run directory (its encoder/)
+    encoder: str | None = None  # or an exported encoder directory itself
+    input: str | None = None  # .npy, .npz, .fvecs, .bvecs or .mat features
+    out: str | None = None  # the codes, .npy
+    key: str | None = None  # the array in an .npz / .mat input
+    batch_size: int = ENCODE_BATCH_SIZE  # rows read and encoded at a time
+
+
 CHOICES = {
-    "model.name": ("sgh", *BASELINE_NAMES),
+    "model.name": tuple(METHODS),
     "model.objective": ("paper", "released"),
     "model.noise": ("uniform", "fixed"),
     "model.estimator": ("unbiased", "approximate"),
@@ -213,7 +217,7 @@ def validate(config: Config) -> Config:
     for key in keys:
         section, attribute = key.split(".")
         _check_choice(key, getattr(sections[section], attribute))
-    if isinstance(model, ModelConfig) != (model.name == "sgh"):
+    if isinstance(model, ModelConfig) != METHODS[model.name].is_trained:
         raise UserInputError(f"model.name={model.name!r} does not match its option; choose "
                              f"model=sgh or model=<baseline> ({', '.join(BASELINE_NAMES)})")
     _check_range("model.bits", model.bits, 1, MAX_BITS)

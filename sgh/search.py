@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sgh.codes import validate_codes
+from sgh.codes import as_words, popcount, validate_codes
 
 # Pairs (query, database item) per distance block. Each pair costs one XOR word (<= 8 bytes) and
 # one or two distance bytes. Measured (1,000 x 1M 64-bit codes, k=100): 2**17..2**20 all within
@@ -40,18 +40,6 @@ SHARD_ITEMS = 1 << 24
 MISSING_DISTANCE = np.iinfo(np.int32).max  # faiss's D for k > ntotal
 MISSING_ID = -1  # faiss's I for k > ntotal
 
-_BYTE_POPCOUNT = np.array([bin(value).count("1") for value in range(256)], dtype=np.uint8)
-
-
-def _popcount_lookup(words: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Popcount through a byte table, for numpy < 2 (no ``np.bitwise_count``)."""
-    as_bytes = words.view(np.uint8).reshape(*words.shape, words.itemsize)
-    return _BYTE_POPCOUNT[as_bytes].sum(axis=-1, dtype=out.dtype, out=out)
-
-
-_popcount = getattr(np, "bitwise_count", _popcount_lookup)
-
-
 def _check_int(value, name: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -59,16 +47,9 @@ def _check_int(value, name: str, minimum: int) -> int:
 
 
 def _to_words(packed: np.ndarray) -> np.ndarray:
-    """``(n, n_bytes)`` uint8 -> ``(n_words, n)`` unsigned words, one contiguous row per word.
-
-    Rows are zero-padded to 1, 2, 4 or a multiple of 8 bytes so one XOR + popcount covers up to
-    64 bits; the padding adds nothing to distances. Rows per word make each XOR a stream.
-    """
-    n, n_bytes = packed.shape
-    size = 8 if n_bytes > 4 else {1: 1, 2: 2, 3: 4, 4: 4}[n_bytes]
-    padded = np.zeros((n, -(-n_bytes // size) * size), dtype=np.uint8)
-    padded[:, :n_bytes] = packed
-    return np.ascontiguousarray(padded.view(f"u{size}").T)
+    """``(n, n_bytes)`` uint8 -> ``(n_words, n)`` words (:func:`sgh.codes.as_words`), one
+    contiguous row per word, so that each XOR is a stream through memory."""
+    return np.ascontiguousarray(as_words(packed).T)
 
 
 class HammingIndex:
@@ -205,11 +186,11 @@ class HammingIndex:
                 for w in range(len(words)):
                     np.bitwise_xor(query_words[w, q0:q1, None], words[w, None, b0:b1], out=x)
                     if w == 0 and d.dtype == np.uint8:
-                        _popcount(x, out=d)
+                        popcount(x, out=d)
                     elif w == 0:
-                        d[...] = _popcount(x, out=c)
+                        d[...] = popcount(x, out=c)
                     else:
-                        d += _popcount(x, out=c)
+                        d += popcount(x, out=c)
                 yield q0, q1, b0, d
 
     def _select(self, dist: np.ndarray, b0: int, D: np.ndarray, I: np.ndarray) -> None:

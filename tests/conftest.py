@@ -1,6 +1,17 @@
-"""Shared test setup."""
+"""Shared test setup: GPUs hidden, caches private, and one quick reference run.
+
+Tests run on the CPU, seeded, whatever the machine has: a GPU would change the numbers (and
+the timing). `SGH_TEST_GPU=1` leaves the GPUs visible, for a deliberate check of the GPU path.
+"""
+
+from __future__ import annotations
+
+import os
 
 import pytest
+
+if not os.environ.get("SGH_TEST_GPU"):
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before any test imports TensorFlow
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -3,10 +3,10 @@ import pytest
 
 from sgh.codes import (
     _popcount_lookup,
+    as_words,
     code_health,
-    hamming_distances,
-    iter_distance_blocks,
     pack_bits,
+    popcount,
     unpack_bits,
     validate_codes,
 )
@@ -53,35 +53,33 @@ def test_validate_codes_names_the_bad_value():
 
 
 @pytest.mark.parametrize("bits", [1, 7, 12, 16, 24, 32, 40, 64, 100, 300])
-def test_hamming_distances_match_brute_force(bits):
+def test_xor_and_popcount_of_words_is_the_hamming_distance(bits):
+    # The one distance computation of sgh.search and the metrics engine: words of zero-padded
+    # rows, XOR, popcount, summed over words.
     rng = np.random.default_rng(bits)
     query_bits = rng.integers(0, 2, size=(9, bits))
     database_bits = rng.integers(0, 2, size=(31, bits))
-    distances = hamming_distances(pack_bits(query_bits), pack_bits(database_bits))
+    query_words = as_words(pack_bits(query_bits))
+    database_words = as_words(pack_bits(database_bits))
+    distances = popcount(query_words[:, None, :] ^ database_words[None, :, :]).sum(axis=2)
     np.testing.assert_array_equal(distances, brute_force_distances(query_bits, database_bits))
-    assert distances.dtype == (np.uint8 if bits <= 248 else np.uint16)
 
 
-def test_distance_blocks_cover_all_queries_in_order():
-    rng = np.random.default_rng(1)
-    query = pack_bits(rng.integers(0, 2, (10, 20)))
-    database = pack_bits(rng.integers(0, 2, (7, 20)))
-    blocks = list(iter_distance_blocks(query, database, queries_per_block=3))
-    assert [block for block, _ in blocks] == [slice(0, 3), slice(3, 6), slice(6, 9), slice(9, 10)]
-    np.testing.assert_array_equal(
-        np.concatenate([d for _, d in blocks]), hamming_distances(query, database)
-    )
-
-
-def test_distance_blocks_reject_mismatched_widths():
-    with pytest.raises(ValueError, match="2 bytes per row but database codes have 1"):
-        hamming_distances(np.zeros((1, 2), np.uint8), np.zeros((1, 1), np.uint8))
+@pytest.mark.parametrize("n_bytes, word_bytes", [(1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (9, 8)])
+def test_words_pad_rows_to_a_machine_word(n_bytes, word_bytes):
+    words = as_words(np.full((2, n_bytes), 255, np.uint8))
+    assert words.dtype.itemsize == word_bytes
+    assert words.shape == (2, -(-n_bytes // word_bytes))
+    assert int(popcount(words).sum()) == 2 * 8 * n_bytes  # the padding adds no bit
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
 def test_lookup_popcount_fallback_matches_bitwise_count(dtype):
     words = np.random.default_rng(2).integers(0, np.iinfo(dtype).max, (5, 13), dtype=dtype)
     np.testing.assert_array_equal(_popcount_lookup(words), np.bitwise_count(words))
+    out = np.empty(words.shape, np.uint16)
+    assert _popcount_lookup(words, out=out) is out
+    np.testing.assert_array_equal(out, np.bitwise_count(words))
 
 
 def test_code_health_on_hand_made_codes():

@@ -1,30 +1,17 @@
 """Configuration: every option composes, typos fail at compose time, impossible values are named."""
 
-from pathlib import Path
-
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
-from omegaconf import OmegaConf
 
 from sgh.config import (
-    BUNDLED_DATA_DIR,
     MAX_BITS,
-    Config,
     FileDatasetConfig,
     SyntheticDatasetConfig,
-    register_configs,
     validate,
 )
 from sgh.errors import UserInputError
-
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
-register_configs()
-
-
-def _compose(*overrides) -> Config:
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return OmegaConf.to_object(compose("train", overrides=list(overrides)))
+from sgh.resources import BUNDLED_DATA_DIR, CONFIG_DIR
+from tests.helpers import compose_config as _compose
 
 
 @pytest.mark.parametrize("dataset", [p.stem for p in (CONFIG_DIR / "dataset").glob("*.yaml")])

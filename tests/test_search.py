@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import sgh.codes
 import sgh.search
-from sgh.codes import hamming_distances, pack_bits
+from sgh.codes import pack_bits
 from sgh.search import MISSING_DISTANCE, HammingIndex
+from tests.helpers import hamming_distances
 
 
 def random_codes(rng: np.random.Generator, n: int, bits: int) -> np.ndarray:
@@ -224,7 +226,7 @@ def test_lookup_popcount_matches_numpy(monkeypatch):
     index = HammingIndex(100)
     index.add(xb)
     expected = index.search(xq, 15)
-    monkeypatch.setattr(sgh.search, "_popcount", sgh.search._popcount_lookup)
+    monkeypatch.setattr(sgh.search, "popcount", sgh.codes._popcount_lookup)
     for a, b in zip(expected, index.search(xq, 15), strict=True):
         np.testing.assert_array_equal(a, b)
 

@@ -1,7 +1,7 @@
 """Classic learning-to-hash baselines as scikit-learn transformers.
 
 Each maps ``(n, d)`` float features to ``(n, n_bits)`` bool codes (column j = code bit j; pack
-with :func:`sgh.codes.pack_bits`):
+with :func:`sgh.codes.pack_bits`); `sgh.methods.METHODS` names them for `sgh-train`:
 
 =========  ==========================================================  =======================
 name       method                                                      n_bits > n_features
@@ -15,7 +15,7 @@ name       method                                                      n_bits > 
 
 Usage::
 
-    hasher = BASELINES["itq"](n_bits=32, random_state=0).fit(split.train)
+    hasher = ITQ(n_bits=32, random_state=0).fit(split.train)
     database_codes = pack_bits(hasher.transform(split.database))
 """
 
@@ -25,6 +25,4 @@ from sgh.baselines.pcah import PCAH
 from sgh.baselines.sh import SH
 from sgh.baselines.sph import SpH
 
-BASELINES = {"lsh": LSH, "pcah": PCAH, "itq": ITQ, "sh": SH, "sph": SpH}
-
-__all__ = ["BASELINES", "ITQ", "LSH", "PCAH", "SH", "SpH"]
+__all__ = ["ITQ", "LSH", "PCAH", "SH", "SpH"]

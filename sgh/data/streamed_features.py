@@ -169,7 +169,7 @@ def without_rows(features: Features, rows: np.ndarray) -> Features:
 
 def choose_streaming(setting: str, files: list[VectorFile]) -> bool:
     """Whether to stream the training set and database `files` (`dataset.streaming`: auto,
-    always or never; see the README)."""
+    always or never; see docs/guide/data.md)."""
     whole = [vectors for vectors in files if isinstance(vectors, WholeArrayVectors)]
     if setting == "never" or (setting == "auto" and whole):
         return False

@@ -11,7 +11,7 @@ Modules, by concept:
 * :mod:`~sgh.metrics.neighbour_recall` — Recall K@N against Euclidean ground truth;
 * :mod:`~sgh.metrics.labels` — :func:`evaluate_labels`, all label metrics from one scan.
 
-Relevance (1-D labels, 2-D multi-label matrices, ground-truth ids) is :mod:`sgh.relevance`.
+Relevance (1-D labels, 2-D multi-label matrices, ground-truth ids) is :mod:`sgh.metrics.relevance`.
 :data:`CONVENTIONS` and :func:`conventions` give the conventions as text, to be written next to
 every reported number.
 """

@@ -97,6 +97,47 @@ def conventions(
 CONVENTIONS = conventions()
 
 
+# ---- what the reports say -------------------------------------------------------------------
+# The one table of how reported numbers are named and what they mean. `metrics.json` and
+# `eval.json` carry RESULT_CONVENTIONS; the printed results table takes its row labels from
+# LABELS, and `sgh-compare` its captions and axis titles from LABELS and SUMMARIES.
+LABELS = {
+    "map": "mAP@all, label relevance, tie-aware",
+    "map_stable": "mAP@all, label relevance, ties by index",
+    "map_at_k": "mAP@{k} (/ {denominator}), P@{k}, tie-aware",
+    "lookup": "lookup within radius {radius} (inclusive): precision, recall",
+    "recall": "Recall{k}@{n}, Euclidean {k}-NN, tie-aware",
+}
+SUMMARIES = {
+    "map": "mAP@all: label relevance (same label), tie-aware (McSherry & Najork 2008)",
+    "recall": ("Recall{k}@{n}: share of each query's {k} exact Euclidean nearest neighbours "
+               "among the first {n} of the Hamming ranking, tie-aware at the cut-off"),
+    "pr_curve": ("hash lookup within Hamming radius r = 0..bits (inclusive), label relevance; "
+                 "mean over queries with a relevant item; a query retrieving nothing has "
+                 "precision 0"),
+}
+RESULT_CONVENTIONS = {
+    "map_convention": ("mAP@all over the whole Hamming ranking (distance = popcount of XOR); "
+                       "relevant = same label (multi-label: a shared label); 'map' = tie-aware "
+                       "expected AP (items at equal distance in uniformly random order, "
+                       "McSherry & Najork 2008); 'map_stable' = ties broken by database index; "
+                       "queries with no relevant item are skipped and counted in "
+                       "'map_queries_without_relevant'"),
+    "map_at_k_convention": CONVENTIONS["map_at_k"] + " (denominator named in "
+                           "'map_k_denominator'; '_stable' keys: ties by database index)",
+    "precision_at_k_convention": CONVENTIONS["precision_at_k"],
+    "lookup_convention": CONVENTIONS["hash_lookup"],
+    "recall_convention": ("Recall K@N: fraction of each query's K exact Euclidean nearest "
+                          "database items (squared L2 in the input feature space, ties by index) "
+                          "found among the first N of the Hamming ranking, averaged over "
+                          "queries; 'recallK@N' = tie-aware at the cut-off (expected value under "
+                          "a random order of the cut-off distance level); 'recallK@N_stable' = "
+                          "ties broken by database index"),
+    "codes_convention": ("deterministic codes h = 1[sigmoid(logits) >= 0.5], packed with "
+                         "np.packbits(axis=1): first code bit = most significant bit of byte 0"),
+}
+
+
 def average_over_queries(
     per_query: dict[str, np.ndarray], relevant_counts: np.ndarray, no_relevant: str
 ) -> dict:

@@ -9,8 +9,8 @@ relevant item, its rank when ties are broken by database index; one more pass in
 gets those ranks from the histograms and running counters, again without sorting.
 
 The scan (kernels in :mod:`sgh.metrics.kernels`): the database is sorted once by relevance class
-(label, or label set; :mod:`sgh.relevance`) so that, for a given query, relevance is constant
-over each class segment; a fused XOR + popcount + increment loop then counts (relevant?,
+(label, or label set; :mod:`sgh.metrics.relevance`) so that, for a given query, relevance is
+constant over each class segment; a fused XOR + popcount + increment loop then counts (relevant?,
 distance) pairs per query with no intermediate arrays. Queries are split into tasks run by a
 thread pool; the kernels release the GIL, so the workers use separate cores. Results never
 depend on the number of workers: every count is an exact integer, and each query's stable sums
@@ -22,7 +22,7 @@ the database and the queries, never in their product:
   index order (W per item) and the sort order (8 per item); with stable cut-offs the index-order
   words are kept, plus the item classes (8 per item); the query words, W per query; the output,
   16 * (bits + 1) per query (+ 16 per stable cut-off); the relevance's class ids (1 to 8 per
-  item, :mod:`sgh.relevance`);
+  item, :mod:`sgh.metrics.relevance`);
 * per task (one per worker at a time): the class relevance table, at most
   max(:data:`TABLE_CELLS`, 4 x classes) bytes (multi-label: plus 8 per cell and label word
   while it is built), and 16 * (bits + 1) bytes of histograms per task query.
@@ -45,7 +45,7 @@ import numpy as np
 
 from sgh.codes import popcount, validate_codes
 from sgh.metrics import kernels
-from sgh.relevance import Relevance, label_relevance
+from sgh.metrics.relevance import Relevance, label_relevance
 
 DEFAULT_WORKERS = max(1, min(8, os.cpu_count() or 1))
 # Tasks per worker: small enough to balance uneven finishing times, large enough that the
@@ -217,8 +217,8 @@ def distance_histograms(
         query_codes: ``(n_queries, ceil(bits/8))`` uint8 packed codes.
         database_codes: ``(n_database, ceil(bits/8))`` uint8 packed codes, n_database >= 1.
         bits: code length.
-        relevance: from :func:`sgh.relevance.label_relevance` or ``neighbour_relevance``, sized
-            to these queries and database.
+        relevance: from :func:`sgh.metrics.relevance.label_relevance` or
+            ``neighbour_relevance``, sized to these queries and database.
         stable_cutoffs: cut-offs K >= 1 of the stable (ties by index) statistics; values above
             n_database are clipped to it. Empty: histograms only.
         workers: threads (default :data:`DEFAULT_WORKERS`); results do not depend on it.

@@ -10,7 +10,7 @@ Two kernels, both ``nogil`` so the engine's threads run them in parallel:
 * :func:`relevance_histograms` — for a block of queries, two histograms per query over the
   distances 0..bits: items that are not relevant, and items that are. The database is grouped
   into *segments* inside which relevance is the same for a given query (the label classes of
-  :mod:`sgh.relevance`, after sorting the database by class), so the inner loop needs no
+  :mod:`sgh.metrics.relevance`, after sorting the database by class), so the inner loop needs no
   per-item relevance lookup: ``hist[query, relevant_of_segment, popcount(q ^ x)] += 1``.
 * :func:`stable_statistics` — ties broken by database index, in one more pass in database order
   and without sorting: an item at distance d has rank ``#(items at distance < d) + #(items at

@@ -10,7 +10,7 @@ from sgh.codes import validate_codes
 from sgh.metrics.conventions import TIES, check_choice, check_cutoffs
 from sgh.metrics.histograms import distance_histograms
 from sgh.metrics.ranking import per_query_relevant_retrieved
-from sgh.relevance import neighbour_relevance
+from sgh.metrics.relevance import neighbour_relevance
 
 
 def recall_at_n(
@@ -37,7 +37,7 @@ def recall_at_n(
 
     Args:
         groundtruth: ``(n_queries, >= k)`` integer database ids of the true neighbours, nearest
-            first (e.g. :func:`sgh.neighbours.euclidean_neighbours`).
+            first (e.g. :func:`sgh.data.neighbours.euclidean_neighbours`).
         n_values: one or more cut-offs N >= 1.
         k: number of ground-truth neighbours per query (K).
         workers: threads (default: up to 8, one per core); results do not depend on it.

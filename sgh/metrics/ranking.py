@@ -11,7 +11,7 @@ Every metric therefore takes ``ties``:
 * ``"stable"``: ties broken by database index, which is what most published code does.
 
 Relevance: 1-D labels (same label) or 2-D 0/1 label matrices (at least one shared label), see
-:mod:`sgh.relevance`. Queries with no relevant database item (R = 0) follow ``no_relevant``
+:mod:`sgh.metrics.relevance`. Queries with no relevant database item (R = 0) follow ``no_relevant``
 (:func:`sgh.metrics.conventions.average_over_queries`). All metrics come from one scan of the
 (query, item) pairs, :func:`sgh.metrics.histograms.label_histograms`; memory and threads are
 described there. To get several metrics from one scan, use :func:`sgh.metrics.evaluate_labels`.
@@ -106,7 +106,8 @@ def average_precisions(
         query_codes: ``(n_queries, ceil(bits/8))`` uint8 packed codes.
         database_codes: ``(n_database, ceil(bits/8))`` uint8 packed codes.
         bits: code length.
-        query_labels, database_labels: 1-D labels or 2-D 0/1 label matrices (:mod:`sgh.relevance`).
+        query_labels, database_labels: 1-D labels or 2-D 0/1 label matrices
+            (:mod:`sgh.metrics.relevance`).
         ties: ``"expected"`` (tie-aware, exact expectation, O(n_database + bits) per query, plus
             O(K) for "retrieved" at a cut-off) or ``"stable"`` (ties by database index; ranks the
             items up to the cut-off distance, a full stable sort for AP@all).

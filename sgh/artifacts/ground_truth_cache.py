@@ -1,0 +1,193 @@
+"""Ground truth for Recall K@N: the dataset's own, or exact Euclidean k-NN cached next to it.
+
+`split_ground_truth` is what a run asks for: the dataset file's neighbours when it has enough,
+else the exact ones, computed once per dataset and cached.
+
+Recall K@N needs each query's exact K nearest database items
+(:func:`sgh.data.neighbours.euclidean_neighbours`), which costs minutes on large datasets that ship
+none. The result is cached in one ``.npy`` file:
+
+* **name**: ``<dataset file>.gt-<digest>.npy``, the digest being BLAKE2b-128 of the method's
+  version and of the query and database features as used (dtype, shape and bytes): the content,
+  not the path or the modification time, so a changed file, another split or other queries get
+  another cache file;
+* **where**: next to the dataset file (or directory) when its directory may be written; else in
+  the per-user cache, ``$XDG_CACHE_HOME/sgh`` or ``~/.cache/sgh``; else nowhere (computed each
+  run). A directory whose permission bits deny writing counts as read-only even for root, whose
+  writes the system would allow: a dataset folder made read-only on purpose stays untouched.
+  Reads look in both places, next to the dataset first;
+* **content**: ``(n_queries, K)`` int64 ids, nearest first, ties by database index. That order is
+  total, so the k nearest are the first k columns of the K nearest: a file with K >= k serves k;
+  a larger k is computed and replaces the file;
+* **trust**: a file is used only if it loads with ``allow_pickle=False`` as a 2-D int64 array of
+  ``n_queries`` rows and >= k columns, ids in ``[0, n_database)`` and distinct within each row,
+  and, for a sample of queries, distances that do not decrease along the row. Anything else is
+  logged and recomputed; writes are atomic (temporary file + rename), so a crash leaves no
+  half-written cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+from pathlib import Path
+
+import numpy as np
+
+from sgh.artifacts.atomic import atomic_file
+from sgh.data.neighbours import chunked_euclidean_neighbours
+from sgh.data.split import RetrievalSplit
+from sgh.data.streamed_features import StreamedFeatures, take_rows
+
+logger = logging.getLogger(__name__)
+
+# Part of the digest: bump it when the ground truth's definition changes, so old files go stale.
+METHOD = b"sgh exact squared-L2 k-NN, ties by database index, v1"
+# Queries whose cached rows are checked for non-decreasing distances.
+_SAMPLED_QUERIES = 8
+
+
+def features_digest(query: np.ndarray, database: np.ndarray) -> str:
+    """Hex BLAKE2b-128 of :data:`METHOD` and both arrays' dtype, shape and bytes."""
+    digest = hashlib.blake2b(METHOD, digest_size=16)
+    for array in (query, database):
+        digest.update(f"|{np.dtype(array.dtype).str}|{tuple(array.shape)}|".encode())
+        # A streamed database is hashed chunk by chunk: the same bytes, so the same digest.
+        parts = array.chunks() if isinstance(array, StreamedFeatures) else [(0, array)]
+        for _, rows in parts:
+            rows = np.ascontiguousarray(rows)
+            digest.update(rows.reshape(-1).view(np.uint8))  # the bytes in place, no copy
+    return digest.hexdigest()
+
+
+def user_cache_dir() -> Path | None:
+    """``$XDG_CACHE_HOME/sgh``, or ``~/.cache/sgh``; None if there is no home directory."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = Path.home() / ".cache"
+        except RuntimeError:  # no HOME and no password-database entry
+            return None
+    return Path(base) / "sgh"
+
+
+def cache_candidates(dataset_path: str | os.PathLike, digest: str) -> list[Path]:
+    """Where the cache file of a dataset may be: next to it, then in the per-user cache."""
+    dataset_path = Path(dataset_path).expanduser().absolute()
+    name = f"{dataset_path.name}.gt-{digest}.npy"
+    user_dir = user_cache_dir()
+    return [dataset_path.parent / name] + ([] if user_dir is None else [user_dir / name])
+
+
+def _may_write(directory: Path) -> bool:
+    """Whether to try writing in ``directory`` (created if missing) — see the module doc."""
+    existing = directory
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return False
+    return bool(existing.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) and (
+        os.access(existing, os.W_OK)
+    )
+
+
+def _trusted(path: Path, query, database, k: int) -> np.ndarray | None:
+    """The cached ids of ``path`` if every check of the module doc passes, else None."""
+    if not path.is_file():
+        return None
+    try:
+        ids = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        logger.warning("ground-truth cache %s is unreadable (%s); ignored", path, error)
+        return None
+    n_queries, n_database = len(query), len(database)
+    problem = None
+    if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 2:
+        problem = f"expected a 2-D int64 array, found {getattr(ids, 'dtype', type(ids))}"
+    elif ids.shape[0] != n_queries:
+        problem = f"{ids.shape[0]} rows for {n_queries} queries"
+    elif ids.shape[1] < k:  # a valid file for a smaller k: to be replaced, not a warning
+        logger.info(
+            "ground-truth cache %s has %d neighbours per query, %d needed", path, ids.shape[1], k
+        )
+        return None
+    elif ids.size and (ids.min() < 0 or ids.max() >= n_database):
+        problem = f"ids outside [0, {n_database})"
+    elif ids.shape[1] > 1 and (np.diff(np.sort(ids, axis=1), axis=1) == 0).any():
+        problem = "a query lists the same id twice"
+    else:
+        for row in np.linspace(0, n_queries - 1, min(_SAMPLED_QUERIES, n_queries)).astype(int):
+            differences = (take_rows(database, ids[row]).astype(np.float64)
+                           - query[row].astype(np.float64))
+            distances = np.einsum("ij,ij->i", differences, differences)
+            # Relative slack: the reference computed these same sums, perhaps in another order.
+            slack = 1e-9 * max(1.0, float(distances[-1]))
+            if (np.diff(distances) < -slack).any():
+                problem = f"query {row}'s neighbours are not in order of distance"
+                break
+    if problem is not None:
+        logger.warning("ground-truth cache %s is not trusted (%s); ignored", path, problem)
+        return None
+    return ids[:, :k]
+
+
+def _write(path: Path, ids: np.ndarray) -> bool:
+    if not _may_write(path.parent):
+        return False
+    try:
+        with atomic_file(path, suffix=".npy") as temporary:
+            np.save(temporary, ids, allow_pickle=False)
+    except OSError as error:
+        logger.info("cannot write the ground-truth cache %s (%s)", path, error)
+        return False
+    return True
+
+
+def cached_euclidean_neighbours(
+    query: np.ndarray, database: np.ndarray, k: int, dataset_path: str | os.PathLike | None
+) -> tuple[np.ndarray, str]:
+    """:func:`sgh.data.neighbours.euclidean_neighbours`, through the cache of the module doc.
+
+    Args:
+        query: ``(n_queries, dim)`` features, as scored (after any conversion).
+        database: ``(n_database, dim)`` features.
+        k: neighbours per query, 1 <= k <= n_database.
+        dataset_path: the dataset's file (or directory) the cache lives next to; None: no cache.
+
+    Returns:
+        ``((n_queries, k) int64 ids, source)``: ``source`` says whether the ids were computed,
+        and where they were cached or read from. Never fails for a cache problem: the ground
+        truth is then computed (and, where possible, cached).
+    """
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= len(database):
+        raise ValueError(
+            f"k must be an integer between 1 and the database size {len(database)}, got {k!r}"
+        )
+    compute = chunked_euclidean_neighbours  # bounded memory, in memory or streamed
+    if dataset_path is None:
+        return compute(query, database, k), "exact, computed blockwise"
+    candidates = cache_candidates(dataset_path, features_digest(query, database))
+    for path in candidates:
+        ids = _trusted(path, query, database, k)
+        if ids is not None:
+            return ids, f"exact, computed blockwise earlier; read from the cache {path}"
+    ids = compute(query, database, k)
+    for path in candidates:
+        if _write(path, ids):
+            return ids, f"exact, computed blockwise; cached in {path}"
+    return ids, "exact, computed blockwise (no writable cache location)"
+
+
+def split_ground_truth(
+    split: RetrievalSplit, k: int, dataset_path: str | os.PathLike | None = None
+) -> tuple[np.ndarray, str]:
+    """The split's Euclidean neighbours and where they come from (a line for metrics.json).
+
+    The dataset's own if it has k of them per query; else computed exactly and cached next to
+    ``dataset_path`` (the dataset's file; None: not cached), see the module doc.
+    """
+    if split.groundtruth is not None and split.groundtruth.shape[1] >= k:
+        return split.groundtruth, "from the dataset file"
+    return cached_euclidean_neighbours(split.query, split.database, k, dataset_path)

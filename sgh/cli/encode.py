@@ -1,0 +1,121 @@
+"""`sgh-encode`: packed codes for new data, streamed through a run's exported encoder.
+
+    sgh-encode run=RUN_DIR input=FILE out=CODES.npy [key=NAME] [batch_size=N]
+    sgh-encode encoder=ENCODER_DIR input=FILE out=CODES.npy ...     (any exported encoder)
+
+`input` is `.npy`, `.npz` / `.mat` (`key` names the array; optional if there is one), `.fvecs`
+or `.bvecs` (`sgh.data.vector_files`). The features are converted exactly as at training
+(`as_float32_features`: uint8 / 255, other integers as they are), so the codes of a run's own
+data equal its `codes.npz` bit for bit. `out` is an `.npy` of packed uint8 codes (n,
+ceil(bits/8)), `np.packbits(bits, axis=1)` layout.
+
+Streaming: `batch_size` rows are read, encoded and appended to the output at a time, so memory is
+bounded by the batch, not the file (`.npy`, `.fvecs`, `.bvecs`; `.npz` and `.mat` cannot be read
+by row range and are loaded whole). The output is written under a temporary name and renamed at
+the end: an existing `out` is replaced only by a complete file.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from sgh.artifacts.atomic import atomic_file
+from sgh.cli.boundary import exit_on_user_error
+from sgh.cli.schemas import CONFIG_PATH, register_configs
+from sgh.config import EncodeCommandConfig
+from sgh.data.vector_files import as_float32_features, open_vectors
+from sgh.errors import UserInputError
+from sgh.quiet_tensorflow import import_tensorflow
+
+register_configs()
+
+
+def _check_arguments(config: EncodeCommandConfig) -> None:
+    if (config.run is None) == (config.encoder is None):
+        raise UserInputError("give exactly one of run=DIR (an sgh-train run) or encoder=DIR (an "
+                             "exported encoder)")
+    for name in ("input", "out"):
+        if getattr(config, name) is None:
+            raise UserInputError(f"{name}= is missing; usage: sgh-encode run=RUN_DIR "
+                                 "input=FILE out=CODES.npy [key=NAME] [batch_size=N]")
+    if Path(config.out).suffix != ".npy":
+        raise UserInputError(f"out={config.out}: the codes are written as .npy; accepted: a "
+                             "path ending in .npy")
+    if Path(config.out).is_dir():
+        raise UserInputError(f"out={config.out}: is a directory; accepted: a path ending in .npy")
+    if not (isinstance(config.batch_size, int) and config.batch_size >= 1):
+        raise UserInputError(f"batch_size={config.batch_size!r} is impossible; accepted: an "
+                             "integer >= 1")
+
+
+def encode_file(config: EncodeCommandConfig) -> dict:
+    """Encode `config.input` to `config.out`; print and return a summary."""
+    _check_arguments(config)
+    vectors = open_vectors(config.input, config.key)
+    # TensorFlow is imported only now, so that bad arguments and files fail in a fraction of a
+    # second rather than after its several-second import.
+    import_tensorflow()
+    from sgh.model.export import load_encoder, run_encoder_path
+
+    out = Path(config.out)
+    if out.exists() and out.resolve() == vectors.path.resolve():
+        raise UserInputError(f"out={out} is the input file; choose another output path")
+    encoder_path = (run_encoder_path(config.run) if config.run is not None
+                    else Path(config.encoder))
+    encoder = load_encoder(encoder_path)
+    n, dim = vectors.shape
+    if dim != encoder.dim:
+        raise UserInputError(f"{vectors.where} has {dim} features per vector but the encoder "
+                             f"{encoder_path} takes {encoder.dim}; encode features of the kind "
+                             "the run was trained on")
+    started = time.perf_counter()
+    conversion = _stream_codes(vectors, encoder, out, config.batch_size)
+    seconds = time.perf_counter() - started
+    summary = {"n": n, "dim": dim, "bits": encoder.bits, "conversion": conversion,
+               "seconds": seconds, "vectors_per_second": n / seconds if seconds > 0 else None,
+               "out": str(out), "encoder": str(encoder_path)}
+    print(f"[sgh] encoded {n} vectors of {vectors.where} (dim {dim}, {conversion}) to "
+          f"{encoder.bits}-bit codes -> {out} ({n} x {encoder.code_bytes} uint8) in "
+          f"{seconds:.1f} s, {n / max(seconds, 1e-9):,.0f} vectors/s", flush=True)
+    return summary
+
+
+def _stream_codes(vectors, encoder, out: Path, batch_size: int) -> str:
+    """Read, convert, encode and append `batch_size` rows at a time; return the conversion.
+
+    The `.npy` header is written first and the codes appended through a plain file handle (not
+    `np.lib.format.open_memmap`): written pages of a memory map stay in the process's resident
+    set until it is unmapped, plain writes go to the page cache, so memory stays bounded by the
+    batch whatever the number of vectors.
+    """
+    n = len(vectors)
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
+              "fortran_order": False, "shape": (n, encoder.code_bytes)}
+    conversion = None
+    with atomic_file(out, suffix=".npy") as temporary, open(temporary, "wb") as handle:
+        np.lib.format.write_array_header_1_0(handle, header)
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            features, conversion = as_float32_features(
+                vectors.read(start, stop), vectors.path, vectors.key, first_row=start)
+            handle.write(encoder.encode_batch(features).tobytes())
+    return conversion
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="encode")
+def _hydra_main(cfg: DictConfig) -> None:
+    with exit_on_user_error("sgh-encode"):
+        encode_file(OmegaConf.to_object(cfg))
+
+
+def main() -> None:
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Scoring codes: every retrieval number of both protocols, and code health, as one flat dict.
+
+Computation on arrays only: `sgh.pipeline` calls `score` on freshly encoded codes, `sgh-eval` on
+any `codes.npz`. What the numbers mean is `sgh.metrics.conventions.RESULT_CONVENTIONS`, written
+next to them in every results file; how they are shown is `sgh.reports`.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from sgh.codes import code_health
+from sgh.config import EvalConfig
+from sgh.errors import UserInputError
+from sgh.metrics.labels import evaluate_labels
+from sgh.metrics.neighbour_recall import recall_at_n
+
+
+def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config: EvalConfig,
+          database_labels: np.ndarray | None = None, query_labels: np.ndarray | None = None,
+          groundtruth: np.ndarray | None = None) -> dict:
+    """Every retrieval number for one set of codes, as a flat dict.
+
+    Label metrics where labels are given; Recall K@N where ground truth is given.
+    """
+    started = time.perf_counter()
+    k = config.recall_k
+    metrics: dict = {"n_queries": len(query_codes), "n_database": len(database_codes)}
+    if database_labels is not None:
+        for ties, suffix in (("expected", ""), ("stable", "_stable")):
+            result = evaluate_labels(query_codes, database_codes, bits, query_labels,
+                                     database_labels, map_k=config.map_k,
+                                     radius=config.radius if ties == "expected" else None,
+                                     ties=ties, denominator=config.map_k_denominator)
+            for key, value in result.items():
+                if key.startswith(("map", "precision@", "recall@")):
+                    metrics[key + suffix] = value
+                elif key.startswith("lookup_"):
+                    metrics[key] = value
+        metrics["map_k_denominator"] = config.map_k_denominator
+        metrics["map_queries_without_relevant"] = result["n_no_relevant"]
+    if groundtruth is not None:
+        if groundtruth.shape[1] < k:
+            raise UserInputError(f"eval.recall_k={k} needs {k} ground-truth neighbours per "
+                                 f"query; the ground truth has {groundtruth.shape[1]}")
+        for ties, suffix in (("expected", ""), ("stable", "_stable")):
+            recalls = recall_at_n(query_codes, database_codes, bits, groundtruth,
+                                  config.recall_n, k=k, ties=ties)
+            for n, value in recalls.items():
+                metrics[f"recall{k}@{n}{suffix}"] = value
+    health = code_health(database_codes, bits)
+    metrics["distinct_database_codes"] = health["distinct_codes"]
+    metrics["dead_bits"] = health["dead_bits"]
+    metrics["mean_abs_bit_correlation"] = health["mean_abs_bit_correlation"]
+    metrics["bit_balance_min"] = float(np.min(health["bit_balance"]))
+    metrics["bit_balance_max"] = float(np.max(health["bit_balance"]))
+    metrics["eval_seconds"] = time.perf_counter() - started
+    return metrics

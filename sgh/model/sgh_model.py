@@ -1,0 +1,227 @@
+"""The linear SGH model: encoder, doubly stochastic neuron, decoder, and the two objectives.
+
+    x  --normalise-->  x~ = (x - mean) / scale                    (statistics of the training set)
+    z  = x~ W + b,   (h, p) = doubly_sn(z, xi)                    (h ~ Bern(sigmoid(z)))
+    x^ = h A + c                                                  (the decoder; A, c per objective)
+
+Objective `paper` (Dai et al. 2017; the negative ELBO, i.e. the MDL code length, in nats per item):
+    ||x~ - (hU + c)||^2 / (2 rho^2) + d log rho + (d/2) log 2 pi + KL(Bern(p) || Bern(theta))
+with rho and the prior theta = sigmoid(prior_logits) learned. `c` is a decoder offset the paper
+does not write: the paper's N(Uh, rho^2 I) forces U E[h] = 0 on centred data, which wastes a
+direction of U; the offset costs nothing and frees it (the released demo has one too, `m`).
+
+Objective `released` (the authors' demo, exactly; sums over the batch):
+    1/2 ||x - ((hU) * |s| + m)||^2 + alpha BCE(logits=z, labels=h) + beta/2 (||U||^2 + ||W||^2)
+Its alpha term is -alpha log q(h|x), the opposite sign of the paper's bits-back term.
+
+Estimators (how d loss / d z is formed through the binary step):
+- `approximate`: the neuron's own backward, sigmoid'(z) (dL/dh + dL/dp) at the sampled h.
+- `unbiased`: for a decoder linear in h with a Gaussian loss, the exact finite difference
+  L(h_k=1) - L(h_k=0) = dL/dh_k - (h_k - 1/2) ||a_k||^2 / rho^2  (sgh.md), so the unbiased
+  estimator costs one extra (l,) vector: we add a zero-valued term whose h-gradient is the
+  correction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from sgh.config import ModelConfig
+from sgh.data.feature_statistics import FeatureStatistics, feature_statistics
+from sgh.data.streamed_features import Features
+from sgh.model.ops import doubly_sn
+
+# The stateless RNG of the neuron's noise and the batches: named, not "auto_select", so the
+# stream cannot change under us. XLA still draws from a runtime seed with its own kernel, so a run
+# is reproducible for a given trainer.jit_compile; the two settings give different valid streams.
+RNG_ALGORITHM = "philox"
+
+LOSS_TERMS = {
+    # reconstruction: 1/2 ||x - x^||^2 per item in the input space, comparable across objectives
+    # and with the released demo's "Monitor Loss".
+    "paper": ("total", "reconstruction", "gaussian_nll", "kl", "rho"),
+    "released": ("total", "reconstruction", "bce", "weight_decay"),
+}
+
+
+class SGH(tf.Module):
+    """Linear SGH. Build with `SGH.from_training_data`; the normaliser travels with the weights."""
+
+    def __init__(self, config: ModelConfig, dim: int, mean, scale, init: dict[str, np.ndarray]):
+        super().__init__(name="sgh")
+        self.config = config
+        self.dim, self.bits = dim, config.bits
+        # Normalisation statistics are part of the model: encoding new data must use the same.
+        self.mean = tf.Variable(np.asarray(mean, np.float32), trainable=False, name="mean")
+        self.scale = tf.Variable(np.float32(scale), trainable=False, name="scale")
+        self.W = tf.Variable(init["W"], name="W")
+        self.b = tf.Variable(init["b"], name="b")
+        self.U = tf.Variable(init["U"], name="U")
+        if config.objective == "paper":
+            self.c = tf.Variable(np.zeros(dim, np.float32), name="c")
+            self.log_rho = tf.Variable(np.float32(0.0), name="log_rho")
+            self.prior_logits = tf.Variable(np.zeros(self.bits, np.float32), name="prior_logits")
+        else:
+            self.s = tf.Variable(init["s"], name="s")
+            self.m = tf.Variable(init["m"], name="m")
+
+    @classmethod
+    def from_training_data(cls, config: ModelConfig, x_train: Features, seed: int) -> SGH:
+        """The model for training on `x_train` (in memory or streamed: one pass over it)."""
+        return cls.from_statistics(config, feature_statistics(x_train), seed)
+
+    @classmethod
+    def from_statistics(cls, config: ModelConfig, statistics: FeatureStatistics,
+                        seed: int) -> SGH:
+        dim = len(statistics.mean)
+        if config.normalization == "isotropic":
+            # One global scale (RMS of the centred coordinates) keeps Euclidean neighbours intact;
+            # per-dimension z-scoring would change them (measured: Recall10@100 0.615 -> 0.483).
+            mean = statistics.mean.astype(np.float32)
+            # Centred on the float32 mean the model subtracts: sum (x - mean32)^2 =
+            # sum (x - mean64)^2 + n (mean64 - mean32)^2 per dimension.
+            offset = statistics.mean - mean
+            variance = float(np.sum(statistics.squared_deviations
+                                    + statistics.count * np.square(offset))
+                             / (statistics.count * dim))
+            scale = math.sqrt(variance) if variance > 0 else 1.0
+        else:
+            mean, scale = np.zeros(dim, np.float32), 1.0
+        normalised_var = statistics.variance / scale**2
+        normalised_mean = (statistics.mean - mean) / scale
+        init = initial_weights(config, dim, normalised_mean, normalised_var, seed)
+        return cls(config, dim, mean, scale, init)
+
+    # ---- encoding -------------------------------------------------------------------------
+    def logits(self, x: tf.Tensor) -> tf.Tensor:
+        return tf.matmul((x - self.mean) / self.scale, self.W) + self.b
+
+    # One traced function per model, for any batch size (encoding, training evaluation, export).
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    def encode_bits(self, x: tf.Tensor) -> tf.Tensor:
+        """Deterministic codes: the mode of q(h|x), h = 1[p >= 1/2], as uint8 0/1 (n, bits)."""
+        codes, _ = doubly_sn(self.logits(x), tf.constant(0.5, x.dtype))
+        return tf.cast(codes, tf.uint8)
+
+    # ---- decoding (monitoring: reconstructions and templates in the input space) -----------
+    def reconstruct(self, x: tf.Tensor) -> tf.Tensor:
+        """Deterministic reconstruction x^ of x from its code, in the input space, (n, dim).
+
+        The code is the mode h = 1[p >= 1/2] (as `encode_bits`); then `paper`:
+        x^ = (hU + c) * scale + mean (the decoder works on normalised data); `released`:
+        x^ = (hU) * |s| + m (the demo's decoder reconstructs x itself).
+        """
+        h = tf.cast(self.encode_bits(tf.convert_to_tensor(x, tf.float32)), tf.float32)
+        if self.config.objective == "paper":
+            return (tf.matmul(h, self.U) + self.c) * self.scale + self.mean
+        return tf.matmul(h, self.U) * tf.abs(self.s) + self.m
+
+    def decoder_templates(self) -> tf.Tensor:
+        """What turning bit k on adds to the reconstruction, in input units, (bits, dim).
+
+        `paper`: U * scale; `released`: U * |s| (row k of the effective decoder).
+        """
+        if self.config.objective == "paper":
+            return self.U * self.scale
+        return self.U * tf.abs(self.s)
+
+    # ---- training -------------------------------------------------------------------------
+    def sample_noise(self, batch_size, seed: tf.Tensor) -> tf.Tensor:
+        if self.config.noise == "fixed":
+            return tf.fill([batch_size, self.bits], 0.5)
+        return tf.random.stateless_uniform([batch_size, self.bits], seed=seed, alg=RNG_ALGORITHM)
+
+    def loss_terms(self, x: tf.Tensor, epsilon: tf.Tensor) -> dict[str, tf.Tensor]:
+        """The objective on a batch; `total` is what the optimizer minimises."""
+        z = self.logits(x)
+        h, _ = doubly_sn(z, epsilon)
+        if self.config.objective == "paper":
+            return self._paper_terms(x, z, h)
+        return self._released_terms(x, z, h)
+
+    def _paper_terms(self, x, z, h):
+        x_norm = (x - self.mean) / self.scale
+        residual = x_norm - (tf.matmul(h, self.U) + self.c)
+        rho2 = tf.exp(2.0 * self.log_rho)
+        squared = tf.reduce_sum(tf.square(residual), axis=1)
+        d = float(self.dim)
+        gaussian_nll = tf.reduce_mean(squared) / (2.0 * rho2) + d * self.log_rho \
+            + 0.5 * d * math.log(2.0 * math.pi)
+        kl = tf.reduce_mean(tf.reduce_sum(bernoulli_kl(z, self.prior_logits), axis=1))
+        total = gaussian_nll + kl
+        if self.config.estimator == "unbiased":
+            column_norms = tf.reduce_sum(tf.square(self.U), axis=1) / rho2
+            batch = tf.cast(tf.shape(x)[0], x.dtype)
+            total += unbiased_correction(h, column_norms) / batch
+        return {
+            "total": total,
+            "reconstruction": 0.5 * tf.reduce_mean(squared) * tf.square(self.scale),
+            "gaussian_nll": gaussian_nll,
+            "kl": kl,
+            "rho": tf.exp(self.log_rho),
+        }
+
+    def _released_terms(self, x, z, h):
+        alpha, beta = self.config.alpha, self.config.beta
+        decoded_columns = self.U * tf.abs(self.s)  # rows a_k of the effective decoder
+        reconstruction = 0.5 * tf.reduce_sum(tf.square(x - (tf.matmul(h, decoded_columns)
+                                                            + self.m)))
+        # Labels flow back into the neuron, as in TF 0.10 where this loss was built of plain ops.
+        bce = alpha * tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=h, logits=z))
+        weight_decay = beta * (tf.nn.l2_loss(self.U) + tf.nn.l2_loss(self.W))
+        total = reconstruction + bce + weight_decay
+        if self.config.estimator == "unbiased":
+            total += unbiased_correction(h, tf.reduce_sum(tf.square(decoded_columns), axis=1))
+        batch = tf.cast(tf.shape(x)[0], x.dtype)
+        # Summed over the batch (the optimizer sees the demo's exact loss); reported per item.
+        return {"total_sum": total, "total": total / batch,
+                "reconstruction": reconstruction / batch, "bce": bce / batch,
+                "weight_decay": weight_decay / batch}
+
+    def objective(self, terms: dict[str, tf.Tensor]) -> tf.Tensor:
+        return terms.get("total_sum", terms["total"])
+
+
+def bernoulli_kl(logits: tf.Tensor, prior_logits: tf.Tensor) -> tf.Tensor:
+    """KL(Bern(sigmoid(z)) || Bern(sigmoid(phi))) per bit, from logits (stable for large |z|)."""
+    p = tf.sigmoid(logits)
+    # log p = -softplus(-z), log(1 - p) = -softplus(z); likewise for the prior.
+    return p * (tf.nn.softplus(-prior_logits) - tf.nn.softplus(-logits)) \
+        + (1.0 - p) * (tf.nn.softplus(prior_logits) - tf.nn.softplus(logits))
+
+
+def unbiased_correction(h: tf.Tensor, column_norms: tf.Tensor) -> tf.Tensor:
+    """A term that is exactly 0 but adds -(h_k - 1/2) ||a_k||^2 / rho^2 to dL/dh_k.
+
+    With it the neuron's backward sigmoid'(z)(dL/dh) becomes sigmoid'(z) (L(h_k=1) - L(h_k=0)),
+    the unbiased estimator, for a loss 1/2 ||x - hA - c||^2 / rho^2, with
+    `column_norms` = ||a_k||^2 / rho^2.
+    """
+    slope = tf.stop_gradient(-(h - 0.5) * column_norms)
+    return tf.reduce_sum(slope * h - tf.stop_gradient(slope * h))
+
+
+def initial_weights(config: ModelConfig, dim: int, mean: np.ndarray, variance: np.ndarray,
+                    seed: int) -> dict[str, np.ndarray]:
+    """Initial W, b, U (and the released decoder's s, m), from normalised-data statistics.
+
+    `released`: the demo's W ~ N(0, 1/d), b ~ N(0, 1), U ~ N(0, 1/l), s = per-dimension variance
+    (clipped at 1e-7), m = mean. `random`: the same W and U with b = 0, because a N(0, 1) bias
+    dominates the logits when the features are small and saturates the bits (the demo's collapse
+    on CIFAR-10 GIST).
+    """
+    rng = np.random.default_rng(seed)
+    bits = config.bits
+    weights = {
+        "W": rng.normal(0.0, 1.0 / math.sqrt(dim), (dim, bits)).astype(np.float32),
+        "b": (rng.normal(0.0, 1.0, bits) if config.init == "released"
+              else np.zeros(bits)).astype(np.float32),
+        "U": rng.normal(0.0, 1.0 / math.sqrt(bits), (bits, dim)).astype(np.float32),
+    }
+    if config.objective == "released":
+        weights["s"] = np.clip(variance, 1e-7, None).astype(np.float32)
+        weights["m"] = mean.astype(np.float32)
+    return weights

@@ -1,0 +1,125 @@
+"""The `sgh-train` flow on one page: config -> split -> method -> codes -> scores -> run directory.
+
+    run(config, run_dir)
+      validate the settings                  sgh.config
+      load the split                         sgh.data
+      fit or train the method                sgh.methods -> sgh.training / sgh.baselines
+      ground truth for Recall K@N            sgh.artifacts.ground_truth_cache
+      score both protocols                   sgh.metrics.scoring
+      write codes, metrics, TensorBoard      sgh.artifacts, sgh.training.tensorboard_views
+      log the results table                  sgh.reports.results_table
+
+Each stage only hands its result to the next; nothing below knows Hydra (`sgh.cli.train` is the
+boundary), and tests call `run` directly. A run directory that already holds a checkpoint of the
+same configuration is resumed from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from sgh.artifacts.run_directory import RunDirectory
+from sgh.config import Config, validate
+from sgh.data import RetrievalSplit, load_split
+from sgh.artifacts.ground_truth_cache import split_ground_truth
+from sgh.errors import UserInputError
+from sgh.methods import METHODS, EncodedSplit
+from sgh.metrics.conventions import RESULT_CONVENTIONS
+from sgh.metrics.scoring import score
+from sgh.quiet_tensorflow import import_tensorflow
+from sgh.reports.results_table import collapse_warning, results_table, run_title
+
+logger = logging.getLogger(__name__)
+
+
+def run(config: Config, run_dir: str | os.PathLike) -> dict:
+    """Train the configured method, evaluate it, write the run directory; return the metrics."""
+    validate(config)
+    method = METHODS[config.model.name]
+    split = load_split(config.dataset)
+    # TensorFlow takes seconds to import: only now, so that every mistake in the settings and
+    # the data above is answered in about a second.
+    import_tensorflow()
+    from sgh.training.devices import strategy_for, writable_run_dir
+
+    # Created once, here, before TensorFlow's first op: the device layout and collective ops are
+    # fixed from then on. Only trained methods use devices.
+    strategy = strategy_for(config.trainer) if method.is_trained else None
+    with writable_run_dir(run_dir, strategy) as own_dir:  # only the chief writes
+        return _run(config, RunDirectory(own_dir), split, strategy)
+
+
+def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit, strategy) -> dict:
+    from sgh.training.tensorboard_views import write_run_summary
+
+    _refuse_another_configuration(run_directory, config)
+    run_directory.write_config(config)
+    logger.info("%s: train %s, database %s, queries %s; %s", split.name, split.train.shape,
+                split.database.shape, split.query.shape, split.protocol)
+
+    encoded = _fit(config, split, run_directory, strategy)
+    groundtruth, groundtruth_source = split_ground_truth(
+        split, config.eval.recall_k, getattr(config.dataset, "path", None))
+    metrics = {
+        "dataset": split.name,
+        "method": config.model.name,
+        "bits": config.model.bits,
+        "seed": config.trainer.seed,
+        **encoded.fields,
+        **score(encoded.database, encoded.query, config.model.bits, config.eval,
+                split.database_labels, split.query_labels, groundtruth),
+        "protocol": split.protocol,
+        "feature_conversion": split.feature_conversion,
+        "groundtruth": f"{groundtruth.shape[1]} neighbours per query, {groundtruth_source}",
+        **RESULT_CONVENTIONS,
+    }
+    codes = {"database": encoded.database, "query": encoded.query,
+             "bits": np.int64(config.model.bits), "groundtruth": groundtruth}
+    if split.has_labels:
+        codes["database_labels"] = split.database_labels
+        codes["query_labels"] = split.query_labels
+    run_directory.write_codes(**codes)
+    run_directory.write_metrics(metrics)
+    with run_directory.summary_writer().as_default():
+        write_run_summary(config, metrics, split, codes)
+
+    # The results table as one record, shown as it is (sgh.cli.logs: "plain").
+    logger.info("%s", results_table(metrics, run_title(metrics), config.eval),
+                extra={"plain": True})
+    warning = collapse_warning(metrics, config.model.bits)
+    if warning:
+        logger.warning("%s", warning)
+    logger.info("run directory: %s", run_directory.path)
+    return metrics
+
+
+def _fit(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
+         strategy) -> EncodedSplit:
+    """Train (resuming from the run directory) or fit the method; its codes of the split."""
+    if METHODS[config.model.name].is_trained:
+        from sgh.training.train_sgh import train_sgh
+
+        return train_sgh(config, split, run_directory, strategy)
+    from sgh.baselines.fitting import fit_baseline
+
+    return fit_baseline(config, split)
+
+
+def _comparable(config) -> dict:
+    """What defines a training run: everything but the evaluation settings."""
+    values = config if isinstance(config, dict) else OmegaConf.to_container(
+        OmegaConf.structured(config))
+    return {key: value for key, value in values.items() if key != "eval"}
+
+
+def _refuse_another_configuration(run_directory: RunDirectory, config: Config) -> None:
+    previous = run_directory.previous_config()
+    if run_directory.has_checkpoint() and previous is not None and (
+            _comparable(previous) != _comparable(config)):
+        raise UserInputError(
+            f"{run_directory.path} holds a run with another configuration; resume it with the "
+            "same settings, or choose a new hydra.run.dir")

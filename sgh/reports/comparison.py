@@ -1,0 +1,308 @@
+"""The comparison of a sweep's runs (`sgh-compare`): one table, plots and TensorBoard images.
+
+Reads every `metrics.json` below SWEEP_DIR (one per `sgh-train` job), groups the runs by
+(dataset, method, bits) and reports mean ± population std (ddof=0) over seeds. Writes
+`comparison.csv`, `comparison.md`, `map_vs_bits.png`, `recall_curves.png`, `pr_curves.png` and
+`tensorboard_compare/` into SWEEP_DIR (or --out). TensorFlow is imported only for the last.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import re
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from sgh.artifacts.atomic import atomic_directory, write_bytes
+from sgh.artifacts.codes_file import SavedCodes, load_codes
+from sgh.artifacts.run_directory import CODES_FILE, METRICS_FILE
+from sgh.errors import UserInputError
+from sgh.methods import METHODS
+from sgh.metrics.conventions import LABELS, SUMMARIES
+
+logger = logging.getLogger(__name__)
+
+# SGH, then the baselines, as the registry orders them: tables and legends read the same.
+METHOD_ORDER = tuple(METHODS)
+RECALL_KEY = re.compile(r"^recall(\d+)@(\d+)$")  # tie-aware recall only; *_stable is not compared
+MAP_TEXT = SUMMARIES["map"]
+RECALL_TEXT = SUMMARIES["recall"].replace("{k}", "10")  # the table's Recall10@N
+SPREAD_TEXT = "mean ± std over {n} (population std, ddof=0)"
+PR_TEXT = SUMMARIES["pr_curve"]
+TABLE_METRICS = (("map", "mAP@all", MAP_TEXT),
+                 ("recall10@100", "Recall10@100", RECALL_TEXT.format(n=100)))
+# Figure titles and TensorBoard descriptions: every plotted number with its convention.
+ERROR_BARS = "error bars: " + SPREAD_TEXT.format(n="seeds")
+DESCRIPTION = {"map_vs_bits": f"{MAP_TEXT}\n{ERROR_BARS}",
+               "recall_curves": f"{RECALL_TEXT.format(n='N')}\n{ERROR_BARS}",
+               "pr_curves": f"Precision-recall of {PR_TEXT}"}
+
+
+def collect(sweep_dir) -> list[dict]:
+    """Every run's metrics below `sweep_dir`, each with `run_dir` added; sorted by path."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise UserInputError(f"{sweep_dir}: no such directory; expected an sgh-train sweep "
+                             "directory")
+    rows = []
+    for path in sorted(sweep_dir.rglob(METRICS_FILE)):
+        try:
+            row = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise UserInputError(f"{path}: not valid JSON ({error})") from None
+        if not isinstance(row, dict) or not all(key in row for key in ("dataset", "method")) \
+                or isinstance(row.get("bits"), bool) or not isinstance(row.get("bits"), int):
+            raise UserInputError(f"{path}: expected a JSON object with 'dataset', 'method' and "
+                                 "an integer 'bits', as sgh-train writes")
+        rows.append({**row, "run_dir": str(path.parent)})
+    if not rows:
+        raise UserInputError(f"{sweep_dir}: no {METRICS_FILE} below it; expected the directory "
+                             "of an sgh-train sweep (one sub-directory per job)")
+    return rows
+
+
+def _method_rank(method: str) -> tuple:
+    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+
+
+def _recall_order(key: str) -> tuple[int, int]:
+    return tuple(int(part) for part in RECALL_KEY.match(key).groups())  # (K, N)
+
+
+def _number(run: dict, key: str) -> float:
+    # metrics.json writes NaN as null; keep it NaN so that a mean over it is visibly NaN.
+    value = run[key]
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise UserInputError(f"{run['run_dir']}/metrics.json: {key!r} is {value!r}; expected a "
+                             "number")
+    return float("nan") if value is None else float(value)
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """One dict per (dataset, method, bits): n_seeds, seeds, <metric>_mean/_std, first_run."""
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["dataset"], row["method"], int(row["bits"]))].append(row)
+    result = []
+    for (dataset, method, bits), runs in groups.items():
+        # The first seed's run supplies codes.npz for the PR curve: the smallest seed, so the
+        # choice does not depend on directory names.
+        runs = sorted(runs, key=lambda run: (run.get("seed") is None, run.get("seed") or 0))
+        seeds = [run.get("seed") for run in runs]
+        if len(set(seeds)) < len(seeds):
+            logger.warning("%s %s %s bits: seeds %s repeat; runs differing in anything but the "
+                           "seed are averaged together", dataset, method, bits, seeds)
+        entry = {"dataset": dataset, "method": method, "bits": bits, "n_seeds": len(runs),
+                 "seeds": seeds, "first_run": runs[0]["run_dir"]}
+        recall = {key for run in runs for key in run if RECALL_KEY.match(key)}
+        for key in ["map", "map_stable", *recall, "distinct_database_codes", "train_seconds"]:
+            values = [_number(run, key) for run in runs if key in run]
+            if values:  # absent (e.g. no labels): no column, not a zero
+                entry[f"{key}_mean"] = float(np.mean(values))
+                entry[f"{key}_std"] = float(np.std(values, ddof=0))
+        result.append(entry)
+    return sorted(result, key=lambda e: (e["dataset"], _method_rank(e["method"]), e["bits"]))
+
+
+def recall_cutoffs(aggregated: list[dict]) -> list[str]:
+    """The `recallK@N` keys present, ordered by K then N."""
+    keys = {key[:-5] for entry in aggregated for key in entry
+            if key.endswith("_mean") and RECALL_KEY.match(key[:-5])}
+    return sorted(keys, key=_recall_order)
+
+
+def csv_text(aggregated: list[dict]) -> str:
+    columns = ["dataset", "method", "bits", "n_seeds", "seeds", "map_mean", "map_std"]
+    columns += [f"{key}_{stat}" for key in recall_cutoffs(aggregated) for stat in ("mean", "std")]
+    columns += ["distinct_database_codes_mean", "train_seconds_mean"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for entry in aggregated:
+        writer.writerow({**entry, "seeds": " ".join(str(seed) for seed in entry["seeds"])})
+    return buffer.getvalue()
+
+
+def _cell(entry: dict | None, key: str, show_n: bool) -> str:
+    if entry is None or f"{key}_mean" not in entry:
+        return "—"
+    text = f"{entry[f'{key}_mean']:.3f} ± {entry[f'{key}_std']:.3f}"
+    return text + (f" (n={entry['n_seeds']})" if show_n else "")
+
+
+def markdown(aggregated: list[dict]) -> str:
+    """A Markdown table per dataset: rows = methods, columns = mAP@all and Recall10@100 per bits."""
+    sections = []
+    for dataset in sorted({entry["dataset"] for entry in aggregated}):
+        entries = [entry for entry in aggregated if entry["dataset"] == dataset]
+        by_cell = {(entry["method"], entry["bits"]): entry for entry in entries}
+        bits = sorted({entry["bits"] for entry in entries})
+        methods = sorted({entry["method"] for entry in entries}, key=_method_rank)
+        metrics = [metric for metric in TABLE_METRICS  # only those measured, with their text
+                   if any(f"{metric[0]}_mean" in entry for entry in entries)]
+        counts = sorted({entry["n_seeds"] for entry in entries})
+        # One seed count for the whole table goes in the caption; otherwise each cell says its n.
+        over = (f"{counts[0]} seed{'s' * (counts[0] != 1)}" if len(counts) == 1
+                else "n seeds (per cell)")
+        caption = " ".join([f"**{dataset}** — {SPREAD_TEXT.format(n=over)}."]
+                           + [f"{text}." for _, _, text in metrics])
+        header = ["method"] + [f"{name} {b} bits" for b in bits for _, name, _ in metrics]
+        lines = [caption, "", "| " + " | ".join(header) + " |",
+                 "| " + " | ".join("---" for _ in header) + " |"]
+        for method in methods:
+            cells = [_cell(by_cell.get((method, b)), key, len(counts) > 1)
+                     for b in bits for key, _, _ in metrics]
+            lines.append("| " + " | ".join([method] + cells) + " |")
+        sections.append("\n".join(lines))
+    return "\n\n".join(sections) + "\n"
+
+
+def pr_curve(codes: SavedCodes) -> tuple[np.ndarray, np.ndarray]:
+    """Mean precision and recall of hash lookup at Hamming radius r = 0..bits (see PR_TEXT)."""
+    if not codes.has_labels:
+        raise ValueError(f"{codes.path}: no labels, so no label precision-recall curve")
+    from sgh.metrics import pr_curve as lookup_curve  # one scan of per-distance histograms
+
+    curve = lookup_curve(codes.query, codes.database, codes.bits, codes.query_labels,
+                         codes.database_labels, no_relevant="skip")
+    return np.asarray(curve["precision"]), np.asarray(curve["recall"])
+
+
+def _grid(plt, panels: list[list]):
+    """A row of axes per dataset; unused cells hidden. Returns the figure and (axis, panel)."""
+    n_cols = max(len(row) for row in panels)
+    figure, axes = plt.subplots(len(panels), n_cols, squeeze=False,
+                                figsize=(4.6 * n_cols + 0.4, 3.6 * len(panels) + 1.0))
+    for row, row_axes in zip(panels, axes, strict=True):
+        for axis in row_axes[len(row):]:
+            axis.set_visible(False)
+    return figure, [(axes[i][j], panel) for i, row in enumerate(panels)
+                    for j, panel in enumerate(row)]
+
+
+def figures(aggregated: list[dict]) -> dict[str, bytes]:
+    """PNG bytes by file stem: map_vs_bits, recall_curves, pr_curves (each only if it has data)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; never a display
+    import matplotlib.pyplot as plt
+
+    datasets = sorted({entry["dataset"] for entry in aggregated})
+    rows_of = {d: [e for e in aggregated if e["dataset"] == d] for d in datasets}
+    bits_of = {d: sorted({e["bits"] for e in rows_of[d]}) for d in datasets}
+    # A method keeps its colour in every panel and figure.
+    methods = sorted({entry["method"] for entry in aggregated}, key=_method_rank)
+    colour = {m: matplotlib.colormaps["tab10"](i % 10) for i, m in enumerate(methods)}
+    out = {}
+
+    def finish(name: str, figure) -> None:
+        width = int(figure.get_figwidth() * 16)  # characters that fit across the figure
+        figure.suptitle("\n".join(textwrap.fill(line, width)
+                                  for line in DESCRIPTION[name].split("\n")), fontsize=8.5)
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=110)
+        plt.close(figure)
+        out[name] = buffer.getvalue()
+
+    def draw(axis, method: str, x, y, yerr=None, **labels) -> None:
+        axis.errorbar(x, y, yerr=yerr, marker="o" if yerr else ".", capsize=3, label=method,
+                      color=colour[method])
+        axis.set(**labels)
+        axis.grid(alpha=0.3, which="both")
+        axis.legend(fontsize=8)
+
+    labelled = [d for d in datasets if any("map_mean" in e for e in rows_of[d])]
+    if labelled:
+        figure, panels = _grid(plt, [[d] for d in labelled])
+        for axis, dataset in panels:
+            for method in (m for m in methods if any(e["method"] == m for e in rows_of[dataset])):
+                points = [e for e in rows_of[dataset] if e["method"] == method and "map_mean" in e]
+                draw(axis, method, [e["bits"] for e in points], [e["map_mean"] for e in points],
+                     [e["map_std"] for e in points], title=dataset, xlabel="code length (bits)",
+                     ylabel=LABELS["map"], xscale="log")
+            axis.set_xticks(bits_of[dataset], [str(b) for b in bits_of[dataset]], minor=False)
+            axis.minorticks_off()
+        finish("map_vs_bits", figure)
+
+    cutoffs = recall_cutoffs(aggregated)
+    if cutoffs:
+        figure, panels = _grid(plt, [[(d, b) for b in bits_of[d]] for d in datasets])
+        for axis, (dataset, bits) in panels:
+            for entry in (e for e in rows_of[dataset] if e["bits"] == bits):
+                keys = [k for k in cutoffs if f"{k}_mean" in entry]
+                draw(axis, entry["method"], [_recall_order(k)[1] for k in keys],
+                     [entry[f"{k}_mean"] for k in keys], [entry[f"{k}_std"] for k in keys],
+                     title=f"{dataset}, {bits} bits", xlabel="N (cut-off in the Hamming ranking)",
+                     ylabel=LABELS["recall"].format(k=10, n="N"), xscale="log",
+                     ylim=(0, 1.02))
+            cut = sorted({_recall_order(k)[1] for k in cutoffs})
+            axis.set_xticks(cut, [str(n) for n in cut])
+            axis.minorticks_off()
+        finish("recall_curves", figure)
+
+    curves = {}
+    for entry in (e for e in aggregated if e["dataset"] in labelled):
+        path = Path(entry["first_run"]) / CODES_FILE
+        try:
+            curves[entry["dataset"], entry["bits"], entry["method"]] = pr_curve(load_codes(path))
+        except (UserInputError, ValueError) as error:  # the tables stand without this curve
+            logger.warning("no PR curve for %s: %s", entry["method"], error)
+    if curves:
+        figure, panels = _grid(plt, [[(d, b) for b in bits_of[d] if any(
+            key[:2] == (d, b) for key in curves)] for d in sorted({key[0] for key in curves})])
+        for axis, (dataset, bits) in panels:
+            for method in (m for m in methods if (dataset, bits, m) in curves):
+                precision, recall = curves[dataset, bits, method]
+                draw(axis, method, recall, precision, title=f"{dataset}, {bits} bits (first seed)",
+                     xlabel="recall (label relevance)", ylabel="precision (label relevance)",
+                     xlim=(-0.02, 1.02), ylim=(0, 1.02))
+        finish("pr_curves", figure)
+    return out
+
+
+def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
+    """The figures as image summaries (step 0), replacing any earlier tensorboard_compare/."""
+    from sgh.quiet_tensorflow import import_tensorflow
+
+    import_tensorflow()  # lazily: the tables and PNGs need no TensorFlow
+    import tensorflow as tf
+
+    # A fresh directory swapped in, so a rerun shows one set of images rather than two.
+    with atomic_directory(directory) as staging:
+        writer = tf.summary.create_file_writer(str(staging))
+        with writer.as_default():
+            for name, png in images.items():
+                image = tf.io.decode_png(png, channels=3)  # matplotlib's alpha is opaque
+                tf.summary.image(name, image[tf.newaxis], step=0, description=DESCRIPTION[name])
+        writer.close()
+
+
+def compare(sweep_dir, out=None, tensorboard: bool = True) -> tuple[str, list[Path]]:
+    """Write the comparison of the sweep's runs into `out` (default: the sweep directory).
+
+    Returns the Markdown table and the paths written.
+    """
+    aggregated = aggregate(collect(sweep_dir))
+    out = Path(out if out is not None else sweep_dir)
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {out}: is a file; expected a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    table = markdown(aggregated)
+    images = figures(aggregated)
+    written = {out / "comparison.csv": csv_text(aggregated).encode(),
+               out / "comparison.md": table.encode(),
+               **{out / f"{name}.png": png for name, png in images.items()}}
+    for path, data in written.items():
+        write_bytes(path, data)
+    paths = list(written)
+    if tensorboard and images:
+        write_tensorboard(out / "tensorboard_compare", images)
+        paths.append(out / "tensorboard_compare")
+    return table, paths

@@ -1,0 +1,70 @@
+"""The results of one run or one codes file as the printed table, and the collapse warning.
+
+Every row label comes from `sgh.metrics.conventions.LABELS`, so the table names each number
+with its convention, as `metrics.json` does.
+"""
+
+from __future__ import annotations
+
+from sgh.config import EvalConfig
+from sgh.methods import METHODS
+from sgh.metrics.conventions import LABELS
+
+
+def run_title(metrics: dict) -> str:
+    """`mnist, SGH 32 bits, objective paper, 20000 steps` / `mnist, ITQ 32 bits`."""
+    method = METHODS[metrics["method"]]
+    title = f"{metrics['dataset']}, {method.title} {metrics['bits']} bits"
+    if method.is_trained:
+        title += f", objective {metrics['objective']}, {metrics['steps']} steps"
+    return title
+
+
+def collapse_warning(metrics: dict, bits: int) -> str | None:
+    """A one-line warning when the codes have collapsed, so it never passes unnoticed."""
+    distinct, dead = metrics["distinct_database_codes"], metrics["dead_bits"]
+    n_database = metrics["n_database"]
+    if dead > 0 or distinct < min(n_database, 2**bits) / 100:
+        return (f"code collapse: {distinct} distinct codes for {n_database} database "
+                f"items, {dead} of {bits} bits never change; the codes carry little information "
+                "(check the feature scale, model.init, trainer.learning_rate)")
+    return None
+
+
+def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
+    """The printed results: every number with its convention."""
+    k = config.recall_k
+    rows = [(title, "")]
+    if "map" in metrics:
+        rows.append((LABELS["map"], f"{metrics['map']:.4f}"))
+        rows.append((LABELS["map_stable"], f"{metrics['map_stable']:.4f}"))
+        for cut in config.map_k:
+            rows.append((LABELS["map_at_k"].format(k=cut, denominator=metrics["map_k_denominator"]),
+                         f"{metrics[f'map@{cut}']:.4f}, {metrics[f'precision@{cut}']:.4f}"))
+        r = config.radius
+        rows.append((LABELS["lookup"].format(radius=r),
+                     f"{metrics[f'lookup_precision@r{r}']:.4f}, "
+                     f"{metrics[f'lookup_recall@r{r}']:.4f}"))
+    for n in config.recall_n:
+        if f"recall{k}@{n}" in metrics:
+            rows.append((LABELS["recall"].format(k=k, n=n),
+                         f"{metrics[f'recall{k}@{n}']:.4f}"))
+    rows.append(("distinct database codes / database items",
+                 f"{metrics['distinct_database_codes']} / {metrics['n_database']}"))
+    rows.append(("dead bits (constant over the database)", f"{metrics['dead_bits']}"))
+    if "ms_per_step" in metrics:
+        rows.append(("training time; median time per step",
+                     f"{metrics['train_seconds']:.1f} s; {metrics['ms_per_step']:.2f} ms"))
+    elif "train_seconds" in metrics:
+        rows.append(("training (fitting) time", f"{metrics['train_seconds']:.1f} s"))
+    if "validation_metric" in metrics:
+        metric = metrics["validation_metric"]
+        rows.append((f"codes from step (best validation {metric})",
+                     f"{metrics['best_step']} ({metrics[f'best_validation_{metric}']:.4f})"))
+    width = max(len(label) for label, _ in rows)
+    lines = [f"  {label:<{width}}  {value}".rstrip() for label, value in rows]
+    rule = "  " + "-" * (width + 12)
+    footer = f"  queries: {metrics['n_queries']}"
+    if "protocol" in metrics:
+        footer += f" ({metrics['protocol']})"
+    return "\n".join([rule, lines[0], rule, *lines[1:], rule, footer])

@@ -1,0 +1,76 @@
+"""Which items each training step draws, and the tf.data pipeline that reads them from disk.
+
+Step t's batch is `batch_size` indices drawn uniformly with replacement (as the released demo
+does) by a stateless RNG keyed by (seed, 2t): a function of the seed and the step alone, so a
+run's data order does not depend on how steps are grouped into calls, on a restart, or on
+whether the training set is in memory (gathered on the device inside the compiled loop) or
+streamed from disk (`streamed_blocks`). Both paths draw the same indices, so they train the same
+weights bit for bit.
+
+Why uniform draws rather than a shuffle buffer over a sequential read: a file stored in some
+order (by class, by source) stays locally ordered under a buffer of a few thousand items, which
+biases every batch; exact uniform draws need no buffer state in the checkpoint, and resuming
+stays exact. The price is random reads: one positioned read per row (`VectorFile.take`), which
+the pipeline overlaps with training (`PARALLEL_READS` calls read at once, one more is ready).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from sgh.config import TrainerConfig
+from sgh.data.streamed_features import StreamedFeatures
+from sgh.model.sgh_model import RNG_ALGORITHM
+
+# Calls whose batches are read concurrently, and ready blocks kept ahead of the training loop.
+PARALLEL_READS = 2
+PREFETCH_BLOCKS = 1
+# Blocks in memory at most: those being read, the ready one, and the one being trained on.
+BLOCKS_IN_MEMORY = PARALLEL_READS + PREFETCH_BLOCKS + 1
+
+
+def batch_ids(seed: tf.Tensor, step: tf.Tensor, batch_size: int, n_train: int) -> tf.Tensor:
+    """Step `step`'s batch: (batch_size,) int32 indices into the training set."""
+    return tf.random.stateless_uniform(
+        [batch_size], seed=tf.stack([tf.cast(seed, tf.int64), 2 * step]), maxval=n_train,
+        dtype=tf.int32, alg=RNG_ALGORITHM)
+
+
+def call_plan(config: TrainerConfig, first_step: int) -> list[tuple[int, int]]:
+    """(first step, number of steps) of each compiled call from `first_step` to the end."""
+    return [(start, min(config.steps_per_call, config.steps - start))
+            for start in range(first_step, config.steps, config.steps_per_call)]
+
+
+def block_bytes(config: TrainerConfig, dim: int) -> int:
+    """Bytes of one call's block of training features."""
+    return config.steps_per_call * config.batch_size * dim * 4
+
+
+def streamed_blocks(rows: StreamedFeatures, config: TrainerConfig,
+                    plan: list[tuple[int, int]]) -> tf.data.Dataset:
+    """One float32 block (steps, batch_size, d) per compiled call of `plan` (`call_plan`), in
+    order. Resident memory is bounded by BLOCKS_IN_MEMORY x `block_bytes`, whatever the size of
+    the file.
+    """
+    plan = np.array(plan, np.int64).reshape(-1, 2)
+    n_train, dim, batch_size = len(rows), rows.shape[1], config.batch_size
+
+    def ids_of_call(call):
+        steps = call[0] + tf.range(call[1])
+        return tf.map_fn(lambda step: batch_ids(config.seed, step, batch_size, n_train), steps,
+                         fn_output_signature=tf.TensorSpec([batch_size], tf.int32))
+
+    def read(ids: np.ndarray) -> np.ndarray:
+        return rows.take(ids.reshape(-1)).reshape(ids.shape + (dim,))
+
+    def read_block(ids):
+        block = tf.numpy_function(read, [ids], tf.float32, stateful=False)
+        block.set_shape([None, batch_size, dim])
+        return block
+
+    return (tf.data.Dataset.from_tensor_slices(plan)
+            .map(ids_of_call)
+            .map(read_block, num_parallel_calls=PARALLEL_READS, deterministic=True)
+            .prefetch(PREFETCH_BLOCKS))

@@ -1,0 +1,111 @@
+"""What happens after each compiled call of training, as small steps that each do one job.
+
+    TrainingScalars     loss terms, learning rate, step time, gradient norms -> TensorBoard
+    ValidationPoints    at every validation.every steps: score, keep the best, show code health
+    PeriodicCheckpoints at every trainer.checkpoint_every steps: a checkpoint
+    ConsoleProgress     about every tenth of the run: one log line with the latest validation
+                        score, steps/s and an ETA that includes validation's time
+
+`sgh.training.train_sgh` calls them in this order after every call; each is testable alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from sgh.training import tensorboard_views as views
+from sgh.training.loop import ChunkLog
+from sgh.training.model_selection import ModelSelection
+
+logger = logging.getLogger(__name__)
+
+# Validation-database items whose logits and reconstructions TensorBoard shows.
+VIEW_SAMPLE = 2000
+
+
+def crossed_multiple(log: ChunkLog, every: int) -> bool:
+    """Whether the steps of this compiled call reached a multiple of `every`."""
+    return log.step % every < log.steps
+
+
+class TrainingScalars:
+    def __call__(self, log: ChunkLog) -> None:
+        for name, value in log.terms.items():
+            tf.summary.scalar(f"loss/{name}", value, step=log.step)
+        tf.summary.scalar("train/learning_rate", log.learning_rate, step=log.step)
+        tf.summary.scalar("train/ms_per_step", log.ms_per_step, step=log.step)
+        tf.summary.scalar("train/steps_per_second", 1e3 / log.ms_per_step, step=log.step)
+        views.write_gradient_norms(log.gradient_norms, log.step)
+
+
+class ValidationPoints:
+    """Scores the current weights at every `every` steps and at the last step (all in its time:
+    `seconds`), and shows their codes and outputs."""
+
+    def __init__(self, selection: ModelSelection, every: int, total_steps: int):
+        self.selection, self.every, self.total_steps = selection, every, total_steps
+        self.seconds = 0.0
+        self.last_score = ""  # for the console: "val recall10@100 0.7012 (best)"
+
+    def __call__(self, log: ChunkLog) -> None:
+        if not (crossed_multiple(log, self.every) or log.step == self.total_steps):
+            return
+        started = time.perf_counter()
+        point = self.selection.evaluate(log.step)
+        metric = self.selection.validation.metric
+        tf.summary.scalar(f"validation/{metric}", point.score, step=log.step)
+        tf.summary.scalar(f"validation/best_{metric}", self.selection.best_score, step=log.step)
+        views.write_code_health(point.database_bits, log.step)
+        sample = self.selection.validation.database[:VIEW_SAMPLE]
+        views.write_encoder_histograms(self.selection.model, sample, log.step)
+        views.write_images(self.selection.model, sample, log.step)
+        seconds = time.perf_counter() - started
+        self.seconds += seconds
+        tf.summary.scalar("validation/seconds", seconds, step=log.step)
+        self.last_score = (f"  val {metric} {point.score:.4f}"
+                           + (" (best)" if point.improved else ""))
+
+
+class PeriodicCheckpoints:
+    def __init__(self, checkpoints: tf.train.CheckpointManager, every: int):
+        self.checkpoints, self.every = checkpoints, every
+
+    def __call__(self, log: ChunkLog) -> None:
+        if crossed_multiple(log, self.every):
+            self.checkpoints.save(checkpoint_number=log.step)
+
+
+class ConsoleProgress:
+    """One line about every tenth of the run, and at its last step."""
+
+    def __init__(self, total_steps: int, first_step: int,
+                 validation: ValidationPoints | None = None):
+        self.total, self.first_step, self.validation = total_steps, first_step, validation
+        self.every = max(total_steps // 10, 1)
+        self.next_line = (first_step // self.every + 1) * self.every
+        self.started = time.perf_counter()
+
+    def __call__(self, log: ChunkLog) -> None:
+        if log.step < self.next_line and log.step != self.total:
+            return
+        self.next_line = (log.step // self.every + 1) * self.every
+        terms = "  ".join(f"{name} {value:.4g}" for name, value in log.terms.items())
+        elapsed = time.perf_counter() - self.started
+        done = log.step - self.first_step
+        eta = elapsed / done * (self.total - log.step) if done else float("nan")
+        score = self.validation.last_score if self.validation is not None else ""
+        logger.info("step %6d/%d  %s  lr %.3g%s  %.0f steps/s  ETA %s", log.step, self.total,
+                    terms, log.learning_rate, score, 1e3 / log.ms_per_step, duration(eta))
+
+
+def duration(seconds: float) -> str:
+    """`m:ss` or `h:mm:ss`; `?` when unknown."""
+    if not np.isfinite(seconds):
+        return "?"
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

@@ -1,0 +1,329 @@
+"""What a run shows in TensorBoard beyond the loss curves: code health, the encoder's outputs,
+images, the final PR curve, HParams and gradient norms.
+
+Every ``write_*`` function writes into the current default ``tf.summary`` writer
+(``with writer.as_default(): ...``) at the given step, and does nothing (not even the
+computation) when no summary would be recorded (no default writer, or ``tf.summary.record_if``
+off). Tags, by TensorBoard tab:
+
+* Scalars: ``code_health/*`` (:func:`write_code_health`), ``gradients/*``
+  (:func:`write_gradient_norms`).
+* Histograms: ``code_health/bit_balance``, ``encoder/logits``, ``encoder/probabilities``.
+* Images: ``images/inputs_and_reconstructions``, ``images/decoder_templates``.
+* PR Curves: ``pr_curve/hamming_lookup``.
+* HParams: one session per run (:func:`write_hparams`).
+
+Conventions (also in each function's docstring): a bit's *balance* is the fraction of codes with
+that bit set (0.5 ideal); *code entropy* is the empirical entropy, in bits, of the distribution of
+whole codes over the sample, ``-sum_c f_c log2 f_c`` (at most ``min(bits, log2 n)``); code-health
+formulas are :func:`sgh.codes.code_health`'s, the ones ``metrics.json`` reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import tensorflow as tf
+from tensorboard.plugins.hparams import api as hparams_api
+from tensorboard.plugins.pr_curve import metadata as pr_curve_metadata
+
+from sgh.codes import code_health, pack_bits
+from sgh.metrics import label_histograms
+from sgh.metrics.radius import pr_curve_of_histograms
+from sgh.model.sgh_model import SGH
+
+PR_CURVE_TAG = "pr_curve/hamming_lookup"
+# Small images are upscaled (nearest neighbour) so that a tile is at least this many pixels
+# high: TensorBoard shows images at their own size, and 8x8 digits would be a speck.
+MIN_TILE_PIXELS = 48
+IMAGES_SHOWN = 8
+
+
+def _recording() -> bool:
+    return bool(tf.summary.should_record_summaries())
+
+
+# ---- code health ------------------------------------------------------------------------------
+CODE_HEALTH_DESCRIPTIONS = {  # shown in TensorBoard next to each scalar
+    "distinct_codes": "number of different codes in the sample",
+    "dead_bits": "bits with the same value in every code of the sample",
+    "mean_abs_bit_correlation": "mean |Pearson correlation| over pairs of live bits",
+    "code_entropy": "-sum_c f_c log2 f_c over the distinct codes c (frequency f_c), in bits; "
+                    "at most min(bits, log2 n)",
+    "bit_entropy_sum": "sum over bits of H(p_j), in bits: the code entropy if bits were "
+                       "independent; the gap to code_entropy is redundancy",
+    "balance_deviation": "mean over bits of |p_j - 1/2|, p_j = fraction of codes with bit j "
+                         "set: 0 ideal, 0.5 all bits dead",
+    "bit_balance_min": "smallest p_j over bits",
+    "bit_balance_max": "largest p_j over bits",
+}
+
+
+def write_code_health(bits: np.ndarray, step: int, prefix: str = "code_health") -> dict:
+    """Code health of a sample's codes, as scalars and a histogram of per-bit balance.
+
+    Args:
+        bits: ``(n, bits)`` 0/1 (or bool) codes of a fixed sample, e.g. ``model.encode_bits(x)``.
+        step: the training step.
+        prefix: tag prefix.
+
+    Scalars ``<prefix>/<name>`` for each name of :data:`CODE_HEALTH_DESCRIPTIONS` (the
+    definitions are there and in TensorBoard), computed by :func:`sgh.codes.code_health` (the
+    ``metrics.json`` formulas); ``balance_deviation`` and ``bit_entropy_sum`` summarise its
+    per-bit lists.
+    Histogram ``<prefix>/bit_balance``: the ``bits`` values p_j.
+
+    Returns:
+        The scalars written, by name (empty when nothing is recorded).
+    """
+    if not _recording():
+        return {}
+    bits = np.asarray(bits)
+    if bits.ndim != 2 or bits.shape[0] == 0 or bits.shape[1] == 0:
+        raise ValueError(f"write_code_health expects a non-empty (n, bits) array, got shape "
+                         f"{bits.shape}")
+    health = code_health(pack_bits(bits), bits.shape[1])
+    balance = np.asarray(health["bit_balance"])
+    scalars = {
+        "distinct_codes": health["distinct_codes"],
+        "dead_bits": health["dead_bits"],
+        "mean_abs_bit_correlation": health["mean_abs_bit_correlation"],
+        "code_entropy": health["code_entropy"],
+        "bit_entropy_sum": float(np.sum(health["bit_entropy"])),
+        "balance_deviation": float(np.mean(np.abs(balance - 0.5))),
+        "bit_balance_min": float(balance.min()),
+        "bit_balance_max": float(balance.max()),
+    }
+    for name, value in scalars.items():
+        tf.summary.scalar(f"{prefix}/{name}", value, step=step,
+                          description=CODE_HEALTH_DESCRIPTIONS[name])
+    tf.summary.histogram(f"{prefix}/bit_balance", balance, step=step,
+                         description="fraction of the sample's codes with bit j set, per bit")
+    return scalars
+
+
+# ---- encoder outputs --------------------------------------------------------------------------
+def write_encoder_histograms(model: SGH, x_sample: np.ndarray, step: int) -> None:
+    """Histograms ``encoder/logits`` (z = x~ W + b) and ``encoder/probabilities`` (sigmoid(z)).
+
+    Over all ``n * bits`` values of the sample. Probabilities piling up at 0 and 1 mean a
+    saturated (near-deterministic) encoder; a peak at 1/2 means bits that say little.
+    """
+    if not _recording():
+        return
+    logits = model.logits(tf.convert_to_tensor(x_sample, tf.float32))
+    tf.summary.histogram("encoder/logits", logits, step=step,
+                         description="z = ((x - mean) / scale) W + b over the sample, all bits")
+    tf.summary.histogram("encoder/probabilities", tf.sigmoid(logits), step=step,
+                         description="p = sigmoid(z): probability that each bit is 1")
+
+
+# ---- images -----------------------------------------------------------------------------------
+def infer_image_shape(dim: int) -> tuple[int, int, int] | None:
+    """(side, side, 1) when ``dim`` is a square of a side >= 8 (MNIST 784, sklearn digits 64).
+
+    Anything else (CIFAR-10 GIST 512, SIFT 128) is not taken for an image: None. Colour images
+    need an explicit ``image_shape`` because their flattening order (HWC or CHW) is not known.
+    """
+    side = math.isqrt(int(dim))
+    return (side, side, 1) if side * side == dim and side >= 8 else None
+
+
+def write_images(model: SGH, x_sample: np.ndarray, step: int,
+                 image_shape: tuple[int, ...] | None = None,
+                 max_items: int = IMAGES_SHOWN) -> bool:
+    """Inputs beside their reconstructions, and the decoder's templates, for image data.
+
+    ``images/inputs_and_reconstructions``: the first ``max_items`` sample items (a fixed sample
+    shows the same items at every step), inputs on the top row and their deterministic
+    reconstructions ``model.reconstruct(x)`` (code h = 1[p >= 1/2]) below, in the input space;
+    both are mapped to the display range by the same affine map, [min, max] of the sample's
+    inputs -> [0, 1], and clipped, so a reconstruction is shown on its input's scale.
+
+    ``images/decoder_templates``: row k of ``model.decoder_templates()`` (what bit k adds to the
+    reconstruction), each scaled on its own, mid-grey = 0: ``1/2 + t / (2 max|t|)``.
+
+    Args:
+        image_shape: ``(height, width)`` or ``(height, width, channels)`` with channels 1 or 3,
+            row-major ("HWC"); None infers a square grey image (:func:`infer_image_shape`).
+
+    Returns:
+        Whether images were written: False when the features are not images or nothing is
+        recorded.
+    """
+    x_sample = np.asarray(x_sample, np.float32)
+    if x_sample.ndim != 2 or x_sample.shape[0] == 0:
+        raise ValueError(f"write_images expects a non-empty (n, dim) sample, got shape "
+                         f"{x_sample.shape}")
+    shape = _image_shape(x_sample.shape[1], image_shape)
+    if shape is None or not _recording():
+        return False
+    shown = x_sample[:max_items]
+    reconstructions = model.reconstruct(shown).numpy()
+    low, high = float(x_sample.min()), float(x_sample.max())
+    scale = high - low if high > low else 1.0
+    pair_rows = np.stack([shown, reconstructions])  # (2, items, dim): inputs, reconstructions
+    display = np.clip((pair_rows - low) / scale, 0.0, 1.0).reshape(2, len(shown), *shape)
+    grid = _grid(display.reshape(-1, *shape), columns=len(shown))
+    tf.summary.image("images/inputs_and_reconstructions", grid[np.newaxis], step=step,
+                     description="top: inputs; bottom: reconstructions from the codes "
+                                 "h = 1[p >= 1/2]; both on the inputs' [min, max] scale")
+    templates = model.decoder_templates().numpy()
+    peak = np.abs(templates).max(axis=1, keepdims=True)
+    signed = 0.5 + templates / (2.0 * np.where(peak > 0, peak, 1.0))
+    grid = _grid(signed.reshape(-1, *shape), columns=min(len(templates), 8))
+    tf.summary.image("images/decoder_templates", grid[np.newaxis], step=step,
+                     description="row k of the decoder (what bit k adds), each scaled on its "
+                                 "own: mid-grey = 0, bright = positive")
+    return True
+
+
+def _image_shape(dim: int, image_shape) -> tuple[int, int, int] | None:
+    if image_shape is None:
+        return infer_image_shape(dim)
+    shape = tuple(int(size) for size in image_shape)
+    if len(shape) == 2:
+        shape += (1,)
+    if len(shape) != 3 or shape[2] not in (1, 3) or math.prod(shape) != dim:
+        raise ValueError(f"image_shape={image_shape!r} does not fit {dim} features; accepted: "
+                         "(height, width) or (height, width, 1 or 3) whose product is the "
+                         "feature dimension")
+    return shape
+
+
+def _grid(tiles: np.ndarray, columns: int) -> np.ndarray:
+    """(n, h, w, c) tiles in [0, 1] -> one (H, W, c) image, rows of ``columns``, 1 px white gaps.
+
+    Tiles are upscaled by an integer factor (nearest neighbour) to at least MIN_TILE_PIXELS high.
+    """
+    factor = max(1, -(-MIN_TILE_PIXELS // tiles.shape[1]))
+    tiles = tiles.repeat(factor, axis=1).repeat(factor, axis=2)
+    n, height, width, channels = tiles.shape
+    rows = -(-n // columns)
+    grid = np.ones((rows * (height + 1) - 1, columns * (width + 1) - 1, channels), np.float32)
+    for index, tile in enumerate(tiles):
+        row, column = divmod(index, columns)
+        grid[row * (height + 1):row * (height + 1) + height,
+             column * (width + 1):column * (width + 1) + width] = tile
+    return grid
+
+
+# ---- PR curve ---------------------------------------------------------------------------------
+def write_pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+                   query_labels: np.ndarray, database_labels: np.ndarray, step: int,
+                   tag: str = PR_CURVE_TAG) -> dict:
+    """Hash-lookup precision and recall at every Hamming radius, in TensorBoard's PR Curves tab.
+
+    Precision and recall are :func:`sgh.metrics.pr_curve`'s (label relevance, lookup within
+    radius r inclusive, means over queries with a relevant item, precision 0 for a query that
+    retrieves nothing), i.e. ``lookup_precision@r`` / ``lookup_recall@r`` of ``metrics.json``.
+    TensorBoard's threshold axis runs 0..1 from "everything retrieved" to "strictest", so point
+    i of ``bits + 1`` (threshold ``i / bits``) is radius ``r = bits - i``. The TP/FP/TN/FN counts
+    the plugin also shows are totals over the same queries (stored as float32: exact up to
+    2**24, rounded beyond). Trailing radii where no query retrieves anything are not drawn.
+
+    Args:
+        query_codes, database_codes: packed uint8 codes (the ``codes.npz`` contract).
+        query_labels, database_labels: 1-D labels or 2-D 0/1 label matrices.
+
+    Returns:
+        :func:`sgh.metrics.pr_curve`'s dict (empty when nothing is recorded).
+    """
+    if not _recording():
+        return {}
+    # One scan gives both the curve and the TP/FP/TN/FN counts the plugin shows.
+    histograms = label_histograms(query_codes, database_codes, bits, query_labels,
+                                  database_labels)
+    curve = pr_curve_of_histograms(histograms)
+    scored = histograms.relevant.sum(axis=1) > 0  # the queries pr_curve averages over
+    retrieved = np.cumsum(histograms.counts[scored], axis=1).sum(axis=0)
+    true_positives = np.cumsum(histograms.relevant[scored], axis=1).sum(axis=0)
+    false_negatives = true_positives[-1] - true_positives
+    true_negatives = int(scored.sum()) * histograms.n_database - retrieved - false_negatives
+    by_threshold = np.stack([  # the plugin's row order; columns: radius bits, bits-1, ..., 0
+        true_positives, retrieved - true_positives, true_negatives, false_negatives,
+        curve["precision"], curve["recall"]]).astype(np.float32)[:, ::-1]
+    plugin_metadata = pr_curve_metadata.create_summary_metadata(
+        display_name="hash lookup, label relevance",
+        description=("precision / recall of lookup within Hamming radius r = bits - i at "
+                     f"threshold i/bits (bits = {bits}); means over queries"),
+        num_thresholds=bits + 1)
+    tf.summary.write(tag, tf.constant(np.ascontiguousarray(by_threshold)), step=step,
+                     metadata=plugin_metadata.SerializeToString())
+    return curve
+
+
+# ---- HParams ----------------------------------------------------------------------------------
+def flatten_config(config, prefix: str = "") -> dict[str, str | int | float | bool]:
+    """Nested mapping or dataclass (e.g. `sgh.config.Config`) -> ``{"model.bits": 32, ...}``.
+
+    Numbers, strings and bools are kept; anything else (lists, None) becomes its ``str``, so
+    ``eval.recall_n=[1, 10]`` is the string ``"[1, 10]"``: HParams holds only those three types.
+    """
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = dataclasses.asdict(config)
+    flat: dict[str, str | int | float | bool] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) or (dataclasses.is_dataclass(value)
+                                          and not isinstance(value, type)):
+            flat.update(flatten_config(value, prefix=f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        elif isinstance(value, np.generic):
+            flat[name] = value.item()
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def write_hparams(config) -> None:
+    """This run as one HParams session: its configuration (a `Config`, or a nested or flat
+    mapping; see :func:`flatten_config`).
+
+    No experiment summary is written on purpose: TensorBoard then builds the HParams table from
+    every run under ``--logdir``, with the union of the runs' hyperparameters (so a sweep that
+    mixes SGH and baselines shows each method's settings) and one metric column per scalar tag,
+    holding the run's last value: the final ``eval/*`` numbers (written by
+    :func:`write_run_summary`), the last ``loss/*``, ``train/ms_per_step``,
+    ``code_health/*``. A declared metric list would instead be taken from one arbitrary run.
+    """
+    if not _recording():
+        return
+    hparams_api.hparams(flatten_config(config))
+
+
+# ---- gradient norms ---------------------------------------------------------------------------
+def write_gradient_norms(norms: Mapping[str, float], step: int) -> None:
+    """Scalars ``gradients/<name>``: L2 norms of the objective's gradient (e.g. ``global``,
+    ``W``, ``U``), as the training loop reports them (means over the steps of a call)."""
+    for name, value in norms.items():
+        tf.summary.scalar(f"gradients/{name}", value, step=step)
+
+
+# ---- the end of a run (every method) ----------------------------------------------------------
+# Final numbers shown as `eval/<key>` scalars: the retrieval metrics and the code-health counts.
+FINAL_SCALAR_PREFIXES = ("map", "recall", "precision")
+FINAL_SCALAR_KEYS = ("distinct_database_codes", "dead_bits", "mean_abs_bit_correlation")
+
+
+def write_final_scalars(metrics: Mapping, step: int) -> None:
+    """The run's final retrieval numbers as scalars ``eval/<key>`` of ``metrics.json``."""
+    for key, value in metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                key.startswith(FINAL_SCALAR_PREFIXES) or key in FINAL_SCALAR_KEYS):
+            tf.summary.scalar(f"eval/{key}", value, step=step)
+
+
+def write_run_summary(config, metrics: Mapping, split, codes: Mapping) -> None:
+    """What TensorBoard shows of a finished run, SGH or baseline: the final ``eval/*`` scalars,
+    its HParams row, and (labelled data) the PR curve of its final codes."""
+    step = int(metrics.get("steps", 0))
+    write_final_scalars(metrics, step)
+    write_hparams(config)
+    if split.has_labels:
+        write_pr_curve(codes["query"], codes["database"], config.model.bits,
+                       split.query_labels, split.database_labels, step=step)

@@ -1,0 +1,90 @@
+"""`sgh-eval`: scores any codes.npz in the contract, re-scores runs, rejects bad files."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sgh.artifacts.codes_file import load_codes
+from sgh.cli.evaluate import evaluate_codes
+from sgh.config import EvalCommandConfig
+from sgh.errors import UserInputError
+
+
+def _codes_file(path, overrides=None, bits=16, n_database=300, n_query=20):
+    rng = np.random.default_rng(0)
+    width = (bits + 7) // 8
+    arrays = {
+        "database": rng.integers(0, 256, (n_database, width), dtype=np.uint8),
+        "query": rng.integers(0, 256, (n_query, width), dtype=np.uint8),
+        "bits": np.int64(bits),
+        "database_labels": rng.integers(0, 5, n_database),
+        "query_labels": rng.integers(0, 5, n_query),
+        "groundtruth": np.argsort(rng.uniform(size=(n_query, n_database)), axis=1)[:, :10],
+    }
+    arrays.update(overrides or {})
+    np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+    return path
+
+
+def test_scores_codes_from_any_method_and_writes_flat_json(tmp_path):
+    out = tmp_path / "scores.json"
+    metrics = evaluate_codes(EvalCommandConfig(codes=str(_codes_file(tmp_path / "c.npz")),
+                                               out=str(out)))
+    written = json.loads(out.read_text())
+    assert written["map"] == pytest.approx(metrics["map"])
+    for key in ("map", "map_stable", "map@100", "map@100_stable", "precision@100", "recall@100",
+                "lookup_precision@r2", "lookup_recall@r2", "lookup_f1@r2", "recall10@100",
+                "recall10@100_stable", "map_k_denominator", "map_convention", "map_at_k_convention",
+                "lookup_convention", "recall_convention", "distinct_database_codes"):
+        assert key in written
+    assert all(not isinstance(value, (dict, list)) for value in written.values())  # flat
+
+
+def test_labels_only_or_groundtruth_only(tmp_path):
+    labels_only = evaluate_codes(EvalCommandConfig(codes=str(_codes_file(
+        tmp_path / "a.npz", {"groundtruth": None}))))
+    assert "map" in labels_only and "recall10@100" not in labels_only
+    truth_only = evaluate_codes(EvalCommandConfig(codes=str(_codes_file(
+        tmp_path / "b.npz", {"database_labels": None, "query_labels": None}))))
+    assert "recall10@100" in truth_only and "map" not in truth_only
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"bits": None}, "key 'bits' must hold the code length"),
+    ({"database": np.zeros((5, 3), np.uint8)}, "expected packed uint8 codes of shape (n, 2)"),
+    ({"query": None}, "missing key 'query'"),
+    ({"query_labels": None}, "only one of 'database_labels' and 'query_labels'"),
+    ({"database_labels": None, "query_labels": None, "groundtruth": None}, "no relevance data"),
+    ({"groundtruth": np.full((20, 10), 300)}, "'groundtruth' has ids outside 0..299"),
+])
+def test_bad_codes_files_are_named(tmp_path, overrides, message):
+    path = _codes_file(tmp_path / "bad.npz", overrides)
+    with pytest.raises(UserInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_codes(path)
+
+
+def test_recall_k_beyond_the_ground_truth_is_refused(tmp_path):
+    config = EvalCommandConfig(codes=str(_codes_file(tmp_path / "c.npz")))
+    config.eval.recall_k = 20
+    with pytest.raises(UserInputError, match="eval.recall_k=20 needs 20 ground-truth"):
+        evaluate_codes(config)
+
+
+def test_cli_rescores_a_run_directory_and_fails_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    _codes_file(run_dir / "codes.npz")
+    ok = subprocess.run([sys.executable, "-m", "sgh.cli.evaluate", f"run={run_dir}",
+                         "eval.recall_n=[5,50]"], capture_output=True, text=True, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "Recall10@50, Euclidean 10-NN, tie-aware" in ok.stdout
+    assert "recall10@5" in json.loads((run_dir / "eval.json").read_text())
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / ".hydra").exists()
+
+    bad = subprocess.run([sys.executable, "-m", "sgh.cli.evaluate", f"codes={tmp_path}/none.npz"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().startswith("sgh-eval: error:") and "no such file" in bad.stderr

@@ -1,0 +1,62 @@
+"""The house rules of the package layout, checked on the source: one way down, Hydra at the edge.
+
+Rooms (sub-packages and top-level modules) import each other without cycles, so the data flow
+of `sgh-train` reads straight down and no room reaches back up; only `sgh.cli` knows Hydra, and
+nothing imports `sgh.cli` or `sgh.pipeline` but the command line (and the lazy public API).
+"""
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "sgh"
+
+
+def _imports():
+    """(importing module, imported module) for every `sgh` import in the package."""
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = ([f"sgh.{alias.name}" for alias in node.names] if node.module == "sgh"
+                         else [node.module])
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                yield module, name
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "sgh"
+
+
+def test_rooms_import_each_other_without_cycles():
+    edges = defaultdict(set)
+    for source, target in _imports():
+        if target.startswith("sgh") and _room(source) != _room(target) != "sgh":
+            edges[_room(source)].add(_room(target))
+    state = {}
+
+    def visit(room, path):
+        state[room] = "open"
+        for target in edges[room]:
+            assert state.get(target) != "open", f"import cycle: {' -> '.join(path + [target])}"
+            if target not in state:
+                visit(target, path + [target])
+        state[room] = "done"
+
+    for room in list(edges):
+        if room not in state:
+            visit(room, [room])
+
+
+def test_only_the_command_line_knows_hydra_and_nothing_reaches_back_up_to_it():
+    for source, target in _imports():
+        if target.split(".")[0] == "hydra":
+            assert source.startswith("sgh.cli"), f"{source} imports {target}"
+        if target.startswith(("sgh.cli", "sgh.pipeline")):
+            assert source.startswith("sgh.cli"), f"{source} imports {target}"

@@ -1,0 +1,165 @@
+"""`sgh-train` end to end: the run directory, its file contracts, the CLI, sweeps, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from sgh.pipeline import run
+from sgh.resources import CONFIG_DIR
+from tests.helpers import QUICK, compose_config
+
+
+def _config(*overrides):
+    return compose_config(*QUICK, *overrides)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run")
+    return run_dir, run(_config(), run_dir)
+
+
+def test_run_directory_holds_every_artifact(finished_run):
+    run_dir, _ = finished_run
+    for name in ("config.yaml", "codes.npz", "metrics.json"):
+        assert (run_dir / name).is_file()
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run_dir / "checkpoints" / "checkpoint").is_file()
+    assert (run_dir / "checkpoints" / "best" / "checkpoint").is_file()
+    assert (run_dir / "encoder" / "saved_model.pb").is_file()
+    assert not list(run_dir.glob(".*.tmp*"))  # no temporary file left behind
+    assert OmegaConf.load(run_dir / "config.yaml").model.bits == 12
+
+
+def test_codes_npz_contract(finished_run):
+    run_dir, _ = finished_run
+    with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
+        assert int(codes["bits"]) == 12
+        assert codes["database"].dtype == np.uint8 and codes["database"].shape == (2200, 2)
+        assert codes["query"].shape == (200, 2)
+        assert codes["database_labels"].shape == (2200,) and codes["query_labels"].shape == (200,)
+        assert codes["groundtruth"].shape[0] == 200 and codes["groundtruth"].shape[1] >= 10
+        # 12 bits in 2 bytes: the 4 padding bits (least significant of byte 1) are zero.
+        assert not np.any(codes["database"][:, 1] & 0x0F)
+
+
+def test_codes_are_the_model_encoding_of_the_database(finished_run):
+    # Re-encode from the checkpoint: the saved codes are exactly the deterministic encoding.
+    import tensorflow as tf
+
+    from sgh.data import load_split
+    from sgh.model.encoding import encode_packed
+    from sgh.model.sgh_model import SGH
+
+    run_dir, _ = finished_run
+    config = _config()
+    split = load_split(config.dataset)
+    model = SGH.from_training_data(config.model, split.train, seed=123)  # other init...
+    # The final codes come from the best validated weights.
+    tf.train.Checkpoint(model=model).restore(
+        tf.train.latest_checkpoint(str(run_dir / "checkpoints" / "best"))).expect_partial()
+    with np.load(run_dir / "codes.npz") as codes:  # ...replaced by the trained weights
+        np.testing.assert_array_equal(encode_packed(model, split.database), codes["database"])
+
+
+def test_metrics_json_contract(finished_run):
+    run_dir, returned = finished_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for key in ("map", "map_stable", "recall10@1", "recall10@10", "recall10@100",
+                "recall10@1000", "distinct_database_codes", "bits", "dataset", "steps",
+                "train_seconds", "ms_per_step", "map_convention", "recall_convention"):
+        assert key in metrics, key
+    assert metrics["bits"] == 12 and metrics["steps"] == 60 and metrics["dataset"] == "synthetic"
+    assert 0 < metrics["map"] <= 1 and metrics["recall10@1000"] == pytest.approx(
+        returned["recall10@1000"])
+    # Gaussian clusters are easy: learned codes must beat chance (1/10) by far.
+    assert metrics["map"] > 0.3
+
+
+def test_config_value_reaches_the_run(tmp_path):
+    # Habit: a config value changes behaviour. Another seed gives other codes.
+    run(_config("trainer.seed=1"), tmp_path / "a")
+    run(_config("trainer.seed=2"), tmp_path / "b")
+    with np.load(tmp_path / "a" / "codes.npz") as a, np.load(tmp_path / "b" / "codes.npz") as b:
+        assert np.any(a["database"] != b["database"])
+
+
+@pytest.mark.parametrize("method", ["lsh", "itq"])
+def test_baselines_run_through_the_same_pipeline(tmp_path, method):
+    metrics = run(_config(f"model={method}"), tmp_path)
+    assert metrics["method"] == method and metrics["bits"] == 12
+    with np.load(tmp_path / "codes.npz") as codes:
+        assert codes["database"].shape == (2200, 2) and int(codes["bits"]) == 12
+    assert json.loads((tmp_path / "metrics.json").read_text())["map"] == metrics["map"]
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def _cli(*args, cwd):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "sgh.cli.train", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_trains_prints_the_results_table_and_logs_it_in_the_run(tmp_path):
+    result = _cli(*QUICK, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("[sgh] synthetic: train (")
+    assert any(line.startswith("[sgh] step     60/60  total ") for line in lines)
+    assert any(line.startswith("  mAP@all, label relevance, tie-aware  ")
+               for line in lines)  # the table, unprefixed
+    assert "Recall10@100, Euclidean 10-NN, tie-aware" in result.stdout
+    assert lines[-1] == f"[sgh] run directory: {tmp_path / 'run'}"
+    assert (tmp_path / "run" / "metrics.json").is_file()
+    # Hydra's log of the run holds the same lines, with their time and logger.
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "[sgh.training.progress][INFO] - step     60/60  total " in log
+    assert "mAP@all, label relevance, tie-aware" in log and "run directory:" in log
+
+
+def test_cli_sweep_gives_each_job_its_own_directory(tmp_path):
+    result = _cli("-m", *QUICK[:-1], "model.bits=8,16", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                  cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    metrics = sorted((tmp_path / "sweep").glob("*/metrics.json"))
+    assert [json.loads(p.read_text())["bits"] for p in metrics] == [8, 16]
+
+
+def test_configs_are_found_by_the_package():
+    assert Path(CONFIG_DIR, "train.yaml").is_file()
+
+
+def test_tensorboard_events_hold_every_loss_term_rate_and_step_time(finished_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = finished_run
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"loss/total", "loss/reconstruction", "loss/gaussian_nll", "loss/kl", "loss/rho",
+            "train/learning_rate", "train/ms_per_step", "train/steps_per_second"} <= tags
+    steps = [event.step for event in events.Tensors("loss/total")]
+    assert steps == [20, 40, 60]  # one point per compiled call of 20 steps
+
+
+def test_tensorboard_shows_validation_code_health_encoder_pr_curve_and_hparams(finished_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = finished_run
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"validation/recall10@100", "validation/best_recall10@100", "validation/seconds",
+            "code_health/distinct_codes", "code_health/dead_bits", "code_health/bit_balance",
+            "encoder/logits", "encoder/probabilities", "pr_curve/hamming_lookup",
+            "gradients/global", "gradients/W", "eval/map"} <= tags, tags
+    plugins = {events.SummaryMetadata(tag).plugin_data.plugin_name for tag in tags}
+    assert {"scalars", "histograms", "pr_curves"} <= plugins
+    # The run's HParams row: TensorBoard's session-start record of the flattened config.
+    assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
