@@ -74,7 +74,9 @@ def test_the_installed_package_is_the_wheel_with_its_configs_and_data(installed)
 def test_every_command_runs_from_an_empty_directory_outside_the_repository(installed):
     _, work = installed
     job = _command(installed, "sgh-train", "--cfg", "job")
-    assert "dataset:" in job.stdout and "site-packages" in job.stdout
+    assert "dataset:" in job.stdout and "path: ${data_dir}/mnist/mnist.npz" in job.stdout
+    resolved = _command(installed, "sgh-train", "--cfg", "job", "--resolve")
+    assert "site-packages/sgh/bundled/mnist/mnist.npz" in resolved.stdout
 
     run_dir = work / "run"
     train = _command(installed, "sgh-train", "trainer.steps=200", "validation.every=100",

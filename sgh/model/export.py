@@ -77,7 +77,7 @@ class _ServingEncoder(tf.Module):
 def export_encoder(model: SGH, path: str | os.PathLike) -> Path:
     """Write `model`'s encoder as a SavedModel at `path` (atomically, replacing one there).
 
-    Returns the path. Training calls it as `export_encoder(model, run_dir / "encoder")`.
+    Returns the path. Training calls it with `RunDirectory.encoder`.
     """
     path = Path(path)
     module = _ServingEncoder(model)
