@@ -24,7 +24,7 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow $(ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check sgh tests scripts
+	$(BIN)/ruff check sgh tests scripts examples
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench_train.py $(ARGS)

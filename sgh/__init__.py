@@ -1,12 +1,13 @@
 """Stochastic Generative Hashing: learned binary codes for Hamming-distance retrieval.
 
 The public Python API. Names are loaded on first use, so `import sgh` stays light: TensorFlow is
-imported only by the names that need it (`SGH`, `doubly_sn`, `export_encoder`, `load_encoder`,
-`run`).
+imported only by the names that need it (`SGHHasher`, the layers, `SGH`, `doubly_sn`,
+`export_encoder`, `load_encoder`, `run`).
 
-    from sgh import ITQ, HammingIndex, pack_bits, mean_average_precision
-    codes = pack_bits(ITQ(n_bits=32, random_state=0).fit(x_train).transform(x_base))
-    index = HammingIndex(32); index.add(codes); D, I = index.search(query_codes, k=100)
+    from sgh import SGHHasher, HammingIndex
+    hasher = SGHHasher(n_bits=32, random_state=0).fit(x_train)     # or ITQ(...), LSH(...), ...
+    index = HammingIndex(32); index.add(hasher.encode(x_base))
+    D, I = index.search(hasher.encode(x_query), k=100)
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ _EXPORTS = {
     # data
     "RetrievalSplit": "sgh.data", "load_split": "sgh.data",
     "euclidean_neighbours": "sgh.data.neighbours",
-    # the model (TensorFlow)
+    # SGH as building blocks (TensorFlow): the estimator, the Keras layers, the model
+    "SGHHasher": "sgh.training.estimator", "DoublySN": "sgh.model.layers",
+    "StraightThroughSign": "sgh.model.layers", "GradientReversal": "sgh.model.layers",
     "SGH": "sgh.model.sgh_model", "doubly_sn": "sgh.model.ops",
     "export_encoder": "sgh.model.export", "load_encoder": "sgh.model.export",
     # codes, search, baselines, metrics (numpy)
     "pack_bits": "sgh.codes", "unpack_bits": "sgh.codes", "code_health": "sgh.codes",
-    "HammingIndex": "sgh.search",
+    "HammingIndex": "sgh.search", "BinaryHasher": "sgh.hasher",
     "LSH": "sgh.baselines", "PCAH": "sgh.baselines", "ITQ": "sgh.baselines",
     "SH": "sgh.baselines", "SpH": "sgh.baselines",
     "mean_average_precision": "sgh.metrics", "recall_at_n": "sgh.metrics",
@@ -45,7 +48,7 @@ def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'sgh' has no attribute {name!r}")
     module = _EXPORTS[name]
-    if module.startswith(("sgh.model", "sgh.pipeline")):
+    if module.startswith(("sgh.model", "sgh.training", "sgh.pipeline")):
         from sgh.quiet_tensorflow import import_tensorflow
 
         import_tensorflow()

@@ -203,17 +203,27 @@ def _check_range(key: str, value: float, low: float, high: float = math.inf) -> 
 
 def validate(config: Config) -> Config:
     """Check every value Hydra's types cannot; raise UserInputError naming the key."""
-    model, trainer, dataset = config.model, config.trainer, config.dataset
-    sections = {"model": model, "trainer": trainer, "dataset": dataset}
-    keys = ["model.name", "trainer.schedule", "trainer.strategy", "dataset.query_selection",
-            "dataset.split"]
+    dataset = config.dataset
+    keys = ["dataset.query_selection", "dataset.split"]
+    if isinstance(dataset, FileDatasetConfig):
+        keys.append("dataset.streaming")
+    for key in keys:
+        _check_choice(key, getattr(dataset, key.split(".")[1]))
+    _check_range("dataset.n_queries", dataset.n_queries, 1)
+    return validate_training(config)
+
+
+def validate_training(config: Config) -> Config:
+    """`validate` for everything but the dataset: the method, its training, validation and
+    evaluation (what `SGHHasher` checks too)."""
+    model, trainer = config.model, config.trainer
+    sections = {"model": model, "trainer": trainer}
+    keys = ["model.name", "trainer.schedule", "trainer.strategy"]
     if isinstance(model, ModelConfig):
         keys += ["model.objective", "model.noise", "model.estimator", "model.normalization",
                  "model.init"]
         _check_range("model.alpha", model.alpha, 0)
         _check_range("model.beta", model.beta, 0)
-    if isinstance(dataset, FileDatasetConfig):
-        keys.append("dataset.streaming")
     for key in keys:
         section, attribute = key.split(".")
         _check_choice(key, getattr(sections[section], attribute))
@@ -229,7 +239,6 @@ def validate(config: Config) -> Config:
     _check_range("trainer.steps_per_call", trainer.steps_per_call, 1)
     _check_range("trainer.checkpoint_every", trainer.checkpoint_every, 1)
     _check_range("trainer.logical_cpus", trainer.logical_cpus, 0, 256)
-    _check_range("dataset.n_queries", dataset.n_queries, 1)
     validate_eval(config.eval)
     _validate_validation(config.validation)
     return config

@@ -6,8 +6,10 @@ what is accepted. Every other exception is a bug and keeps its traceback.
 """
 
 
-class UserInputError(Exception):
-    """Bad input: a missing or malformed file, a wrong key or shape, an impossible setting."""
+class UserInputError(ValueError):
+    """Bad input: a missing or malformed file, a wrong key or shape, an impossible setting.
+
+    A `ValueError`, as Python and scikit-learn code expect of a bad argument."""
 
 
 class TrainingInterrupted(Exception):

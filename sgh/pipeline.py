@@ -22,10 +22,10 @@ import os
 import numpy as np
 from omegaconf import OmegaConf
 
+from sgh.artifacts.ground_truth_cache import split_ground_truth
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.config import Config, validate
 from sgh.data import RetrievalSplit, load_split
-from sgh.artifacts.ground_truth_cache import split_ground_truth
 from sgh.errors import UserInputError
 from sgh.methods import METHODS, EncodedSplit
 from sgh.metrics.conventions import RESULT_CONVENTIONS

@@ -106,29 +106,24 @@ def _cli(*args, cwd):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_cli_trains_prints_the_results_table_and_logs_it_in_the_run(tmp_path):
-    result = _cli(*QUICK, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("[sgh] synthetic: train (")
-    assert any(line.startswith("[sgh] step     60/60  total ") for line in lines)
-    assert any(line.startswith("  mAP@all, label relevance, tie-aware  ")
-               for line in lines)  # the table, unprefixed
-    assert "Recall10@100, Euclidean 10-NN, tie-aware" in result.stdout
-    assert lines[-1] == f"[sgh] run directory: {tmp_path / 'run'}"
-    assert (tmp_path / "run" / "metrics.json").is_file()
-    # Hydra's log of the run holds the same lines, with their time and logger.
-    log = (tmp_path / "run" / "train.log").read_text()
-    assert "[sgh.training.progress][INFO] - step     60/60  total " in log
-    assert "mAP@all, label relevance, tie-aware" in log and "run directory:" in log
-
-
-def test_cli_sweep_gives_each_job_its_own_directory(tmp_path):
-    result = _cli("-m", *QUICK[:-1], "model.bits=8,16", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+def test_cli_runs_a_sweep_one_directory_per_job_with_the_table_printed_and_logged(tmp_path):
+    result = _cli("-m", *QUICK[:-1], "model.bits=8,12", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                   cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    metrics = sorted((tmp_path / "sweep").glob("*/metrics.json"))
-    assert [json.loads(p.read_text())["bits"] for p in metrics] == [8, 16]
+    jobs = sorted(path.parent for path in (tmp_path / "sweep").glob("*/metrics.json"))
+    assert [json.loads((job / "metrics.json").read_text())["bits"] for job in jobs] == [8, 12]
+    lines = result.stdout.splitlines()
+    assert sum(line.startswith("[sgh] synthetic: train (") for line in lines) == 2
+    assert any(line.startswith("[sgh] step     60/60  total ") for line in lines)
+    assert sum(line.startswith("  mAP@all, label relevance, tie-aware  ")
+               for line in lines) == 2  # the tables, unprefixed
+    assert "Recall10@100, Euclidean 10-NN, tie-aware" in result.stdout
+    for job in jobs:
+        assert f"[sgh] run directory: {job}" in lines
+        # Hydra's log of each job holds its own lines, with their time and logger.
+        log = (job / "train.log").read_text()
+        assert "[sgh.training.progress][INFO] - step     60/60  total " in log
+        assert "mAP@all, label relevance, tie-aware" in log and "run directory:" in log
 
 
 def test_configs_are_found_by_the_package():

@@ -1,35 +1,19 @@
-"""What every baseline hasher shares: the estimator skeleton, input validation, PCA.
+"""What the baselines share beyond the hasher interface (`sgh.hasher.BinaryHasher`): argument
+checks and PCA.
 
-Every baseline is a scikit-learn transformer: hyperparameters are stored untouched in
-``__init__`` and checked in ``fit``, ``fit(X)`` returns ``self``, learned state ends in ``_``, and
-``transform(X)`` returns the codes as a ``(n, n_bits)`` bool array (column ``j`` = code bit ``j``,
-ready for :func:`sgh.codes.pack_bits`).
-
-Numerics: inputs are accepted as float64 or float32 (other dtypes are converted to float64) and
-must be finite. All arithmetic is float64; the data are converted one block of rows at a time
-(:func:`row_blocks`, ~32 MB of float64 per block), so a float32 database is never copied whole.
-The bits of a row depend on that row only (up to BLAS rounding of values within ~1e-15 of a
-threshold).
+Numerics: all arithmetic is float64; the data are converted one block of rows at a time
+(:func:`sgh.hasher.row_blocks`, ~32 MB of float64 per block), so a float32 database is never
+copied whole. The bits of a row depend on that row only (up to BLAS rounding of values within
+~1e-15 of a threshold).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
-from sklearn.utils.validation import check_is_fitted, validate_data
 
-# Bytes of float64 rows converted at a time by `row_blocks`.
-BLOCK_BYTES = 1 << 25
-
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, or ValueError quoting it."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+from sgh.hasher import row_blocks
 
 
 def check_fraction(name: str, value: object) -> float:
@@ -46,17 +30,6 @@ def check_bits_fit_features(estimator: str, n_bits: int, n_features: int) -> Non
             f"{estimator} takes one bit per principal component, so n_bits must be <= the number "
             f"of features; got n_bits={n_bits} with n_features={n_features}"
         )
-
-
-def row_blocks(X: np.ndarray, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[slice, np.ndarray]]:
-    """Yield ``(rows, X[rows] as float64)`` for consecutive blocks of about ``block_bytes``.
-
-    The blocks of a float64 ``X`` are views of it: callers must not modify them.
-    """
-    rows_per_block = max(1, block_bytes // (8 * max(X.shape[1], 1)))
-    for start in range(0, X.shape[0], rows_per_block):
-        rows = slice(start, min(start + rows_per_block, X.shape[0]))
-        yield rows, np.asarray(X[rows], dtype=np.float64)
 
 
 def principal_components(X: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,46 +63,3 @@ def principal_components(X: np.ndarray, n_components: int) -> tuple[np.ndarray, 
     largest = np.abs(components).argmax(axis=0)
     components *= np.sign(components[largest, np.arange(n_components)])
     return mean, np.ascontiguousarray(components)
-
-
-class BinaryHasher(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
-    """Base class: validation around ``_fit(X)`` and ``_encode(block) -> bool bits``.
-
-    Subclasses define ``__init__`` (with ``n_bits`` and ``random_state``), ``_fit(X, n_bits)`` (X
-    validated, float32 or float64, at least 2 rows; sets the learned ``*_`` attributes) and
-    ``_encode(block)`` (float64 rows -> ``(rows, n_bits)`` bool).
-    """
-
-    def fit(self, X, y=None):
-        """Learn the hash functions from the training set ``X`` (``(n, d)``, n >= 2); ``y`` is
-        ignored. Returns ``self``."""
-        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
-        n_bits = check_int("n_bits", self.n_bits, 1)
-        self._fit(X, n_bits)
-        self.n_bits_ = n_bits
-        return self
-
-    def transform(self, X) -> np.ndarray:
-        """Hash ``X`` (``(n, d)`` floats) to ``(n, n_bits)`` bool codes; column j is code bit j."""
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        bits = np.empty((X.shape[0], self.n_bits_), dtype=bool)
-        for rows, block in row_blocks(X):
-            bits[rows] = self._encode(block)
-        return bits
-
-    @property
-    def _n_features_out(self) -> int:
-        return self.n_bits_
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        # The output is bits (bool), whatever the input float dtype.
-        tags.transformer_tags.preserves_dtype = []
-        return tags
-
-    def _fit(self, X: np.ndarray, n_bits: int) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _encode(self, block: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError

@@ -19,13 +19,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-from sgh.baselines._base import (
-    BinaryHasher,
-    check_bits_fit_features,
-    check_int,
-    principal_components,
-    row_blocks,
-)
+from sgh.baselines._base import check_bits_fit_features, principal_components
+from sgh.hasher import BinaryHasher, check_int, row_blocks
 
 
 class ITQ(BinaryHasher):

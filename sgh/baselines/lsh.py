@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-from sgh.baselines._base import BinaryHasher, row_blocks
+from sgh.hasher import BinaryHasher, row_blocks
 
 
 class LSH(BinaryHasher):

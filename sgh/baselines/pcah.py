@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.baselines._base import BinaryHasher, check_bits_fit_features, principal_components
+from sgh.baselines._base import check_bits_fit_features, principal_components
+from sgh.hasher import BinaryHasher
 
 
 class PCAH(BinaryHasher):

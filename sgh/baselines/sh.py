@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.baselines._base import BinaryHasher, principal_components
+from sgh.baselines._base import principal_components
+from sgh.hasher import BinaryHasher
 
 
 class SH(BinaryHasher):

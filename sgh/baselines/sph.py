@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-from sgh.baselines._base import BinaryHasher, check_fraction, check_int
+from sgh.baselines._base import check_fraction
+from sgh.hasher import BinaryHasher, check_int
 
 # Sample points averaged into each initial pivot (the authors' MATLAB `random_center`).
 _POINTS_PER_INITIAL_PIVOT = 5

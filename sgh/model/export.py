@@ -34,7 +34,7 @@ from sgh.artifacts.run_directory import RunDirectory
 from sgh.config import ENCODE_BATCH_SIZE, ModelConfig
 from sgh.errors import UserInputError
 from sgh.methods import METHODS
-from sgh.model.sgh_model import SGH, initial_weights
+from sgh.model.sgh_model import SGH
 
 SERVING_SIGNATURE = "serving_default"
 METADATA_SIGNATURE = "metadata"
@@ -180,10 +180,7 @@ def restore_run_model(run_dir: str | os.PathLike) -> SGH:
     config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig),
                                                  run.model_section()))
     shapes = tf.train.load_checkpoint(checkpoint).get_variable_to_shape_map()
-    dim = shapes["model/mean/.ATTRIBUTES/VARIABLE_VALUE"][0]
-    # Placeholder values of the right shapes; the checkpoint overwrites every one of them.
-    zeros = np.zeros(dim, np.float32)
-    model = SGH(config, dim, zeros, 1.0, initial_weights(config, dim, zeros, zeros + 1, seed=0))
+    model = SGH.skeleton(config, shapes["model/mean/.ATTRIBUTES/VARIABLE_VALUE"][0])
     tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial() \
         .assert_existing_objects_matched()
     return model

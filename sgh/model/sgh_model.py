@@ -25,6 +25,7 @@ Estimators (how d loss / d z is formed through the binary step):
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 import tensorflow as tf
@@ -32,7 +33,7 @@ import tensorflow as tf
 from sgh.config import ModelConfig
 from sgh.data.feature_statistics import FeatureStatistics, feature_statistics
 from sgh.data.streamed_features import Features
-from sgh.model.ops import doubly_sn
+from sgh.model.layers import DoublySN
 
 # The stateless RNG of the neuron's noise and the batches: named, not "auto_select", so the
 # stream cannot change under us. XLA still draws from a runtime seed with its own kernel, so a run
@@ -54,6 +55,11 @@ class SGH(tf.Module):
         super().__init__(name="sgh")
         self.config = config
         self.dim, self.bits = dim, config.bits
+        # The neuron is the Keras layer users get (one implementation). It is held outside the
+        # checkpointed state: training passes its own stateless noise per step (`sample_noise`),
+        # so the layer's own noise state is never used, and checkpoints keep their layout.
+        self._parts = types.SimpleNamespace(
+            neuron=DoublySN(noise=config.noise, return_probabilities=True, name="neuron"))
         # Normalisation statistics are part of the model: encoding new data must use the same.
         self.mean = tf.Variable(np.asarray(mean, np.float32), trainable=False, name="mean")
         self.scale = tf.Variable(np.float32(scale), trainable=False, name="scale")
@@ -72,6 +78,29 @@ class SGH(tf.Module):
     def from_training_data(cls, config: ModelConfig, x_train: Features, seed: int) -> SGH:
         """The model for training on `x_train` (in memory or streamed: one pass over it)."""
         return cls.from_statistics(config, feature_statistics(x_train), seed)
+
+    @classmethod
+    def skeleton(cls, config: ModelConfig, dim: int) -> SGH:
+        """A model of the right shapes with placeholder values, for weights restored next (a
+        checkpoint, a saved `SGHHasher`)."""
+        zeros = np.zeros(dim, np.float32)
+        return cls(config, dim, zeros, 1.0, initial_weights(config, dim, zeros, zeros + 1, 0))
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """Every variable's value by name (normaliser included): what a saved model holds."""
+        return {variable.name.split(":")[0]: variable.numpy() for variable in self.variables}
+
+    def assign_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Set every variable from `weights()` of a model of the same configuration."""
+        mine = {variable.name.split(":")[0]: variable for variable in self.variables}
+        if set(weights) != set(mine):
+            raise ValueError(f"weights for {sorted(weights)} do not fit this model's "
+                             f"{sorted(mine)}")
+        for name, variable in mine.items():
+            if tuple(weights[name].shape) != tuple(variable.shape):
+                raise ValueError(f"weight {name!r} has shape {weights[name].shape}; this model's "
+                                 f"is {tuple(variable.shape)}")
+            variable.assign(weights[name])
 
     @classmethod
     def from_statistics(cls, config: ModelConfig, statistics: FeatureStatistics,
@@ -103,7 +132,7 @@ class SGH(tf.Module):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
     def encode_bits(self, x: tf.Tensor) -> tf.Tensor:
         """Deterministic codes: the mode of q(h|x), h = 1[p >= 1/2], as uint8 0/1 (n, bits)."""
-        codes, _ = doubly_sn(self.logits(x), tf.constant(0.5, x.dtype))
+        codes, _ = self._parts.neuron(self.logits(x), training=False)
         return tf.cast(codes, tf.uint8)
 
     # ---- decoding (monitoring: reconstructions and templates in the input space) -----------
@@ -137,7 +166,7 @@ class SGH(tf.Module):
     def loss_terms(self, x: tf.Tensor, epsilon: tf.Tensor) -> dict[str, tf.Tensor]:
         """The objective on a batch; `total` is what the optimizer minimises."""
         z = self.logits(x)
-        h, _ = doubly_sn(z, epsilon)
+        h, _ = self._parts.neuron(z, training=True, epsilon=epsilon)
         if self.config.objective == "paper":
             return self._paper_terms(x, z, h)
         return self._released_terms(x, z, h)

@@ -78,29 +78,34 @@ def _draw(n: int, n_queries: int, n_database: int) -> tuple[np.ndarray, np.ndarr
                                                  side="right")
 
 
-def carve(split: RetrievalSplit, config: ValidationConfig,
-          recall_k: int) -> tuple[Features, ValidationSet]:
-    """Split the training set into (training items, validation set); see the module doc.
+def split_training_labels(split: RetrievalSplit) -> np.ndarray | None:
+    """The labels of the split's training items (the head of the database in every labelled
+    layout), or None."""
+    return split.database_labels[: len(split.train)] if split.has_labels else None
 
-    A streamed training set stays on disk: the validation items are read, and the training
-    items are the file minus the held-out rows."""
-    train = split.train
+
+def carve(train: Features, config: ValidationConfig, recall_k: int,
+          labels: np.ndarray | None = None,
+          name: str = "the training set") -> tuple[Features, ValidationSet]:
+    """Split `train` into (training items, validation set); see the module doc.
+
+    `labels`: the training items' labels (needed for `validation.metric=map`); `name`: how
+    errors call the data. A streamed training set stays on disk: the validation items are read,
+    and the training items are the file minus the held-out rows."""
     n_queries = min(config.queries, len(train) // MAX_HELD_OUT_SHARE)
     if n_queries < 1:
         raise UserInputError(
-            f"{split.name!r} has {len(train)} training items, too few to hold out validation "
+            f"{name} has {len(train)} training items, too few to hold out validation "
             f"queries (at most 1 in {MAX_HELD_OUT_SHARE}); train without validation: "
             "validation.every=0")
     held_out, sample = _draw(len(train), n_queries, config.database)
     query, database = take_rows(train, held_out), take_rows(train, sample)
     metric = config.metric
-    if metric == "map" and not split.has_labels:
-        raise UserInputError(f"validation.metric=map needs labels, and {split.name!r} has none; "
+    if metric == "map" and labels is None:
+        raise UserInputError(f"validation.metric=map needs labels, and {name} has none; "
                              "accepted here: recall")
     size = f"{len(held_out)} held-out training queries vs {len(sample)} training items"
     if metric == "map":
-        # The training set is the head of the database in every labelled layout.
-        labels = split.database_labels[: len(train)]
         validation = ValidationSet(
             metric="map", query=query, database=database,
             query_labels=labels[held_out], database_labels=labels[sample],

@@ -1,27 +1,37 @@
-"""Training SGH inside a run directory: resume, progress, checkpoints, interruption, export.
+"""Training SGH: the one core (`fit_sgh`) behind `sgh-train` (`train_sgh`) and `SGHHasher`.
 
-`train_sgh` is what `sgh.methods` calls for `model=sgh`; it returns the encoded split and the
-SGH-specific fields of `metrics.json`.
+`fit_sgh` holds out the validation split, builds the model from the training set's statistics,
+runs the compiled loop with the after-each-call steps (`sgh.training.progress`), keeps the best
+validated weights, and reports the fields of `metrics.json`. With a run directory it also
+resumes from the run's checkpoints, writes checkpoints and TensorBoard events, and turns
+SIGINT/SIGTERM into a saved checkpoint (`TrainingInterrupted`); without one (the Python API)
+everything stays in memory, and only the best weights pass through a temporary directory.
+`train_sgh` is what `sgh.pipeline` calls for `model=sgh`: `fit_sgh` in the run directory, then
+the exported encoder and the split's codes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import tempfile
 import time
+from dataclasses import dataclass
 
+import numpy as np
 import tensorflow as tf
 
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.config import Config
 from sgh.data import RetrievalSplit
-from sgh.data.streamed_features import StreamedFeatures
+from sgh.data.streamed_features import Features, StreamedFeatures
 from sgh.errors import TrainingInterrupted, UserInputError
 from sgh.methods import EncodedSplit
 from sgh.model.encoding import encode_packed
 from sgh.model.export import export_encoder
 from sgh.model.sgh_model import SGH
 from sgh.training.batches import BLOCKS_IN_MEMORY, block_bytes
-from sgh.training.holdout import carve
+from sgh.training.holdout import ValidationSet, carve, split_training_labels
 from sgh.training.loop import Trainer, median_ms_per_step
 from sgh.training.model_selection import ModelSelection
 from sgh.training.progress import (
@@ -35,23 +45,46 @@ from sgh.training.signals import stop_on_signals
 logger = logging.getLogger(__name__)
 
 
+@dataclass
+class TrainedSGH:
+    model: SGH  # with the final weights: the best validated ones when validation is on
+    fields: dict  # SGH's keys of metrics.json (steps, timing, selection)
+
+
 def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
               strategy: tf.distribute.Strategy | None = None) -> EncodedSplit:
-    """Train (or resume) SGH as configured, checkpointing into the run directory; encode.
+    """Train (or resume) SGH as configured in the run directory; export the encoder; encode.
 
     `strategy` is the one `sgh.pipeline.run` created before TensorFlow started (None: the
-    default, one device). With validation on (`validation.every > 0`), training runs on the
-    training set minus the held-out validation queries, and the final codes come from the best
-    validated weights.
+    default, one device).
     """
+    train_items, validation = hold_out(config, split.train, split_training_labels(split),
+                                       repr(split.name))
+    trained = fit_sgh(config, train_items, validation, strategy, run_directory)
+    # The encoder that made the final codes, for sgh-encode and TF Serving (sgh.model.export).
+    export_encoder(trained.model, run_directory.encoder)
+    return EncodedSplit(database=encode_packed(trained.model, split.database),
+                        query=encode_packed(trained.model, split.query), fields=trained.fields)
+
+
+def hold_out(config: Config, train: Features, labels: np.ndarray | None,
+             name: str) -> tuple[Features, ValidationSet | None]:
+    """(training items, validation set): the training set minus the held-out validation queries
+    when validation is on (`validation.every > 0`), else all of it and None."""
+    if config.validation.every == 0:
+        return train, None
+    return carve(train, config.validation, config.eval.recall_k, labels, name)
+
+
+def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | None,
+            strategy: tf.distribute.Strategy | None = None,
+            run_directory: RunDirectory | None = None) -> TrainedSGH:
+    """Train SGH on `train_items`, selecting on `validation`; see the module doc."""
     strategy = strategy if strategy is not None else tf.distribute.get_strategy()
-    train_items, validation = split.train, None
-    if config.validation.every > 0:
-        train_items, validation = carve(split, config.validation, config.eval.recall_k)
     if config.trainer.batch_size > len(train_items):
         raise UserInputError(
             f"trainer.batch_size={config.trainer.batch_size} is larger than the training set "
-            f"({len(train_items)} items of {split.name!r}"
+            f"({len(train_items)} items"
             + (f" after holding out {len(validation.query)} for validation" if validation else "")
             + f"); accepted: 1..{len(train_items)}")
     # A sweep runs its jobs in one process: start each from a clean TF state and its own seed.
@@ -65,57 +98,68 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     with strategy.scope():  # several replicas: the model's variables are mirrored on each
         model = SGH.from_training_data(config.model, train_items, seed=config.trainer.seed)
     trainer = Trainer(model, train_items, config.trainer, strategy)
-    selection = None
-    if validation is not None:
-        best = run_directory.checkpoint_manager(tf.train.Checkpoint(model=model), best=True)
-        selection = ModelSelection(model, validation, config.validation.patience, best)
-    checkpoint = trainer.checkpoint(**({"selection": selection.state} if selection else {}))
-    checkpoints = run_directory.checkpoint_manager(checkpoint)
-    if checkpoints.latest_checkpoint:
-        checkpoint.restore(checkpoints.latest_checkpoint).assert_consumed()
-        logger.info("resuming from step %d (%s)", int(trainer.step.numpy()),
-                    checkpoints.latest_checkpoint)
+    with contextlib.ExitStack() as stack:
+        selection = None
+        if validation is not None:
+            best_weights = tf.train.Checkpoint(model=model)
+            if run_directory is not None:
+                best = run_directory.checkpoint_manager(best_weights, best=True)
+            else:  # in memory: the best weights wait in a directory that goes with the fit
+                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="sgh-best-"))
+                best = tf.train.CheckpointManager(best_weights, scratch, max_to_keep=1)
+            selection = ModelSelection(model, validation, config.validation.patience, best)
+        checkpoint = trainer.checkpoint(**({"selection": selection.state} if selection else {}))
+        checkpoints = None
+        if run_directory is not None:
+            checkpoints = run_directory.checkpoint_manager(checkpoint)
+            if checkpoints.latest_checkpoint:
+                checkpoint.restore(checkpoints.latest_checkpoint).assert_consumed()
+                logger.info("resuming from step %d (%s)", int(trainer.step.numpy()),
+                            checkpoints.latest_checkpoint)
+            stack.enter_context(run_directory.summary_writer().as_default())
+            signals = stack.enter_context(stop_on_signals())
+        else:
+            signals = []  # the Python API: Ctrl-C raises KeyboardInterrupt, as anywhere
 
-    first_step = int(trainer.step.numpy())
-    validating = (None if selection is None else
-                  ValidationPoints(selection, config.validation.every, config.trainer.steps))
-    console = ConsoleProgress(config.trainer.steps, first_step, validating)
-    after_each_call = [TrainingScalars(), *([validating] if validating else []),
-                       console, PeriodicCheckpoints(checkpoints, config.trainer.checkpoint_every)]
-    with run_directory.summary_writer().as_default(), stop_on_signals() as signals:
+        validating = (None if selection is None else
+                      ValidationPoints(selection, config.validation.every, config.trainer.steps))
+        console = ConsoleProgress(config.trainer.steps, int(trainer.step.numpy()), validating)
+        after_each_call = [TrainingScalars(), *([validating] if validating else []), console]
+        if checkpoints is not None:
+            after_each_call.append(PeriodicCheckpoints(checkpoints,
+                                                       config.trainer.checkpoint_every))
         logs = trainer.fit(lambda log: [step(log) for step in after_each_call],
                            stop_requested=lambda: bool(signals) or (
                                selection is not None and selection.should_stop()))
-    train_seconds = time.perf_counter() - console.started
-    step = int(trainer.step.numpy())
-    if checkpoints.latest_checkpoint is None or not checkpoints.latest_checkpoint.endswith(
-            f"-{step}"):
-        checkpoints.save(checkpoint_number=step)
-    if signals or trainer.stopped_by_another_worker:  # a Ctrl-C on any worker stops all
-        raise TrainingInterrupted(
-            f"interrupted at step {step} of {config.trainer.steps}; checkpoint saved. Run the same "
-            f"command with hydra.run.dir={run_directory.path} to resume")
-    fields = {
-        "objective": config.model.objective,
-        "estimator": config.model.estimator,
-        "noise": config.model.noise,
-        "steps": step,
-        "batch_size": config.trainer.batch_size,
-        "replicas": trainer.replicas,  # devices the global batch was split over
-        "n_train": len(train_items),
-        "train_seconds": train_seconds,  # this process's training (a resumed run: its part)
-        "ms_per_step": median_ms_per_step(logs),
-        "ms_per_step_convention": ("median over compiled calls of wall time / steps, first "
-                                   "call (compilation) excluded"),
-        "final_loss_terms_per_item": logs[-1].terms if logs else {},
-    }
-    if selection is not None:
-        restored = selection.restore_best()  # the best validated weights make the final codes
-        fields.update(_selection_fields(selection, restored, validating.seconds, step, config))
-    # The encoder that made the final codes, for sgh-encode and TF Serving (sgh.model.export).
-    export_encoder(model, run_directory.encoder)
-    return EncodedSplit(database=encode_packed(model, split.database),
-                        query=encode_packed(model, split.query), fields=fields)
+        train_seconds = time.perf_counter() - console.started
+        step = int(trainer.step.numpy())
+        if checkpoints is not None:
+            if checkpoints.latest_checkpoint is None or not (
+                    checkpoints.latest_checkpoint.endswith(f"-{step}")):
+                checkpoints.save(checkpoint_number=step)
+            if signals or trainer.stopped_by_another_worker:  # a Ctrl-C on any worker stops all
+                raise TrainingInterrupted(
+                    f"interrupted at step {step} of {config.trainer.steps}; checkpoint saved. Run "
+                    f"the same command with hydra.run.dir={run_directory.path} to resume")
+        fields = {
+            "objective": config.model.objective,
+            "estimator": config.model.estimator,
+            "noise": config.model.noise,
+            "steps": step,
+            "batch_size": config.trainer.batch_size,
+            "replicas": trainer.replicas,  # devices the global batch was split over
+            "n_train": len(train_items),
+            "train_seconds": train_seconds,  # this process's training (a resumed run: its part)
+            "ms_per_step": median_ms_per_step(logs),
+            "ms_per_step_convention": ("median over compiled calls of wall time / steps, first "
+                                       "call (compilation) excluded"),
+            "final_loss_terms_per_item": logs[-1].terms if logs else {},
+        }
+        if selection is not None:
+            restored = selection.restore_best()  # the best validated weights make the codes
+            fields.update(_selection_fields(selection, restored, validating.seconds, step,
+                                            config))
+    return TrainedSGH(model, fields)
 
 
 def _selection_fields(selection: ModelSelection, restored: bool, validation_seconds: float,

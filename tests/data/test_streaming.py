@@ -9,8 +9,8 @@ import pytest
 import scipy.io
 from omegaconf import OmegaConf
 
-from sgh.data.feature_statistics import feature_statistics
 from sgh.artifacts.ground_truth_cache import features_digest
+from sgh.data.feature_statistics import feature_statistics
 from sgh.data.neighbours import chunked_euclidean_neighbours, euclidean_neighbours
 from sgh.data.streamed_features import (
     StreamedFeatures,
@@ -241,52 +241,6 @@ def test_what_cannot_be_streamed_is_refused_in_one_line(ann_files, tmp_path):
         assert "\n" not in str(error.value)
     assert not (tmp_path / "run" / "checkpoints").exists()
 
-
-
-# Mirrored on 2 logical CPUs (device layout is per process: a subprocess), streamed against in
-# memory: each replica slices the streamed global batch as it slices the gathered one.
-MIRRORED_STREAMED = """
-    import json, sys
-    import numpy as np
-    from sgh.config import ModelConfig, TrainerConfig
-    from sgh.data.streamed_features import StreamedFeatures
-    from sgh.data.vector_files import open_vectors, read_float32
-    from sgh.training.devices import strategy_for
-    from sgh.model.sgh_model import SGH
-    from sgh.training.loop import Trainer
-
-    vectors = open_vectors(sys.argv[1])
-    sources = {"in_memory": read_float32(vectors)[0], "streamed": StreamedFeatures(vectors)}
-    config = TrainerConfig(steps=90, batch_size=40, steps_per_call=30, strategy="mirrored",
-                           logical_cpus=2)
-    strategy = strategy_for(config)
-    out = {}
-    for name, x in sources.items():
-        with strategy.scope():
-            model = SGH.from_training_data(ModelConfig(bits=8), x, seed=0)
-        trainer = Trainer(model, x, config, strategy)
-        logs = trainer.fit()
-        out[name] = {"replicas": trainer.replicas, "terms": [log.terms for log in logs],
-                     "W": model.W.numpy().tolist()}
-    print(json.dumps(out))
-"""
-
-
-def test_mirrored_training_streams_too(tmp_path):
-    import json
-    import os
-    import subprocess
-    import sys
-    import textwrap
-
-    path = write_texmex(tmp_path / "x.fvecs", FLOATS)
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(MIRRORED_STREAMED), str(path)],
-                            capture_output=True, text=True, timeout=300, env=dict(os.environ))
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert out["streamed"]["replicas"] == out["in_memory"]["replicas"] == 2
-    assert out["streamed"]["terms"] == out["in_memory"]["terms"]
-    assert out["streamed"]["W"] == out["in_memory"]["W"]
 
 
 def test_validation_draws_beyond_the_permutation_limit(monkeypatch):

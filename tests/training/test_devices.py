@@ -27,15 +27,17 @@ from sgh.training.devices import (
     writable_run_dir,
 )
 from sgh.training.loop import Trainer, replica_share
+from tests.helpers_vector_files import write_texmex
 
 X = np.random.default_rng(0).normal(size=(400, 16)).astype(np.float32)
 RELEASED = ModelConfig(bits=8, objective="released", noise="fixed", init="released",
                        normalization="none")
 
 
-def _python(script: str, env: dict | None = None, timeout: int = 300):
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True,
-                            text=True, timeout=timeout, env={**os.environ, **(env or {})})
+def _python(script: str, env: dict | None = None, timeout: int = 300, args=()):
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args],
+                            capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, **(env or {})})
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -43,10 +45,15 @@ def _python(script: str, env: dict | None = None, timeout: int = 300):
 # Trains one device and mirrored on 2 logical CPUs from the same seed, for both objectives (the
 # released one sums over the batch and needs its weight decay counted once, see replica_share);
 # the paper objective with XLA (the default), the released one without (compiling costs seconds).
+# Then mirrored again on a training set streamed from the file argv[1] against the same rows in
+# memory: each replica slices the streamed global batch as it slices the gathered one. (Device
+# layout is fixed per process: one subprocess for all of it.)
 MIRRORED_AGAINST_ONE_DEVICE = """
-    import json
+    import json, sys
     import numpy as np
     from sgh.config import ModelConfig, TrainerConfig
+    from sgh.data.streamed_features import StreamedFeatures
+    from sgh.data.vector_files import open_vectors, read_float32
     from sgh.training.devices import strategy_for
     from sgh.errors import UserInputError
     from sgh.model.sgh_model import SGH
@@ -83,13 +90,35 @@ MIRRORED_AGAINST_ONE_DEVICE = """
                 TrainerConfig(strategy="mirrored", logical_cpus=2), strategy)
     except ValueError as error:
         out["outside_scope_error"] = str(error)
+
+    vectors = open_vectors(sys.argv[1])
+    config = TrainerConfig(steps=90, batch_size=40, steps_per_call=30, strategy="mirrored",
+                           logical_cpus=2)
+    for name, rows in (("in_memory", read_float32(vectors)[0]),
+                       ("streamed", StreamedFeatures(vectors))):
+        with strategy.scope():
+            model = SGH.from_training_data(ModelConfig(bits=8), rows, seed=0)
+        trainer = Trainer(model, rows, config, strategy)
+        logs = trainer.fit()
+        out[f"from_file/{name}"] = {"replicas": trainer.replicas,
+                                    "terms": [log.terms for log in logs],
+                                    "W": model.W.numpy().tolist()}
     print(json.dumps(out))
 """
 
 
 @pytest.fixture(scope="module")
-def mirrored_runs():
-    return _python(MIRRORED_AGAINST_ONE_DEVICE)
+def mirrored_runs(tmp_path_factory):
+    rows = np.random.default_rng(0).normal(3.0, 2.0, (1000, 12)).astype(np.float32)
+    path = write_texmex(tmp_path_factory.mktemp("stream") / "x.fvecs", rows)
+    return _python(MIRRORED_AGAINST_ONE_DEVICE, args=[str(path)])
+
+
+def test_mirrored_training_streams_too(mirrored_runs):
+    streamed, in_memory = mirrored_runs["from_file/streamed"], mirrored_runs["from_file/in_memory"]
+    assert streamed["replicas"] == in_memory["replicas"] == 2
+    assert streamed["terms"] == in_memory["terms"]
+    assert streamed["W"] == in_memory["W"]
 
 
 @pytest.mark.parametrize("objective", ["paper", "released"])

@@ -9,7 +9,7 @@ from sgh.config import ValidationConfig
 from sgh.data import load_split
 from sgh.errors import UserInputError
 from sgh.pipeline import run
-from sgh.training.holdout import carve
+from sgh.training.holdout import carve, split_training_labels
 from tests.helpers import compose_config
 
 QUICK = ["dataset=synthetic", "trainer.steps=200", "trainer.batch_size=100",
@@ -27,8 +27,9 @@ def _rows(array):
 def test_validation_queries_are_held_out_of_training_and_never_test_queries():
     config = _config()
     split = load_split(config.dataset)
-    train, validation = carve(split, ValidationConfig(queries=150, database=500, metric="map"),
-                              recall_k=10)
+    train, validation = carve(split.train, ValidationConfig(queries=150, database=500,
+                                                            metric="map"),
+                              recall_k=10, labels=split_training_labels(split))
     assert len(train) == len(split.train) - 150 and len(validation.query) == 150
     assert len(validation.database) == 500
     # Synthetic features are continuous: equal rows are the same item.
@@ -44,34 +45,29 @@ def test_validation_queries_are_held_out_of_training_and_never_test_queries():
 
 def test_held_out_share_is_capped_at_a_tenth_of_the_training_set():
     split = load_split(_config().dataset)  # 2,000 training items
-    train, validation = carve(split, ValidationConfig(queries=1000), recall_k=10)
+    train, validation = carve(split.train, ValidationConfig(queries=1000), recall_k=10)
     assert len(validation.query) == 200 and len(train) == 1800
 
 
 def test_default_validation_metric_is_euclidean_recall_and_map_needs_labels():
-    from dataclasses import replace
-
     split = load_split(_config().dataset)
-    unlabelled = replace(split, database_labels=None, query_labels=None)
-    _, validation = carve(unlabelled, ValidationConfig(queries=100, database=300), recall_k=5)
+    _, validation = carve(split.train, ValidationConfig(queries=100, database=300), recall_k=5)
     assert validation.metric == "recall5@100" and validation.groundtruth.shape == (100, 5)
     # The ground truth: the exact 5 nearest validation-database items of each query.
     distances = ((validation.query[:, None, :] - validation.database[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(np.sort(validation.groundtruth, axis=1),
                                   np.sort(np.argsort(distances, axis=1)[:, :5], axis=1))
-    _, labelled = carve(split, ValidationConfig(queries=100, database=300), recall_k=5)
+    _, labelled = carve(split.train, ValidationConfig(queries=100, database=300), recall_k=5,
+                        labels=split_training_labels(split))
     assert labelled.metric == "recall5@100"  # labels do not change the default
     with pytest.raises(UserInputError, match="validation.metric=map needs labels"):
-        carve(unlabelled, ValidationConfig(metric="map"), recall_k=5)
+        carve(split.train, ValidationConfig(metric="map"), recall_k=5)
 
 
 def test_too_small_a_training_set_for_validation_is_one_clear_error():
-    from dataclasses import replace
-
     split = load_split(_config().dataset)
-    tiny = replace(split, train=split.train[:9])
     with pytest.raises(UserInputError, match="validation.every=0"):
-        carve(tiny, ValidationConfig(), recall_k=10)
+        carve(split.train[:9], ValidationConfig(), recall_k=10)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,92 @@
+"""The interface every hasher shares: `fit(X)`, `transform(X)` -> bits, `encode(X)` -> codes.
+
+The baselines (`sgh.baselines`) and SGH itself (`sgh.SGHHasher`) are scikit-learn transformers
+built on `BinaryHasher`, so code that takes "a hasher" takes any of them:
+
+    codes = hasher.fit(x_train).encode(x_base)      # (n, ceil(n_bits / 8)) uint8, packed
+
+Hyperparameters are stored untouched in ``__init__`` and checked in ``fit``, ``fit(X)`` returns
+``self``, learned state ends in ``_``, ``transform(X)`` returns the codes as a ``(n, n_bits)``
+bool array (column ``j`` = code bit ``j``), and ``encode(X)`` packs them. Inputs are accepted as
+float64 or float32 (other dtypes are converted to float64) and must be finite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from numbers import Integral
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from sgh.codes import pack_bits
+
+# Bytes of float64 rows converted at a time by `row_blocks`.
+BLOCK_BYTES = 1 << 25
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``, or ValueError quoting it."""
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def row_blocks(X: np.ndarray, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[slice, np.ndarray]]:
+    """Yield ``(rows, X[rows] as float64)`` for consecutive blocks of about ``block_bytes``.
+
+    The blocks of a float64 ``X`` are views of it: callers must not modify them.
+    """
+    rows_per_block = max(1, block_bytes // (8 * max(X.shape[1], 1)))
+    for start in range(0, X.shape[0], rows_per_block):
+        rows = slice(start, min(start + rows_per_block, X.shape[0]))
+        yield rows, np.asarray(X[rows], dtype=np.float64)
+
+
+class BinaryHasher(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """The interface of every hasher: validation around ``_fit(X)`` and ``_encode(block)``.
+
+    Subclasses define ``__init__`` (with ``n_bits`` and ``random_state``), ``_fit(X, n_bits)`` (X
+    validated, float32 or float64, at least 2 rows; sets the learned ``*_`` attributes) and
+    ``_encode(block)`` (float64 rows -> ``(rows, n_bits)`` bool).
+    """
+
+    def fit(self, X, y=None):
+        """Learn the hash functions from the training set ``X`` (``(n, d)``, n >= 2); ``y`` is
+        ignored. Returns ``self``."""
+        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
+        n_bits = check_int("n_bits", self.n_bits, 1)
+        self._fit(X, n_bits)
+        self.n_bits_ = n_bits
+        return self
+
+    def transform(self, X) -> np.ndarray:
+        """Hash ``X`` (``(n, d)`` floats) to ``(n, n_bits)`` bool codes; column j is code bit j."""
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        bits = np.empty((X.shape[0], self.n_bits_), dtype=bool)
+        for rows, block in row_blocks(X):
+            bits[rows] = self._encode(block)
+        return bits
+
+    def encode(self, X) -> np.ndarray:
+        """Packed codes of ``X``: ``(n, ceil(n_bits / 8))`` uint8, the layout of ``codes.npz``
+        (:func:`sgh.codes.pack_bits`: code bit 0 is the most significant bit of byte 0)."""
+        return pack_bits(self.transform(X))
+
+    @property
+    def _n_features_out(self) -> int:
+        return self.n_bits_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # The output is bits (bool), whatever the input float dtype.
+        tags.transformer_tags.preserves_dtype = []
+        return tags
+
+    def _fit(self, X: np.ndarray, n_bits: int) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _encode(self, block: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError

@@ -1,0 +1,218 @@
+"""`SGHHasher`: SGH as a scikit-learn estimator, with `sgh-train`'s defaults and training core.
+
+    from sgh import SGHHasher
+
+    hasher = SGHHasher(n_bits=32, random_state=0).fit(x_train)    # x: (n, d) float features
+    codes = hasher.encode(x_base)          # (n, 4) uint8 packed, the layout of codes.npz
+    bits = hasher.transform(x_query)       # (n, 32) bool, column j = code bit j
+    hasher.save("my_hasher"); SGHHasher.load("my_hasher")
+
+Every parameter is a key of `sgh-train`'s configuration (`model.*`, `trainer.*`,
+`validation.*`, `eval.recall_k`), and every default is that configuration's default: the
+training core is the same (`sgh.training.train_sgh.fit_sgh`: held-out validation split, the
+compiled loop, model selection), so `SGHHasher(n_bits=32, random_state=0).fit(x_train)` on MNIST
+encodes exactly as `sgh-train` with no overrides does. Without a run directory there are no
+checkpoints and no TensorBoard events; Ctrl-C raises `KeyboardInterrupt` as anywhere in Python.
+It shares the interface of the baselines (`sgh.hasher.BinaryHasher`): `fit`, `transform`,
+`encode`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+from sklearn.utils.validation import check_is_fitted
+
+from sgh.artifacts.atomic import atomic_directory
+from sgh.config import (
+    Config,
+    EvalConfig,
+    ModelConfig,
+    TrainerConfig,
+    ValidationConfig,
+    validate_training,
+)
+from sgh.errors import UserInputError
+from sgh.hasher import BinaryHasher
+from sgh.model.sgh_model import SGH
+from sgh.training.train_sgh import fit_sgh, hold_out
+
+# (parameter, configuration section, key in it): every parameter but n_bits and random_state.
+_KEYS = {
+    "objective": ("model", "objective"), "estimator": ("model", "estimator"),
+    "noise": ("model", "noise"), "normalization": ("model", "normalization"),
+    "init": ("model", "init"), "alpha": ("model", "alpha"), "beta": ("model", "beta"),
+    "steps": ("trainer", "steps"), "batch_size": ("trainer", "batch_size"),
+    "learning_rate": ("trainer", "learning_rate"), "schedule": ("trainer", "schedule"),
+    "decay_every": ("trainer", "decay_every"), "decay_rate": ("trainer", "decay_rate"),
+    "steps_per_call": ("trainer", "steps_per_call"), "jit_compile": ("trainer", "jit_compile"),
+    "validation_every": ("validation", "every"), "validation_queries": ("validation", "queries"),
+    "validation_database": ("validation", "database"),
+    "validation_metric": ("validation", "metric"), "patience": ("validation", "patience"),
+    "recall_k": ("eval", "recall_k"),
+}
+_PARAMS_FILE, _WEIGHTS_FILE = "hasher.json", "weights.npz"
+
+
+class SGHHasher(BinaryHasher):
+    """Stochastic Generative Hashing as a scikit-learn transformer (see the module doc).
+
+    Args:
+        n_bits: code length (`model.bits`).
+        random_state: integer seed (`trainer.seed`): of the initial weights, the batches and
+            the neuron's noise; the same seed gives the same codes.
+        objective, estimator, noise, normalization, init, alpha, beta: `model.*`.
+        steps, batch_size, learning_rate, schedule, decay_every, decay_rate, steps_per_call,
+        jit_compile: `trainer.*`.
+        validation_every, validation_queries, validation_database, validation_metric,
+        patience: `validation.every`, ... (`validation_every=0`: no held-out split, the final
+        codes are the last step's; `validation_metric="map"` needs `y` in `fit`).
+        recall_k: `eval.recall_k`, the K of the validation Recall K@100.
+
+    Attributes (after `fit`): `model_` (`sgh.SGH`), `n_bits_`, `n_features_in_`, `fit_info_`
+    (what `metrics.json` would report: steps, timing, best step and validation score).
+    """
+
+    def __init__(self, n_bits: int = ModelConfig.bits, random_state: int = TrainerConfig.seed,
+                 *, objective: str = ModelConfig.objective,
+                 estimator: str = ModelConfig.estimator, noise: str = ModelConfig.noise,
+                 normalization: str = ModelConfig.normalization, init: str = ModelConfig.init,
+                 alpha: float = ModelConfig.alpha, beta: float = ModelConfig.beta,
+                 steps: int = TrainerConfig.steps, batch_size: int = TrainerConfig.batch_size,
+                 learning_rate: float = TrainerConfig.learning_rate,
+                 schedule: str = TrainerConfig.schedule,
+                 decay_every: int = TrainerConfig.decay_every,
+                 decay_rate: float = TrainerConfig.decay_rate,
+                 steps_per_call: int = TrainerConfig.steps_per_call,
+                 jit_compile: bool = TrainerConfig.jit_compile,
+                 validation_every: int = ValidationConfig.every,
+                 validation_queries: int = ValidationConfig.queries,
+                 validation_database: int = ValidationConfig.database,
+                 validation_metric: str = ValidationConfig.metric,
+                 patience: int = ValidationConfig.patience,
+                 recall_k: int = EvalConfig.recall_k):
+        self.n_bits = n_bits
+        self.random_state = random_state
+        self.objective = objective
+        self.estimator = estimator
+        self.noise = noise
+        self.normalization = normalization
+        self.init = init
+        self.alpha = alpha
+        self.beta = beta
+        self.steps = steps
+        self.batch_size = batch_size
+        self.learning_rate = learning_rate
+        self.schedule = schedule
+        self.decay_every = decay_every
+        self.decay_rate = decay_rate
+        self.steps_per_call = steps_per_call
+        self.jit_compile = jit_compile
+        self.validation_every = validation_every
+        self.validation_queries = validation_queries
+        self.validation_database = validation_database
+        self.validation_metric = validation_metric
+        self.patience = patience
+        self.recall_k = recall_k
+
+    # ---- the configuration sgh-train would run with ------------------------------------------
+    def training_config(self) -> Config:
+        """These parameters as `sgh-train`'s typed configuration (checked, one-line errors)."""
+        seed = self.random_state
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise UserInputError(f"random_state={seed!r} is impossible; accepted: an integer "
+                                 ">= 0 (the trainer.seed of sgh-train)")
+        sections = {"model": {"bits": self.n_bits}, "trainer": {"seed": int(seed)},
+                    "validation": {}, "eval": {}}
+        for parameter, (section, key) in _KEYS.items():
+            sections[section][key] = getattr(self, parameter)
+        config = Config(dataset=None, model=ModelConfig(**sections["model"]),
+                        trainer=TrainerConfig(**sections["trainer"]),
+                        validation=ValidationConfig(**sections["validation"]),
+                        eval=EvalConfig(**sections["eval"]))
+        return validate_training(config)
+
+    # ---- BinaryHasher ------------------------------------------------------------------------
+    def fit(self, X, y=None):
+        """Train on `X` (`(n, d)` floats); `y`: labels, used only by `validation_metric="map"`.
+        Returns `self`."""
+        self._labels = None if y is None else np.asarray(y)
+        try:
+            return super().fit(X)
+        finally:
+            del self._labels
+
+    def _fit(self, X: np.ndarray, n_bits: int) -> None:
+        config = self.training_config()
+        labels = self._labels
+        if labels is not None and len(labels) != len(X):
+            raise UserInputError(f"y has {len(labels)} labels but X has {len(X)} items")
+        train_items, validation = hold_out(config, X, labels, "X")
+        trained = fit_sgh(config, train_items, validation)
+        self.model_, self.fit_info_ = trained.model, trained.fields
+
+    def _encode(self, block: np.ndarray) -> np.ndarray:
+        # The model's own deterministic code (sgh.model.encoding): float32 features, as trained.
+        bits = self.model_.encode_bits(tf.constant(block.astype(np.float32)))
+        return bits.numpy().astype(bool)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False  # the seed fixes everything (stateless per-step noise)
+        return tags
+
+    # ---- saving ------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the fitted hasher to the directory `path` (atomically): its parameters, and its
+        weights as plain arrays (`weights.npz`, read back with `allow_pickle=False`)."""
+        check_is_fitted(self)
+        path = Path(path)
+        with atomic_directory(path) as staging:
+            (staging / _PARAMS_FILE).write_text(json.dumps(
+                {"params": self.get_params(), "n_features_in": int(self.n_features_in_),
+                 "fit_info": self.fit_info_}, indent=2, default=float) + "\n")
+            np.savez(staging / _WEIGHTS_FILE, **self.model_.weights())
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> SGHHasher:
+        """A hasher written by `save`; one-line errors for anything else."""
+        path = Path(path)
+        params_file, weights_file = path / _PARAMS_FILE, path / _WEIGHTS_FILE
+        if not params_file.is_file() or not weights_file.is_file():
+            raise UserInputError(f"{path}: not a saved SGHHasher (expected {_PARAMS_FILE} and "
+                                 f"{_WEIGHTS_FILE} in it)")
+        try:
+            saved = json.loads(params_file.read_text())
+            with np.load(weights_file, allow_pickle=False) as arrays:
+                weights = {key: arrays[key] for key in arrays.files}
+            hasher = cls(**saved["params"])
+            hasher._restore(int(saved["n_features_in"]), weights, saved.get("fit_info", {}))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise UserInputError(f"{path}: unreadable saved SGHHasher ({error})") from None
+        return hasher
+
+    def _restore(self, n_features: int, weights: dict, fit_info: dict) -> None:
+        config = self.training_config()
+        self.model_ = SGH.skeleton(config.model, n_features)
+        self.model_.assign_weights(weights)
+        self.n_features_in_, self.n_bits_, self.fit_info_ = n_features, config.model.bits, fit_info
+
+    # Pickling (joblib, scikit-learn's clone-and-compare checks) goes through plain arrays too:
+    # TensorFlow objects are rebuilt, never pickled.
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        model = state.pop("model_", None)
+        if model is not None:
+            state["_weights"] = model.weights()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        weights = state.pop("_weights", None)
+        self.__dict__.update(state)
+        if weights is not None:
+            self._restore(self.n_features_in_, weights, self.fit_info_)

@@ -1,0 +1,110 @@
+"""`SGHHasher`: sgh-train's defaults and codes, the scikit-learn contract, saving, and the one
+hasher interface it shares with the baselines."""
+
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from sgh.artifacts.codes_file import load_codes
+from sgh.baselines import ITQ, LSH, PCAH, SH, SpH
+from sgh.data import load_split
+from sgh.errors import UserInputError
+from sgh.pipeline import run
+from sgh.training.estimator import _KEYS, SGHHasher
+from tests.helpers import QUICK, compose_config
+
+# A few compiled-free steps: the contract, not the quality, is under test.
+TINY = {"n_bits": 6, "steps": 4, "steps_per_call": 2, "batch_size": 2, "jit_compile": False,
+        "validation_every": 0}
+
+
+def _blobs(n=300, dim=10, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(n, 3)) @ rng.normal(size=(3, dim))
+            + rng.normal(scale=0.1, size=(n, dim))).astype(np.float32)
+
+
+def test_every_default_is_sgh_trains_default():
+    config = compose_config()  # sgh-train with no overrides
+    hasher = SGHHasher()
+    assert hasher.n_bits == config.model.bits and hasher.random_state == config.trainer.seed
+    for parameter, (section, key) in _KEYS.items():
+        assert getattr(hasher, parameter) == getattr(getattr(config, section), key), parameter
+
+
+def test_the_estimator_encodes_exactly_as_sgh_train(tmp_path):
+    # The same configuration through both doors: sgh-train's run and SGHHasher.fit on the same
+    # training set give the same codes, bit for bit (validation and model selection included).
+    overrides = [*QUICK, "validation.every=20"]
+    metrics = run(compose_config(*overrides), tmp_path)
+    split = load_split(compose_config(*overrides).dataset)
+    hasher = SGHHasher(n_bits=12, steps=60, batch_size=100, steps_per_call=20,
+                       validation_every=20).fit(split.train)
+    saved = load_codes(tmp_path / "codes.npz")
+    np.testing.assert_array_equal(hasher.encode(split.database), saved.database)
+    np.testing.assert_array_equal(hasher.encode(split.query), saved.query)
+    assert hasher.fit_info_["best_step"] == metrics["best_step"]
+
+
+@pytest.mark.slow  # about 40 s: some 45 checks, each fitting a few times
+@parametrize_with_checks([SGHHasher(**TINY)])
+def test_sklearn_estimator_contract(estimator, check):
+    check(estimator)
+
+
+def test_save_and_load_give_identical_codes_and_bad_paths_are_one_line(tmp_path):
+    x = _blobs()
+    hasher = SGHHasher(**{**TINY, "steps": 20}).fit(x)
+    hasher.save(tmp_path / "hasher")
+    loaded = SGHHasher.load(tmp_path / "hasher")
+    np.testing.assert_array_equal(loaded.encode(x), hasher.encode(x))
+    assert loaded.get_params() == hasher.get_params() and loaded.fit_info_["steps"] == 20
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(hasher)).encode(x), hasher.encode(x))
+    with pytest.raises(UserInputError, match="not a saved SGHHasher"):
+        SGHHasher.load(tmp_path)
+    (tmp_path / "hasher" / "weights.npz").write_bytes(b"garbage")
+    with pytest.raises(UserInputError, match="unreadable saved SGHHasher"):
+        SGHHasher.load(tmp_path / "hasher")
+
+
+def test_settings_are_checked_with_the_keys_of_sgh_train():
+    with pytest.raises(UserInputError, match="model.objective='map' is not known"):
+        SGHHasher(objective="map").fit(_blobs())
+    with pytest.raises(UserInputError, match="random_state=-1 is impossible"):
+        SGHHasher(random_state=-1).fit(_blobs())
+    with pytest.raises(UserInputError, match="trainer.batch_size=500 is larger than the training"):
+        SGHHasher(validation_every=0).fit(_blobs(n=100))
+    with pytest.raises(UserInputError, match="validation.metric=map needs labels, and X has none"):
+        SGHHasher(**{**TINY, "validation_every": 2, "validation_metric": "map"}).fit(_blobs())
+
+
+def test_labels_serve_map_validation():
+    x = _blobs()
+    y = (x[:, 0] > 0).astype(int)
+    hasher = SGHHasher(**{**TINY, "validation_every": 2, "validation_metric": "map"}).fit(x, y)
+    assert hasher.fit_info_["validation_metric"] == "map" and hasher.fit_info_["best_step"] > 0
+
+
+@pytest.mark.parametrize("hasher", [SGHHasher(**TINY), ITQ(n_bits=6, random_state=0),
+                                    LSH(n_bits=6, random_state=0), PCAH(n_bits=6), SH(n_bits=6),
+                                    SpH(n_bits=6, random_state=0)],
+                         ids=lambda hasher: type(hasher).__name__)
+def test_every_hasher_shares_one_interface(hasher):
+    x = _blobs()
+    bits = hasher.fit(x).transform(x[:7])
+    codes = hasher.encode(x[:7])
+    assert bits.dtype == bool and bits.shape == (7, 6)
+    assert codes.dtype == np.uint8 and codes.shape == (7, 1)
+    np.testing.assert_array_equal(np.unpackbits(codes, axis=1, count=6).astype(bool), bits)
+
+
+@pytest.mark.slow
+def test_on_mnist_the_estimators_defaults_encode_the_queries_as_sgh_train_does(tmp_path):
+    config = compose_config()
+    run(config, tmp_path)  # sgh-train with no overrides
+    split = load_split(config.dataset)
+    hasher = SGHHasher(n_bits=32, random_state=0).fit(split.train)
+    np.testing.assert_array_equal(hasher.encode(split.query),
+                                  load_codes(tmp_path / "codes.npz").query)
