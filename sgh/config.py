@@ -77,6 +77,15 @@ class ModelConfig:
     init: str = "random"  # random: W~N(0,1/d), b=0 | released: the demo's, b~N(0,1)
     alpha: float = 1e-3  # objective=released: weight of the BCE term
     beta: float = 1e-3  # objective=released: weight decay on W and U
+    # The encoder x~ -> logits and the decoder h -> x~ (objective=paper): linear (the paper's
+    # model, the default) or mlp: dense layers of the hidden sizes, each followed by the
+    # activation, then a linear output layer.
+    encoder: str = "linear"  # linear | mlp
+    encoder_hidden: list[int] = field(default_factory=lambda: [512])
+    encoder_activation: str = "relu"  # relu | tanh | gelu | elu | sigmoid
+    decoder: str = "linear"  # linear | mlp
+    decoder_hidden: list[int] = field(default_factory=lambda: [512])
+    decoder_activation: str = "relu"
 
 
 @dataclass
@@ -181,6 +190,10 @@ CHOICES = {
     "model.estimator": ("unbiased", "approximate"),
     "model.normalization": ("isotropic", "none"),
     "model.init": ("random", "released"),
+    "model.encoder": ("linear", "mlp"),
+    "model.decoder": ("linear", "mlp"),
+    "model.encoder_activation": ("relu", "tanh", "gelu", "elu", "sigmoid"),
+    "model.decoder_activation": ("relu", "tanh", "gelu", "elu", "sigmoid"),
     "trainer.schedule": ("constant", "step", "cosine"),
     "trainer.strategy": ("auto", "one_device", "mirrored", "multi_worker"),
     "dataset.query_selection": ("random", "per_class"),
@@ -221,9 +234,11 @@ def validate_training(config: Config) -> Config:
     keys = ["model.name", "trainer.schedule", "trainer.strategy"]
     if isinstance(model, ModelConfig):
         keys += ["model.objective", "model.noise", "model.estimator", "model.normalization",
-                 "model.init"]
+                 "model.init", "model.encoder", "model.decoder", "model.encoder_activation",
+                 "model.decoder_activation"]
         _check_range("model.alpha", model.alpha, 0)
         _check_range("model.beta", model.beta, 0)
+        _validate_networks(model)
     for key in keys:
         section, attribute = key.split(".")
         _check_choice(key, getattr(sections[section], attribute))
@@ -242,6 +257,23 @@ def validate_training(config: Config) -> Config:
     validate_eval(config.eval)
     _validate_validation(config.validation)
     return config
+
+
+def _validate_networks(model: ModelConfig) -> None:
+    for part in ("encoder", "decoder"):
+        if getattr(model, part) == "mlp" and model.objective != "paper":
+            raise UserInputError(f"model.{part}=mlp needs model.objective=paper (the released "
+                                 "demo's objective is linear); accepted: objective=paper, or "
+                                 f"model.{part}=linear")
+        hidden = getattr(model, f"{part}_hidden")
+        if not hidden:
+            raise UserInputError(f"model.{part}_hidden is empty; accepted: a list of layer "
+                                 "sizes, e.g. [512]")
+        for size in hidden:
+            if isinstance(size, bool) or not isinstance(size, int):
+                raise UserInputError(f"model.{part}_hidden has {size!r}; accepted: integer "
+                                     "layer sizes >= 1")
+            _check_range(f"model.{part}_hidden", size, 1, 65536)
 
 
 def _validate_validation(config: ValidationConfig) -> None:

@@ -16,6 +16,7 @@ same configuration is resumed from it.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
@@ -109,17 +110,33 @@ def _fit(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
     return fit_baseline(config, split)
 
 
-def _comparable(config) -> dict:
+def _comparable(values: dict) -> dict:
     """What defines a training run: everything but the evaluation settings."""
-    values = config if isinstance(config, dict) else OmegaConf.to_container(
-        OmegaConf.structured(config))
     return {key: value for key, value in values.items() if key != "eval"}
+
+
+def _with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
+    """An earlier run's configuration, with the keys added to the schema since then (absent
+    from its config.yaml) at their defaults: the run it describes had those defaults."""
+    filled = dict(previous)
+    for section, value in vars(config).items():
+        if dataclasses.is_dataclass(value) and isinstance(previous.get(section), dict):
+            defaults = {}
+            for field in dataclasses.fields(value):
+                if field.default is not dataclasses.MISSING:
+                    defaults[field.name] = field.default
+                elif field.default_factory is not dataclasses.MISSING:
+                    defaults[field.name] = field.default_factory()
+            filled[section] = {**defaults, **previous[section]}
+    return filled
 
 
 def _refuse_another_configuration(run_directory: RunDirectory, config: Config) -> None:
     previous = run_directory.previous_config()
+    current = OmegaConf.to_container(OmegaConf.structured(config))
     if run_directory.has_checkpoint() and previous is not None and (
-            _comparable(previous) != _comparable(config)):
+            _comparable(_with_new_keys_at_their_defaults(previous, config))
+            != _comparable(current)):
         raise UserInputError(
             f"{run_directory.path} holds a run with another configuration; resume it with the "
             "same settings, or choose a new hydra.run.dir")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from sgh.errors import UserInputError
 from sgh.pipeline import run
 from sgh.resources import CONFIG_DIR
 from tests.helpers import QUICK, compose_config
@@ -158,3 +159,46 @@ def test_tensorboard_shows_validation_code_health_encoder_pr_curve_and_hparams(f
     assert {"scalars", "histograms", "pr_curves"} <= plugins
     # The run's HParams row: TensorBoard's session-start record of the flattened config.
     assert "_hparams_/session_start_info" in events.PluginTagToContent("hparams")
+
+
+DEEP = ["model.encoder=mlp", "model.decoder=mlp", "model.encoder_hidden=[24]",
+        "model.decoder_hidden=[24]", "model.estimator=unbiased", "validation.every=20"]
+
+
+def test_a_deep_model_runs_resumes_and_exports_through_the_pipeline(tmp_path, caplog):
+    import logging
+
+    from sgh.data import load_split
+    from sgh.model.encoding import encode_packed
+    from sgh.model.export import load_encoder, restore_run_model
+
+    metrics = run(_config(*DEEP), tmp_path)
+    assert metrics["best_step"] > 0 and metrics["dead_bits"] < 12
+    codes = np.load(tmp_path / "codes.npz")
+    split_database = load_split(_config(*DEEP).dataset).database
+    # The run's checkpoint and its exported encoder give the run's codes.
+    np.testing.assert_array_equal(encode_packed(restore_run_model(tmp_path), split_database),
+                                  codes["database"])
+    np.testing.assert_array_equal(load_encoder(tmp_path / "encoder").encode_packed(
+        split_database), codes["database"])
+    with caplog.at_level(logging.INFO, logger="sgh"):
+        again = run(_config(*DEEP), tmp_path)  # the same command: resumed, nothing to train
+    assert "resuming from step 60" in caplog.text and again["map"] == metrics["map"]
+
+
+def test_a_run_from_before_new_settings_existed_still_resumes(tmp_path, caplog):
+    # A config.yaml written before keys were added to the schema (here the network settings)
+    # describes a run that had their defaults: resuming it is not "another configuration".
+    import logging
+
+    run(_config(), tmp_path)
+    saved = OmegaConf.load(tmp_path / "config.yaml")
+    for key in ("encoder", "encoder_hidden", "encoder_activation", "decoder", "decoder_hidden",
+                "decoder_activation"):
+        del saved.model[key]
+    OmegaConf.save(saved, tmp_path / "config.yaml")
+    with caplog.at_level(logging.INFO, logger="sgh"):
+        run(_config(), tmp_path)
+    assert "resuming from step 60" in caplog.text
+    with pytest.raises(UserInputError, match="holds a run with another configuration"):
+        run(_config("model.encoder=mlp"), tmp_path)

@@ -8,8 +8,9 @@
 7 - (j mod 8) of byte j // 8 (the first bit is the most significant bit of byte 0) and the
 trailing pad bits are 0 — the layout of `codes.npz`. The features are the model's *input*
 features (after the file's conversion, e.g. uint8 / 255); the normaliser (mean, scale) is inside
-the graph. Only the encoder's variables (mean, scale, W, b) are saved, and the bits come from the
-model's own `encode_bits` (no second implementation of the hash to drift from training).
+the graph. Only the encoder's variables (mean, scale, and W, b or the mlp encoder's layers) are
+saved, and the bits come from the model's own `encode_bits` (no second implementation of the
+hash to drift from training).
 
 Exports are atomic: the SavedModel is written to a hidden temporary directory next to the target
 and renamed onto it, so a crash never leaves a half SavedModel that looks complete.
@@ -60,7 +61,11 @@ class _ServingEncoder(tf.Module):
     def __init__(self, model: SGH):
         super().__init__(name="sgh_encoder")
         # Tracked here so that they are saved; the decoder's variables are deliberately not.
-        self.mean, self.scale, self.W, self.b = model.mean, model.scale, model.W, model.b
+        self.mean, self.scale = model.mean, model.scale
+        if model.config.encoder == "mlp":
+            self.encoder = model.encoder
+        else:
+            self.W, self.b = model.W, model.b
         bits, dim = int(model.bits), int(model.dim)
 
         def serve(features):

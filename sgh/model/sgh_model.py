@@ -1,8 +1,12 @@
-"""The linear SGH model: encoder, doubly stochastic neuron, decoder, and the two objectives.
+"""The SGH model: encoder, doubly stochastic neuron, decoder, and the two objectives.
 
     x  --normalise-->  x~ = (x - mean) / scale                    (statistics of the training set)
-    z  = x~ W + b,   (h, p) = doubly_sn(z, xi)                    (h ~ Bern(sigmoid(z)))
+    z  = x~ W + b,   (h, p) = DoublySN(z, xi)                     (h ~ Bern(sigmoid(z)))
     x^ = h A + c                                                  (the decoder; A, c per objective)
+
+`model.encoder=mlp` / `model.decoder=mlp` (objective `paper`) replace the linear maps by dense
+networks (`MLP`): z = f(x~) and x^~ = g(h), the rest of the objective unchanged — the paper's
+framework admits any encoder q(h|x) and decoder p(x|h).
 
 Objective `paper` (Dai et al. 2017; the negative ELBO, i.e. the MDL code length, in nats per item):
     ||x~ - (hU + c)||^2 / (2 rho^2) + d log rho + (d/2) log 2 pi + KL(Bern(p) || Bern(theta))
@@ -19,7 +23,8 @@ Estimators (how d loss / d z is formed through the binary step):
 - `unbiased`: for a decoder linear in h with a Gaussian loss, the exact finite difference
   L(h_k=1) - L(h_k=0) = dL/dh_k - (h_k - 1/2) ||a_k||^2 / rho^2  (sgh.md), so the unbiased
   estimator costs one extra (l,) vector: we add a zero-valued term whose h-gradient is the
-  correction.
+  correction. With an mlp decoder there is no closed form: the finite differences are computed
+  exactly, 2 l decoder evaluations per item, batched (`finite_differences`).
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ LOSS_TERMS = {
 class SGH(tf.Module):
     """Linear SGH. Build with `SGH.from_training_data`; the normaliser travels with the weights."""
 
-    def __init__(self, config: ModelConfig, dim: int, mean, scale, init: dict[str, np.ndarray]):
+    def __init__(self, config: ModelConfig, dim: int, mean, scale, init: dict[str, np.ndarray],
+                 seed: int = 0):
         super().__init__(name="sgh")
         self.config = config
         self.dim, self.bits = dim, config.bits
@@ -63,11 +69,20 @@ class SGH(tf.Module):
         # Normalisation statistics are part of the model: encoding new data must use the same.
         self.mean = tf.Variable(np.asarray(mean, np.float32), trainable=False, name="mean")
         self.scale = tf.Variable(np.float32(scale), trainable=False, name="scale")
-        self.W = tf.Variable(init["W"], name="W")
-        self.b = tf.Variable(init["b"], name="b")
-        self.U = tf.Variable(init["U"], name="U")
+        if config.encoder == "mlp":
+            self.encoder = MLP("encoder", [dim, *config.encoder_hidden, self.bits],
+                               config.encoder_activation, np.random.default_rng([seed, 1]))
+        else:
+            self.W = tf.Variable(init["W"], name="W")
+            self.b = tf.Variable(init["b"], name="b")
+        if config.decoder == "mlp":
+            self.decoder = MLP("decoder", [self.bits, *config.decoder_hidden, dim],
+                               config.decoder_activation, np.random.default_rng([seed, 2]))
+        else:
+            self.U = tf.Variable(init["U"], name="U")
         if config.objective == "paper":
-            self.c = tf.Variable(np.zeros(dim, np.float32), name="c")
+            if config.decoder == "linear":
+                self.c = tf.Variable(np.zeros(dim, np.float32), name="c")
             self.log_rho = tf.Variable(np.float32(0.0), name="log_rho")
             self.prior_logits = tf.Variable(np.zeros(self.bits, np.float32), name="prior_logits")
         else:
@@ -122,11 +137,20 @@ class SGH(tf.Module):
         normalised_var = statistics.variance / scale**2
         normalised_mean = (statistics.mean - mean) / scale
         init = initial_weights(config, dim, normalised_mean, normalised_var, seed)
-        return cls(config, dim, mean, scale, init)
+        return cls(config, dim, mean, scale, init, seed)
 
     # ---- encoding -------------------------------------------------------------------------
     def logits(self, x: tf.Tensor) -> tf.Tensor:
-        return tf.matmul((x - self.mean) / self.scale, self.W) + self.b
+        normalised = (x - self.mean) / self.scale
+        if self.config.encoder == "mlp":
+            return self.encoder(normalised)
+        return tf.matmul(normalised, self.W) + self.b
+
+    def decode(self, h: tf.Tensor) -> tf.Tensor:
+        """Objective `paper`: the decoder's mean of x~ (normalised) for codes h, (n, dim)."""
+        if self.config.decoder == "mlp":
+            return self.decoder(h)
+        return tf.matmul(h, self.U) + self.c
 
     # One traced function per model, for any batch size (encoding, training evaluation, export).
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
@@ -145,14 +169,19 @@ class SGH(tf.Module):
         """
         h = tf.cast(self.encode_bits(tf.convert_to_tensor(x, tf.float32)), tf.float32)
         if self.config.objective == "paper":
-            return (tf.matmul(h, self.U) + self.c) * self.scale + self.mean
+            return self.decode(h) * self.scale + self.mean
         return tf.matmul(h, self.U) * tf.abs(self.s) + self.m
 
     def decoder_templates(self) -> tf.Tensor:
         """What turning bit k on adds to the reconstruction, in input units, (bits, dim).
 
-        `paper`: U * scale; `released`: U * |s| (row k of the effective decoder).
+        `paper`: U * scale (an mlp decoder: g(e_k) - g(0), scaled); `released`: U * |s| (row k
+        of the effective decoder).
         """
+        if self.config.decoder == "mlp":
+            codes = tf.concat([tf.eye(self.bits), tf.zeros([1, self.bits])], axis=0)
+            decoded = self.decode(codes)
+            return (decoded[:-1] - decoded[-1:]) * self.scale
         if self.config.objective == "paper":
             return self.U * self.scale
         return self.U * tf.abs(self.s)
@@ -173,17 +202,24 @@ class SGH(tf.Module):
 
     def _paper_terms(self, x, z, h):
         x_norm = (x - self.mean) / self.scale
-        residual = x_norm - (tf.matmul(h, self.U) + self.c)
         rho2 = tf.exp(2.0 * self.log_rho)
+        exact_differences = self.config.estimator == "unbiased" and self.config.decoder == "mlp"
+        # With exact differences the codes' gradient comes from them alone (below), not from
+        # the decoder's local slope at h.
+        residual = x_norm - self.decode(tf.stop_gradient(h) if exact_differences else h)
         squared = tf.reduce_sum(tf.square(residual), axis=1)
         d = float(self.dim)
         gaussian_nll = tf.reduce_mean(squared) / (2.0 * rho2) + d * self.log_rho \
             + 0.5 * d * math.log(2.0 * math.pi)
         kl = tf.reduce_mean(tf.reduce_sum(bernoulli_kl(z, self.prior_logits), axis=1))
         total = gaussian_nll + kl
-        if self.config.estimator == "unbiased":
+        batch = tf.cast(tf.shape(x)[0], x.dtype)
+        if exact_differences:
+            # Zero-valued, with d/dh_k = (L(h_k=1) - L(h_k=0)) / batch: the unbiased estimator.
+            differences = tf.stop_gradient(finite_differences(self.decode, x_norm, h, rho2))
+            total += tf.reduce_sum(differences * (h - tf.stop_gradient(h))) / batch
+        elif self.config.estimator == "unbiased":
             column_norms = tf.reduce_sum(tf.square(self.U), axis=1) / rho2
-            batch = tf.cast(tf.shape(x)[0], x.dtype)
             total += unbiased_correction(h, column_norms) / batch
         return {
             "total": total,
@@ -212,6 +248,56 @@ class SGH(tf.Module):
 
     def objective(self, terms: dict[str, tf.Tensor]) -> tf.Tensor:
         return terms.get("total_sum", terms["total"])
+
+
+ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.tanh, "gelu": tf.nn.gelu, "elu": tf.nn.elu,
+               "sigmoid": tf.sigmoid}
+
+
+class MLP(tf.Module):
+    """Dense layers `sizes[0] -> sizes[1] -> ... -> sizes[-1]`, the activation after each but the
+    last. Glorot-uniform kernels (Keras' default for Dense) from `rng`, zero biases.
+
+    Plain variables of this `tf.Module` (as the linear model's), so checkpoints, the exported
+    encoder and mirrored training treat every encoder and decoder alike.
+    """
+
+    def __init__(self, name: str, sizes: list[int], activation: str, rng: np.random.Generator):
+        super().__init__(name=name)
+        self.activation = ACTIVATIONS[activation]
+        self.kernels, self.biases = [], []
+        for index, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            limit = math.sqrt(6.0 / (fan_in + fan_out))
+            self.kernels.append(tf.Variable(
+                rng.uniform(-limit, limit, (fan_in, fan_out)).astype(np.float32),
+                name=f"{name}_kernel_{index}"))
+            self.biases.append(tf.Variable(np.zeros(fan_out, np.float32),
+                                           name=f"{name}_bias_{index}"))
+
+    def __call__(self, x: tf.Tensor) -> tf.Tensor:
+        last = len(self.kernels) - 1
+        for index, (kernel, bias) in enumerate(zip(self.kernels, self.biases, strict=True)):
+            x = tf.matmul(x, kernel) + bias
+            if index < last:
+                x = self.activation(x)
+        return x
+
+
+def finite_differences(decode, x_norm: tf.Tensor, h: tf.Tensor, rho2: tf.Tensor) -> tf.Tensor:
+    """L(h with h_k = 1) - L(h with h_k = 0) per item and bit, (B, l), for the reconstruction
+    term L(h) = ||x~ - decode(h)||^2 / (2 rho^2).
+
+    The 2 l codes of each item (bit k set, bit k cleared) are decoded in one batch of B * 2l
+    rows: an mlp decoder's forward pass costs 2l times its cost per item (no backward pass).
+    """
+    bits = h.shape[-1]
+    identity = tf.eye(bits, dtype=h.dtype)
+    with_bit = tf.maximum(h[:, None, :], identity)  # row k: h with bit k set
+    without_bit = h[:, None, :] * (1.0 - identity)  # row k: h with bit k cleared
+    codes = tf.reshape(tf.concat([with_bit, without_bit], axis=1), [-1, bits])
+    decoded = tf.reshape(decode(codes), [tf.shape(h)[0], 2 * bits, -1])
+    squared = tf.reduce_sum(tf.square(x_norm[:, None, :] - decoded), axis=2)
+    return (squared[:, :bits] - squared[:, bits:]) / (2.0 * rho2)
 
 
 def bernoulli_kl(logits: tf.Tensor, prior_logits: tf.Tensor) -> tf.Tensor:

@@ -46,6 +46,10 @@ _KEYS = {
     "objective": ("model", "objective"), "estimator": ("model", "estimator"),
     "noise": ("model", "noise"), "normalization": ("model", "normalization"),
     "init": ("model", "init"), "alpha": ("model", "alpha"), "beta": ("model", "beta"),
+    "encoder": ("model", "encoder"), "encoder_hidden": ("model", "encoder_hidden"),
+    "encoder_activation": ("model", "encoder_activation"), "decoder": ("model", "decoder"),
+    "decoder_hidden": ("model", "decoder_hidden"),
+    "decoder_activation": ("model", "decoder_activation"),
     "steps": ("trainer", "steps"), "batch_size": ("trainer", "batch_size"),
     "learning_rate": ("trainer", "learning_rate"), "schedule": ("trainer", "schedule"),
     "decay_every": ("trainer", "decay_every"), "decay_rate": ("trainer", "decay_rate"),
@@ -56,6 +60,8 @@ _KEYS = {
     "recall_k": ("eval", "recall_k"),
 }
 _PARAMS_FILE, _WEIGHTS_FILE = "hasher.json", "weights.npz"
+# Layer sizes are tuples here (scikit-learn wants immutable defaults), lists in the config.
+_DEFAULT_MODEL = ModelConfig()
 
 
 class SGHHasher(BinaryHasher):
@@ -65,7 +71,9 @@ class SGHHasher(BinaryHasher):
         n_bits: code length (`model.bits`).
         random_state: integer seed (`trainer.seed`): of the initial weights, the batches and
             the neuron's noise; the same seed gives the same codes.
-        objective, estimator, noise, normalization, init, alpha, beta: `model.*`.
+        objective, estimator, noise, normalization, init, alpha, beta, encoder, encoder_hidden,
+        encoder_activation, decoder, decoder_hidden, decoder_activation: `model.*`
+        (`encoder="mlp"`, `decoder="mlp"`: deep SGH, dense layers of the hidden sizes).
         steps, batch_size, learning_rate, schedule, decay_every, decay_rate, steps_per_call,
         jit_compile: `trainer.*`.
         validation_every, validation_queries, validation_database, validation_metric,
@@ -82,6 +90,12 @@ class SGHHasher(BinaryHasher):
                  estimator: str = ModelConfig.estimator, noise: str = ModelConfig.noise,
                  normalization: str = ModelConfig.normalization, init: str = ModelConfig.init,
                  alpha: float = ModelConfig.alpha, beta: float = ModelConfig.beta,
+                 encoder: str = ModelConfig.encoder,
+                 encoder_hidden: tuple[int, ...] = tuple(_DEFAULT_MODEL.encoder_hidden),
+                 encoder_activation: str = ModelConfig.encoder_activation,
+                 decoder: str = ModelConfig.decoder,
+                 decoder_hidden: tuple[int, ...] = tuple(_DEFAULT_MODEL.decoder_hidden),
+                 decoder_activation: str = ModelConfig.decoder_activation,
                  steps: int = TrainerConfig.steps, batch_size: int = TrainerConfig.batch_size,
                  learning_rate: float = TrainerConfig.learning_rate,
                  schedule: str = TrainerConfig.schedule,
@@ -104,6 +118,12 @@ class SGHHasher(BinaryHasher):
         self.init = init
         self.alpha = alpha
         self.beta = beta
+        self.encoder = encoder
+        self.encoder_hidden = encoder_hidden
+        self.encoder_activation = encoder_activation
+        self.decoder = decoder
+        self.decoder_hidden = decoder_hidden
+        self.decoder_activation = decoder_activation
         self.steps = steps
         self.batch_size = batch_size
         self.learning_rate = learning_rate
@@ -129,7 +149,8 @@ class SGHHasher(BinaryHasher):
         sections = {"model": {"bits": self.n_bits}, "trainer": {"seed": int(seed)},
                     "validation": {}, "eval": {}}
         for parameter, (section, key) in _KEYS.items():
-            sections[section][key] = getattr(self, parameter)
+            value = getattr(self, parameter)
+            sections[section][key] = list(value) if isinstance(value, tuple) else value
         config = Config(dataset=None, model=ModelConfig(**sections["model"]),
                         trainer=TrainerConfig(**sections["trainer"]),
                         validation=ValidationConfig(**sections["validation"]),
@@ -190,7 +211,9 @@ class SGHHasher(BinaryHasher):
             saved = json.loads(params_file.read_text())
             with np.load(weights_file, allow_pickle=False) as arrays:
                 weights = {key: arrays[key] for key in arrays.files}
-            hasher = cls(**saved["params"])
+            # JSON has no tuples: the layer sizes come back as lists.
+            hasher = cls(**{key: tuple(value) if isinstance(value, list) else value
+                            for key, value in saved["params"].items()})
             hasher._restore(int(saved["n_features_in"]), weights, saved.get("fit_info", {}))
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise UserInputError(f"{path}: unreadable saved SGHHasher ({error})") from None

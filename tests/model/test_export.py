@@ -135,3 +135,15 @@ def test_encode_packed_rejects_bad_features(tmp_path):
     bad[70, 3] = np.nan
     with pytest.raises(UserInputError, match="row 70, column 3"):
         encoder.encode_packed(bad, batch_size=64)
+
+
+def test_a_deep_encoder_exports_and_gives_the_models_codes(tmp_path):
+    x = np.random.default_rng(3).normal(size=(200, 7)).astype(np.float32)
+    config = ModelConfig(bits=10, encoder="mlp", decoder="mlp", encoder_hidden=[16, 8],
+                         decoder_hidden=[8])
+    model = SGH.from_training_data(config, x, seed=0)
+    encoder = load_encoder(export_encoder(model, tmp_path / "encoder"))
+    np.testing.assert_array_equal(encoder.encode_packed(x), encode_packed(model, x))
+    names = {name.split("/")[0] for name, _ in tf.train.list_variables(
+        str(tmp_path / "encoder" / "variables" / "variables")) if not name.startswith("_")}
+    assert names == {"mean", "scale", "encoder"}  # the decoder stays behind

@@ -228,3 +228,79 @@ def test_released_init_matches_the_demo():
     assert np.any(model.b.numpy() != 0)  # b ~ N(0, 1)
     paper, _ = _model(objective="paper", bits=8)
     assert not np.any(paper.b.numpy())  # init=random: b = 0
+
+
+# ---- deep SGH: mlp encoder and decoder ------------------------------------------------------
+def _deep(estimator="approximate", bits=6, dim=9, seed=0):
+    x = np.random.default_rng(seed).normal(size=(300, dim)).astype(np.float32)
+    config = ModelConfig(bits=bits, encoder="mlp", decoder="mlp", encoder_hidden=[16],
+                         decoder_hidden=[12, 10], estimator=estimator)
+    return SGH.from_training_data(config, x, seed=seed), x
+
+
+def test_finite_differences_equal_the_loss_with_each_bit_set_and_cleared():
+    from sgh.model.sgh_model import finite_differences
+
+    model, x = _deep()
+    x_norm = (x[:5] - model.mean) / model.scale
+    h = tf.constant(np.random.default_rng(1).integers(0, 2, (5, 6)), tf.float32)
+    rho2 = tf.constant(0.7)
+    got = finite_differences(model.decode, x_norm, h, rho2).numpy()
+    for k in range(6):
+        on, off = h.numpy().copy(), h.numpy().copy()
+        on[:, k], off[:, k] = 1, 0
+        loss = [np.sum((x_norm - model.decode(tf.constant(c)).numpy()) ** 2, axis=1) / 1.4
+                for c in (on, off)]
+        np.testing.assert_allclose(got[:, k], loss[0] - loss[1], rtol=1e-5, atol=1e-5)
+
+
+def test_the_unbiased_estimator_with_an_mlp_decoder_is_the_exact_difference():
+    # d total / d z_k = sigmoid'(z_k) (L(h_k=1) - L(h_k=0)) / B + d KL / d z_k: the reconstruction
+    # reaches the logits only through the exact differences, the KL through p directly.
+    from sgh.model.sgh_model import bernoulli_kl, finite_differences
+
+    model, x = _deep(estimator="unbiased")
+    batch = x[:8]
+    z = tf.Variable(model.logits(batch))
+    epsilon = tf.random.stateless_uniform(z.shape, seed=[0, 1])
+    with tf.GradientTape(persistent=True) as tape:
+        h, _ = doubly_sn(z, epsilon)
+        total = model._paper_terms(batch, z, h)["total"]
+        kl = tf.reduce_mean(tf.reduce_sum(bernoulli_kl(z, model.prior_logits), axis=1))
+    p = tf.sigmoid(z)
+    x_norm = (batch - model.mean) / model.scale
+    differences = finite_differences(model.decode, x_norm, h, tf.exp(2.0 * model.log_rho))
+    expected = p * (1 - p) * differences / 8 + tape.gradient(kl, z)
+    np.testing.assert_allclose(tape.gradient(total, z).numpy(), expected.numpy(), rtol=1e-4,
+                               atol=1e-6)
+
+
+def test_deep_sgh_trains_and_its_weights_round_trip():
+    from sgh.config import TrainerConfig
+    from sgh.training.loop import Trainer
+
+    for estimator in ("approximate", "unbiased"):
+        model, x = _deep(estimator=estimator)
+        logs = Trainer(model, x, TrainerConfig(steps=200, batch_size=50, steps_per_call=50,
+                                               jit_compile=False)).fit()
+        assert logs[-1].terms["total"] < logs[0].terms["total"]
+        assert len(np.unique(model.encode_bits(x).numpy(), axis=0)) > 1
+    twin = SGH.skeleton(model.config, model.dim)
+    twin.assign_weights(model.weights())
+    np.testing.assert_array_equal(twin.encode_bits(x).numpy(), model.encode_bits(x).numpy())
+    assert model.decoder_templates().shape == (6, 9)
+    assert {"encoder_kernel_0", "decoder_bias_2", "mean", "log_rho"} <= set(model.weights())
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"decoder": "mlp", "objective": "released"}, "model.decoder=mlp needs model.objective="),
+    ({"encoder": "mlp", "encoder_hidden": []}, "model.encoder_hidden is empty"),
+    ({"decoder_activation": "swish"}, "model.decoder_activation='swish' is not known"),
+    ({"encoder_hidden": [0]}, "model.encoder_hidden=0 is impossible"),
+])
+def test_network_settings_are_checked(overrides, message):
+    from sgh.config import Config, SyntheticDatasetConfig, validate
+    from sgh.errors import UserInputError
+
+    with pytest.raises(UserInputError, match=message):
+        validate(Config(dataset=SyntheticDatasetConfig(), model=ModelConfig(**overrides)))

@@ -62,7 +62,9 @@ MIRRORED_AGAINST_ONE_DEVICE = """
     x = np.random.default_rng(0).normal(size=(3000, 32)).astype(np.float32)
     models = {"paper": (ModelConfig(bits=16), True),
               "released": (ModelConfig(bits=16, objective="released", noise="fixed",
-                                       init="released", normalization="none"), False)}
+                                       init="released", normalization="none"), False),
+              "deep": (ModelConfig(bits=16, encoder="mlp", decoder="mlp", encoder_hidden=[32],
+                                   decoder_hidden=[32], estimator="unbiased"), False)}
     out = {}
     for objective, (model_config, jit_compile) in models.items():
         for name, cpus in (("mirrored", 2), ("one_device", 0)):
@@ -121,7 +123,7 @@ def test_mirrored_training_streams_too(mirrored_runs):
     assert streamed["W"] == in_memory["W"]
 
 
-@pytest.mark.parametrize("objective", ["paper", "released"])
+@pytest.mark.parametrize("objective", ["paper", "released", "deep"])
 def test_mirrored_on_two_logical_cpus_equals_one_device(mirrored_runs, objective):
     mirrored = mirrored_runs[f"{objective}/mirrored"]
     single = mirrored_runs[f"{objective}/one_device"]

@@ -31,7 +31,9 @@ def test_every_default_is_sgh_trains_default():
     hasher = SGHHasher()
     assert hasher.n_bits == config.model.bits and hasher.random_state == config.trainer.seed
     for parameter, (section, key) in _KEYS.items():
-        assert getattr(hasher, parameter) == getattr(getattr(config, section), key), parameter
+        value = getattr(hasher, parameter)
+        value = list(value) if isinstance(value, tuple) else value  # layer sizes
+        assert value == getattr(getattr(config, section), key), parameter
 
 
 def test_the_estimator_encodes_exactly_as_sgh_train(tmp_path):
