@@ -17,6 +17,8 @@ from omegaconf import MISSING
 from sgh.errors import UserInputError
 from sgh.methods import BASELINE_NAMES, METHODS
 
+# The metrics.json keys a sweeper may optimise: validation scores only.
+OPTIMIZABLE_PREFIX = "best_validation_"
 # Beyond 1024 bits a code is no longer "compact", and the linear encoder's memory grows with it.
 MAX_BITS = 1024
 
@@ -154,6 +156,9 @@ class Config:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     # Where bundled-layout datasets live (<data_dir>/<dataset>/<file>).
     data_dir: str = "${oc.env:SGH_DATA_DIR,${sgh_bundled_data_dir:}}"
+    # What `sgh-train` returns to a Hydra sweeper (Optuna): a validation key of metrics.json,
+    # never a test-query figure. best_validation_map with validation.metric=map.
+    optimized_metric: str = "best_validation_recall10@100"
 
 
 @dataclass
@@ -223,6 +228,11 @@ def validate(config: Config) -> Config:
     for key in keys:
         _check_choice(key, getattr(dataset, key.split(".")[1]))
     _check_range("dataset.n_queries", dataset.n_queries, 1)
+    if not str(config.optimized_metric).startswith(OPTIMIZABLE_PREFIX):
+        raise UserInputError(f"optimized_metric={config.optimized_metric!r} is not a validation "
+                             f"score; accepted: a key {OPTIMIZABLE_PREFIX}... of metrics.json, "
+                             "e.g. best_validation_recall10@100 (test-query figures are never "
+                             "optimised)")
     return validate_training(config)
 
 

@@ -15,6 +15,7 @@ import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.cli.boundary import exit_on_failure, exit_on_user_error
@@ -24,16 +25,33 @@ from sgh.pipeline import run
 from sgh.resources import CONFIG_DIR
 
 register_configs()
+logger = logging.getLogger(__name__)
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
-def _hydra_main(cfg: DictConfig) -> None:
+def _hydra_main(cfg: DictConfig) -> float | None:
+    """One run; returns its `optimized_metric` (what a sweeper such as Optuna maximises)."""
     run_dir = HydraConfig.get().runtime.output_dir
     # TensorFlow's absl INFO lines and collective all-reduce INFO lines are noise here.
     logging.getLogger("absl").setLevel(logging.WARNING)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     with exit_on_failure("sgh-train"):
-        run(OmegaConf.to_object(cfg), run_dir)
+        config = OmegaConf.to_object(cfg)
+        metrics = run(config, run_dir)
+        swept = HydraConfig.get().mode == RunMode.MULTIRUN
+        return optimized_value(metrics, config.optimized_metric, warn=swept)
+
+
+def optimized_value(metrics: dict, key: str, warn: bool = True) -> float | None:
+    """The run's `optimized_metric`; None (with a warning in a sweep) when the run has no such
+    score, e.g. a baseline or validation off: there is nothing validated to optimise."""
+    value = metrics.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        if warn:
+            logger.warning("optimized_metric=%s is not in this run's metrics (validation off, "
+                           "or a baseline): nothing to return to the sweeper", key)
+        return None
+    return float(value)
 
 
 def main() -> None:
