@@ -3,7 +3,9 @@ finished, and the same command resumes to codes bit-identical to an uninterrupte
 
 Every case is compared with one reference run of the same command (validation on, so the
 model-selection state rides in the checkpoints too), and the reference's own directory shows
-that a finished run is not retrained and that another configuration is refused.
+that a finished run is not retrained and that another configuration is refused. These runs
+skip XLA: compiling costs each of the ten processes seconds, and resuming is the same either
+way (the XLA path resumes exactly in tests/data/test_streaming.py and tests/test_pipeline.py).
 """
 
 import os
@@ -16,7 +18,8 @@ import numpy as np
 import pytest
 
 ARGS = ["dataset=synthetic", "model.bits=16", "trainer.steps=2000", "trainer.batch_size=100",
-        "trainer.steps_per_call=50", "trainer.checkpoint_every=250", "validation.every=500"]
+        "trainer.steps_per_call=50", "trainer.checkpoint_every=250", "validation.every=500",
+        "trainer.jit_compile=false"]
 
 
 def _start(run_dir, *extra):
@@ -26,23 +29,53 @@ def _start(run_dir, *extra):
                             stderr=subprocess.PIPE, text=True)
 
 
-def _finish(run_dir, *extra):
-    process = _start(run_dir, *extra)
-    out, err = process.communicate(timeout=300)
-    assert process.returncode == 0, err[-3000:]
-    return out
-
-
 def _codes(run_dir):
     with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
         return {key: codes[key] for key in ("database", "query")}
 
 
+SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
+
+
+def _wait_for_checkpoint(run_dir, process, timeout=180):
+    deadline = time.monotonic() + timeout
+    while not (run_dir / "checkpoints" / "checkpoint").is_file():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("reference")
-    _finish(run_dir)
-    return run_dir, _codes(run_dir)
+def runs(tmp_path_factory):
+    """The reference run, and one run per signal: interrupted at its first checkpoint, then
+    resumed by the same command. The processes of each phase run side by side (their start-ups,
+    most of their time, overlap on the cores); the tests below read what happened."""
+    reference_dir = tmp_path_factory.mktemp("reference")
+    dirs = {name: tmp_path_factory.mktemp(name) for name in SIGNALS}
+    reference = _start(reference_dir)
+    interrupted = {name: _start(run_dir) for name, run_dir in dirs.items()}
+    for name, process in interrupted.items():
+        _wait_for_checkpoint(dirs[name], process)
+        process.send_signal(SIGNALS[name])
+    stopped = {}
+    for name, process in interrupted.items():
+        _, err = process.communicate(timeout=120)
+        run_dir = dirs[name]
+        stopped[name] = {
+            "returncode": process.returncode, "err": err,
+            "temporaries": [path for path in run_dir.rglob("*") if ".tmp" in path.name],
+            "checkpoints": {path.name for path in (run_dir / "checkpoints").glob("ckpt-*")},
+            "finished": (run_dir / "codes.npz").exists() or (run_dir / "metrics.json").exists()}
+    _, err = reference.communicate(timeout=300)
+    assert reference.returncode == 0, err[-3000:]
+    resumed = {name: _start(run_dir) for name, run_dir in dirs.items()}
+    outputs = {}
+    for name, process in resumed.items():
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-3000:]
+        outputs[name] = out
+    return {"reference": (reference_dir, _codes(reference_dir)), "dirs": dirs,
+            "stopped": stopped, "resumed": outputs}
 
 
 def _assert_same_codes(run_dir, reference):
@@ -51,43 +84,33 @@ def _assert_same_codes(run_dir, reference):
         np.testing.assert_array_equal(codes[key], reference[1][key])
 
 
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT, signal.SIGTERM],
-                         ids=["SIGKILL", "SIGINT", "SIGTERM"])
-def test_an_interrupted_run_resumes_to_identical_codes(tmp_path, reference, how):
-    process = _start(tmp_path)
-    deadline = time.monotonic() + 180
-    while not (tmp_path / "checkpoints" / "checkpoint").is_file():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "no checkpoint appeared"
-        time.sleep(0.05)
-    process.send_signal(how)
-    _, err = process.communicate(timeout=120)
-
-    if how == signal.SIGKILL:
-        assert process.returncode == -signal.SIGKILL
+@pytest.mark.parametrize("name", SIGNALS)
+def test_an_interrupted_run_resumes_to_identical_codes(runs, name):
+    stopped, run_dir = runs["stopped"][name], runs["dirs"][name]
+    if name == "SIGKILL":
+        assert stopped["returncode"] == -signal.SIGKILL
     else:  # a request to stop: the current call ends, a checkpoint is saved, exit 130
-        assert process.returncode == 130, err[-3000:]
+        err = stopped["err"]
+        assert stopped["returncode"] == 130, err[-3000:]
         assert "Traceback" not in err
-        assert (f"checkpoint saved. Run the same command with hydra.run.dir={tmp_path} to "
+        assert (f"checkpoint saved. Run the same command with hydra.run.dir={run_dir} to "
                 "resume" in err)
         interrupted_at = int(err.split("interrupted at step ")[1].split()[0])
         assert 0 < interrupted_at < 2000  # stopped mid-run, not at the end
-        assert list((tmp_path / "checkpoints").glob(f"ckpt-{interrupted_at}.index"))
-    # Nothing partial that looks complete: no temporary files, no final artifacts yet.
-    assert not [path for path in tmp_path.rglob("*") if ".tmp" in path.name]
-    assert not (tmp_path / "codes.npz").exists() and not (tmp_path / "metrics.json").exists()
-
-    out = _finish(tmp_path)
-    assert "[sgh] resuming from step" in out
-    _assert_same_codes(tmp_path, reference)
+        assert f"ckpt-{interrupted_at}.index" in stopped["checkpoints"]
+    # Nothing partial that looked complete: no temporary files, no final artifacts then.
+    assert not stopped["temporaries"] and not stopped["finished"]
+    assert "[sgh] resuming from step" in runs["resumed"][name]
+    _assert_same_codes(run_dir, runs["reference"])
 
 
-def test_a_finished_run_is_not_retrained_and_another_config_is_refused(reference):
-    run_dir, codes = reference
+def test_a_finished_run_is_not_retrained_and_another_config_is_refused(runs):
+    run_dir, codes = runs["reference"]
     assert len(np.unique(codes["database"], axis=0)) > 1  # distinct codes: not a collapsed run
-    out = _finish(run_dir)  # the same command again: nothing left to train
+    again, other = _start(run_dir), _start(run_dir, "trainer.seed=5")
+    out, err = again.communicate(timeout=300)  # the same command: nothing left to train
+    assert again.returncode == 0, err[-3000:]
     assert "resuming from step 2000" in out
-    _assert_same_codes(run_dir, reference)
-    process = _start(run_dir, "trainer.seed=5")
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 2 and "holds a run with another configuration" in err
+    _, err = other.communicate(timeout=120)
+    assert other.returncode == 2 and "holds a run with another configuration" in err
+    _assert_same_codes(run_dir, runs["reference"])
