@@ -49,7 +49,8 @@ class BinaryHasher(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
 
     Subclasses define ``__init__`` (with ``n_bits`` and ``random_state``), ``_fit(X, n_bits)`` (X
     validated, float32 or float64, at least 2 rows; sets the learned ``*_`` attributes) and
-    ``_encode(block)`` (float64 rows -> ``(rows, n_bits)`` bool).
+    ``_encode(block)`` (float64 rows -> ``(rows, n_bits)`` bool), or ``transform`` itself when
+    the hasher encodes its own way (``SGHHasher``: the model's chunked float32 encoding).
     """
 
     def fit(self, X, y=None):

@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 METHOD_ORDER = tuple(METHODS)
 RECALL_KEY = re.compile(r"^recall(\d+)@(\d+)$")  # tie-aware recall only; *_stable is not compared
 MAP_TEXT = SUMMARIES["map"]
-RECALL_TEXT = SUMMARIES["recall"].replace("{k}", "10")  # the table's Recall10@N
+RECALL_TEXT = SUMMARIES["recall"].format(k=10, n="{n}")  # the table's Recall10@N
 SPREAD_TEXT = "mean ± std over {n} (population std, ddof=0)"
 PR_TEXT = SUMMARIES["pr_curve"]
 TABLE_METRICS = (("map", "mAP@all", MAP_TEXT),

@@ -24,8 +24,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-import tensorflow as tf
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from sgh.artifacts.atomic import atomic_directory
 from sgh.config import (
@@ -38,6 +37,7 @@ from sgh.config import (
 )
 from sgh.errors import UserInputError
 from sgh.hasher import BinaryHasher
+from sgh.model.encoding import encode_bit_matrix, encode_packed
 from sgh.model.sgh_model import SGH
 from sgh.training.train_sgh import fit_sgh, hold_out
 
@@ -176,10 +176,19 @@ class SGHHasher(BinaryHasher):
         trained = fit_sgh(config, train_items, validation)
         self.model_, self.fit_info_ = trained.model, trained.fields
 
-    def _encode(self, block: np.ndarray) -> np.ndarray:
-        # The model's own deterministic code (sgh.model.encoding): float32 features, as trained.
-        bits = self.model_.encode_bits(tf.constant(block.astype(np.float32)))
-        return bits.numpy().astype(bool)
+    # Codes come from `sgh.model.encoding`, as for sgh-train's codes.npz: float32 features in
+    # the model's own chunks (not the baselines' float64 row blocks).
+    def _features(self, X) -> np.ndarray:
+        check_is_fitted(self)
+        return validate_data(self, X, dtype=np.float32, reset=False)
+
+    def transform(self, X) -> np.ndarray:
+        """Hash ``X`` (``(n, d)`` floats) to ``(n, n_bits)`` bool codes; column j is code bit j."""
+        return encode_bit_matrix(self.model_, self._features(X)).astype(bool)
+
+    def encode(self, X) -> np.ndarray:
+        """Packed codes of ``X``, ``(n, ceil(n_bits / 8))`` uint8, as in ``codes.npz``."""
+        return encode_packed(self.model_, self._features(X))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
