@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import sgh.codes
-import sgh.search
+import sgh.search.hamming_index
 from sgh.codes import pack_bits
 from sgh.search import MISSING_DISTANCE, HammingIndex
 from tests.helpers import hamming_distances
@@ -36,7 +36,7 @@ def faiss_index(xb, bits):
 def pairs_per_block(request, monkeypatch):
     """Tiny blocks force database slices, the running top-k merge and the chunk-minimum bound."""
     if request.param is not None:
-        monkeypatch.setattr(sgh.search, "PAIRS_PER_BLOCK", request.param)
+        monkeypatch.setattr(sgh.search.hamming_index, "PAIRS_PER_BLOCK", request.param)
     return request.param
 
 
@@ -226,7 +226,7 @@ def test_lookup_popcount_matches_numpy(monkeypatch):
     index = HammingIndex(100)
     index.add(xb)
     expected = index.search(xq, 15)
-    monkeypatch.setattr(sgh.search, "popcount", sgh.codes._popcount_lookup)
+    monkeypatch.setattr(sgh.search.hamming_index, "popcount", sgh.codes._popcount_lookup)
     for a, b in zip(expected, index.search(xq, 15), strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -243,7 +243,7 @@ def test_an_index_searched_in_shards_gives_the_same_results(bits, monkeypatch):
     index.add(xb)
     whole = index.search(xq, 50), index.range_search(xq, bits // 3)
     for shard_items in (1, 13, 256, 699):
-        monkeypatch.setattr(sgh.search, "SHARD_ITEMS", shard_items)
+        monkeypatch.setattr(sgh.search.hamming_index, "SHARD_ITEMS", shard_items)
         sharded = HammingIndex(bits)
         sharded.add(xb)
         D, I = sharded.search(xq, 50)

@@ -1,0 +1,10 @@
+"""Search over binary codes: exact Hamming ranking, asymmetric (decoder and projection) scores,
+and two-stage search (a Hamming shortlist rescored); faiss files for the codes.
+
+    HammingIndex        sgh.search.hamming_index   exact Hamming top-k and range search (faiss
+                                                   IndexBinaryFlat semantics), external ids
+"""
+
+from sgh.search.hamming_index import MISSING_DISTANCE, MISSING_ID, HammingIndex
+
+__all__ = ["MISSING_DISTANCE", "MISSING_ID", "HammingIndex"]
