@@ -35,6 +35,8 @@ _EXPORTS = {
     # codes, search, baselines, metrics (numpy)
     "pack_bits": "sgh.codes", "unpack_bits": "sgh.codes", "code_health": "sgh.codes",
     "HammingIndex": "sgh.search", "BinaryHasher": "sgh.hasher",
+    "AsymmetricScore": "sgh.search.asymmetric", "AsymmetricIndex": "sgh.search.asymmetric_index",
+    "TwoStageSearch": "sgh.search.two_stage",
     "LSH": "sgh.baselines", "PCAH": "sgh.baselines", "ITQ": "sgh.baselines",
     "SH": "sgh.baselines", "SpH": "sgh.baselines",
     "mean_average_precision": "sgh.metrics", "recall_at_n": "sgh.metrics",

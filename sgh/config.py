@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,9 @@ from sgh.methods import BASELINE_NAMES, METHODS
 
 # The metrics.json keys a sweeper may optimise: validation scores only.
 OPTIMIZABLE_PREFIX = "best_validation_"
+# Rankings and rescoring rules of evaluation (sgh/search/rankings.py, sgh/search/two_stage.py).
+RANKINGS = ("hamming", "asymmetric", "rerank")
+RESCORE_RULES = ("decoder", "exact")
 # Beyond 1024 bits a code is no longer "compact", and the linear encoder's memory grows with it.
 MAX_BITS = 1024
 
@@ -33,7 +37,8 @@ class FileDatasetConfig:
     (see `sgh/data/split.py`). A file holding one array (`.npy`, `.fvecs`, `.bvecs`, `.ivecs`,
     or a `.npz`/`.mat` with one array) is the database of an ANN dataset whose queries, ground
     truth and training set are the `*_path` files, or by default the texmex siblings of
-    `<name>_base<ext>` (see `sgh/data/ann_files.py`).
+    `<name>_base<ext>` (see `sgh/data/ann_files.py`). An ann-benchmarks `.hdf5`/`.h5` file
+    (`train`, `test`, `neighbors`) is protocol C too (see `sgh/data/hdf5_files.py`).
     """
 
     name: str = MISSING
@@ -49,6 +54,9 @@ class FileDatasetConfig:
     # (sgh/data/streamed_features.py): auto = when their float32 copies would exceed 4 GiB;
     # always; never. Single-array .npy/.fvecs/.bvecs/.ivecs files only; same results either way.
     streaming: str = "auto"
+    # What neighbours are (sgh/data/similarity.py): auto (an HDF5 file's `distance` attribute,
+    # else euclidean) | euclidean | angular (rows unit-normalised when read) | inner_product.
+    similarity: str = "auto"
 
 
 @dataclass
@@ -64,6 +72,7 @@ class SyntheticDatasetConfig:
     n_queries: int = 200
     query_selection: str = "random"
     split: str = "test"
+    similarity: str = "auto"  # auto (= euclidean) | euclidean | angular | inner_product
 
 
 @dataclass
@@ -145,6 +154,16 @@ class EvalConfig:
     # mAP@K denominator: retrieved (relevant items in the top K) | min_rk | r
     map_k_denominator: str = "retrieved"
     radius: int = 2  # hash lookup within this Hamming radius (inclusive)
+    # How the database is ranked for every metric above (sgh/search/rankings.py):
+    # hamming: by Hamming distance (tie-aware) | asymmetric: by the method's asymmetric score of
+    # the query's features against each code (SGH's decoder, a baseline's projection) |
+    # rerank: a Hamming shortlist rescored (eval.rescore), then the rest in Hamming order.
+    ranking: str = "hamming"
+    shortlist: int = 1000  # rerank: the Hamming top S that is rescored...
+    shortlist_radius: int | None = None  # ...or, if set, every item within this radius
+    # rerank: decoder (the asymmetric score; no original vectors) | exact (distances on the
+    # original vectors, read by id)
+    rescore: str = "decoder"
 
 
 @dataclass
@@ -182,10 +201,18 @@ class EncodeCommandConfig:
 
     run: str | None = None  # an sgh-train run directory (its encoder/)
     encoder: str | None = None  # or an exported encoder directory itself
-    input: str | None = None  # .npy, .npz, .fvecs, .bvecs or .mat features
+    input: str | None = None  # .npy, .npz, .fvecs, .bvecs, .mat or .hdf5 features
     out: str | None = None  # the codes, .npy
-    key: str | None = None  # the array in an .npz / .mat input
+    key: str | None = None  # the array in an .npz / .mat / .hdf5 input
     batch_size: int = ENCODE_BATCH_SIZE  # rows read and encoded at a time
+
+
+def dataset_config_from(section: dict) -> FileDatasetConfig | SyntheticDatasetConfig:
+    """The dataset settings of a run's config.yaml as their dataclass (`sgh-eval run=DIR`
+    reads the run's dataset again); keys added to the schema since keep their defaults."""
+    schema = FileDatasetConfig if "path" in section else SyntheticDatasetConfig
+    known = {field.name for field in dataclasses.fields(schema)}
+    return schema(**{key: value for key, value in section.items() if key in known})
 
 
 CHOICES = {
@@ -204,6 +231,7 @@ CHOICES = {
     "dataset.query_selection": ("random", "per_class"),
     "dataset.split": ("test", "validation"),
     "dataset.streaming": ("auto", "always", "never"),
+    "dataset.similarity": ("auto", "euclidean", "angular", "inner_product"),
     "validation.metric": ("recall", "map"),
 }
 
@@ -222,7 +250,7 @@ def _check_range(key: str, value: float, low: float, high: float = math.inf) -> 
 def validate(config: Config) -> Config:
     """Check every value Hydra's types cannot; raise UserInputError naming the key."""
     dataset = config.dataset
-    keys = ["dataset.query_selection", "dataset.split"]
+    keys = ["dataset.query_selection", "dataset.split", "dataset.similarity"]
     if isinstance(dataset, FileDatasetConfig):
         keys.append("dataset.streaming")
     for key in keys:
@@ -304,6 +332,13 @@ def validate_eval(config: EvalConfig) -> EvalConfig:
                              "known; accepted: retrieved, min_rk, r")
     if not config.recall_n:
         raise UserInputError("eval.recall_n is empty; accepted: a list of cut-offs N >= 1")
+    for key, accepted in (("ranking", RANKINGS), ("rescore", RESCORE_RULES)):
+        if getattr(config, key) not in accepted:
+            raise UserInputError(f"eval.{key}={getattr(config, key)!r} is not known; accepted: "
+                                 f"{', '.join(accepted)}")
+    _check_range("eval.shortlist", config.shortlist, 1)
+    if config.shortlist_radius is not None:
+        _check_range("eval.shortlist_radius", config.shortlist_radius, 0, MAX_BITS)
     for n in config.recall_n:
         _check_range("eval.recall_n", n, 1)
     return config

@@ -21,6 +21,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from sgh.codes import pack_bits
+from sgh.search.asymmetric import AsymmetricScore
 
 # Bytes of float64 rows converted at a time by `row_blocks`.
 BLOCK_BYTES = 1 << 25
@@ -70,6 +71,16 @@ class BinaryHasher(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         for rows, block in row_blocks(X):
             bits[rows] = self._encode(block)
         return bits
+
+    # Why the hasher has no asymmetric score (SH, SpH); projection hashers override
+    # `asymmetric_score` instead.
+    without_asymmetric = "its bits are not signs of linear projections, so no per-bit score exists"
+
+    def asymmetric_score(self) -> AsymmetricScore:
+        """The query-against-code score of asymmetric and rescored search
+        (:mod:`sgh.search.asymmetric`); ValueError saying why for a hasher without one."""
+        raise ValueError(f"{type(self).__name__} has no asymmetric score: "
+                         f"{self.without_asymmetric}")
 
     def encode(self, X) -> np.ndarray:
         """Packed codes of ``X``: ``(n, ceil(n_bits / 8))`` uint8, the layout of ``codes.npz``

@@ -5,6 +5,7 @@
       load the split                         sgh.data
       fit or train the method                sgh.methods -> sgh.training / sgh.baselines
       ground truth for Recall K@N            sgh.artifacts.ground_truth_cache
+      the ranking (Hamming, asymmetric, ...)  sgh.search.rankings
       score both protocols                   sgh.metrics.scoring
       write codes, metrics, TensorBoard      sgh.artifacts, sgh.training.tensorboard_views
       log the results table                  sgh.reports.results_table
@@ -33,6 +34,7 @@ from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score
 from sgh.quiet_tensorflow import import_tensorflow
 from sgh.reports.results_table import collapse_warning, results_table, run_title
+from sgh.search.rankings import evaluation_ranking
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ logger = logging.getLogger(__name__)
 def run(config: Config, run_dir: str | os.PathLike) -> dict:
     """Train the configured method, evaluate it, write the run directory; return the metrics."""
     validate(config)
+    _refuse_a_ranking_the_method_cannot_give(config)
     method = METHODS[config.model.name]
     split = load_split(config.dataset)
     # TensorFlow takes seconds to import: only now, so that every mistake in the settings and
@@ -65,6 +68,12 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit, str
     encoded = _fit(config, split, run_directory, strategy)
     groundtruth, groundtruth_source = split_ground_truth(
         split, config.eval.recall_k, getattr(config.dataset, "path", None))
+    if encoded.asymmetric is not None:  # for sgh-eval run=DIR eval.ranking=...
+        run_directory.write_asymmetric_score(encoded.asymmetric)
+    ranking = evaluation_ranking(config.eval, encoded.database, encoded.query, config.model.bits,
+                                 encoded.asymmetric, split.query, split.database,
+                                 split.similarity, encoded.without_asymmetric,
+                                 encoded.shortlist_rescorer)
     metrics = {
         "dataset": split.name,
         "method": config.model.name,
@@ -72,7 +81,8 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit, str
         "seed": config.trainer.seed,
         **encoded.fields,
         **score(encoded.database, encoded.query, config.model.bits, config.eval,
-                split.database_labels, split.query_labels, groundtruth),
+                split.database_labels, split.query_labels, groundtruth, ranking),
+        "similarity": split.similarity,
         "protocol": split.protocol,
         "feature_conversion": split.feature_conversion,
         "groundtruth": f"{groundtruth.shape[1]} neighbours per query, {groundtruth_source}",
@@ -108,6 +118,32 @@ def _fit(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
     from sgh.baselines.fitting import fit_baseline
 
     return fit_baseline(config, split)
+
+
+def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
+    """Before training: asymmetric and decoder-rescored rankings need an asymmetric score."""
+    needs_score = config.eval.ranking == "asymmetric" or (
+        config.eval.ranking == "rerank" and config.eval.rescore == "decoder")
+    if not needs_score:
+        return
+    if METHODS[config.model.name].is_trained:
+        # An mlp decoder rescores a shortlist by decoding it, but has no per-bit tables for a
+        # scan of the whole database.
+        reason = (None if config.model.decoder == "linear" or config.eval.ranking == "rerank"
+                  else "model.decoder=mlp has no per-bit form (eval.ranking=rerank decodes "
+                       "the shortlist instead)")
+    else:
+        from sgh.baselines.fitting import estimator_class
+        from sgh.hasher import BinaryHasher
+
+        estimator = estimator_class(config.model.name)
+        reason = (estimator.without_asymmetric
+                  if estimator.asymmetric_score is BinaryHasher.asymmetric_score else None)
+    if reason is not None:
+        raise UserInputError(f"eval.ranking={config.eval.ranking} (eval.rescore="
+                             f"{config.eval.rescore}) needs an asymmetric score, and "
+                             f"model={config.model.name}: {reason}; accepted: eval.ranking="
+                             "hamming, or eval.ranking=rerank eval.rescore=exact")
 
 
 def _comparable(values: dict) -> dict:

@@ -184,6 +184,19 @@ def test_a_deep_model_runs_resumes_and_exports_through_the_pipeline(tmp_path, ca
     with caplog.at_level(logging.INFO, logger="sgh"):
         again = run(_config(*DEEP), tmp_path)  # the same command: resumed, nothing to train
     assert "resuming from step 60" in caplog.text and again["map"] == metrics["map"]
+    # No per-bit tables, but the shortlist is rescored by decoding it, in sgh-train and sgh-eval
+    # alike (the evaluation settings may change on resume).
+    from sgh.cli.evaluate import evaluate_codes
+    from sgh.config import EvalCommandConfig, EvalConfig
+
+    assert not (tmp_path / "asymmetric.npz").exists()
+    rescored = run(_config(*DEEP, "eval.ranking=rerank", "eval.shortlist=40"), tmp_path)
+    assert rescored["ranking"].startswith("rerank: shortlist = Hamming top 40 (ties by id), "
+                                          "rescored by the decoder (mlp)")
+    again = evaluate_codes(EvalCommandConfig(run=str(tmp_path), eval=EvalConfig(
+        ranking="rerank", shortlist=40)))
+    for key in ("map", "recall10@100", "recall10@10"):
+        assert again[key] == rescored[key], key
 
 
 def test_a_run_from_before_new_settings_existed_still_resumes(tmp_path, caplog):
@@ -202,3 +215,49 @@ def test_a_run_from_before_new_settings_existed_still_resumes(tmp_path, caplog):
     assert "resuming from step 60" in caplog.text
     with pytest.raises(UserInputError, match="holds a run with another configuration"):
         run(_config("model.encoder=mlp"), tmp_path)
+
+
+def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_run, tmp_path):
+    from sgh.cli.evaluate import evaluate_codes
+    from sgh.config import EvalCommandConfig, EvalConfig
+
+    run_dir, hamming = finished_run
+    assert hamming["ranking"].startswith("hamming") and hamming["similarity"] == "euclidean"
+    assert (run_dir / "asymmetric.npz").is_file()
+    trained = run(_config("model=itq", "eval.ranking=asymmetric"), tmp_path / "itq")
+    for directory, method in ((run_dir, "decoder, reconstruction"), (tmp_path / "itq", "ITQ")):
+        asymmetric = evaluate_codes(EvalCommandConfig(run=str(directory),
+                                                      eval=EvalConfig(ranking="asymmetric")))
+        assert asymmetric["ranking"].startswith(f"asymmetric: {method}")
+        assert "map_stable" not in asymmetric and "lookup_precision@r2" not in asymmetric
+        everything = evaluate_codes(EvalCommandConfig(run=str(directory), eval=EvalConfig(
+            ranking="rerank", shortlist=100_000)))  # the whole database, rescored
+        for key in ("map", "map@100", "recall10@100"):
+            assert everything[key] == pytest.approx(asymmetric[key], abs=1e-12), key
+        exact = evaluate_codes(EvalCommandConfig(run=str(directory), eval=EvalConfig(
+            ranking="rerank", shortlist=50, rescore="exact")))
+        assert "exact euclidean distance" in exact["ranking"]
+        # The two-stage trade-off: exact rescoring of the whole database is the ground truth.
+        curve = exact["shortlist_curve"]
+        assert curve["shortlist"][-1] == exact["n_database"] and curve["rescore"] == "exact"
+        assert curve["recall10@100"][-1] == 1.0
+        assert all(rate > 0 for rate in curve["queries_per_second"])
+    # sgh-train's own asymmetric scores are those sgh-eval gives the run.
+    assert trained["recall10@100"] == pytest.approx(asymmetric["recall10@100"], abs=1e-12)
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    (["model=sh", "eval.ranking=asymmetric"], "model=sh: its bits are not signs of linear projections"),
+    (["model=sph", "eval.ranking=rerank"], "model=sph: its bits are not signs"),
+    (["model.decoder=mlp", "model.encoder=mlp", "eval.ranking=asymmetric"],
+     "model.decoder=mlp has no per-bit form"),
+])
+def test_a_ranking_the_method_cannot_give_is_refused_before_training(tmp_path, overrides, reason):
+    with pytest.raises(UserInputError, match=reason) as error:
+        run(_config(*overrides), tmp_path)
+    assert "eval.rescore=exact" in str(error.value)  # what to do instead
+    assert not (tmp_path / "config.yaml").exists()
+    # Exact rescoring needs no score: SH's shortlist, rescored on the original vectors.
+    if overrides[0] == "model=sh":
+        metrics = run(_config("model=sh", "eval.ranking=rerank", "eval.rescore=exact"), tmp_path)
+        assert metrics["ranking"].startswith("rerank")

@@ -1,29 +1,31 @@
-"""Ground truth for Recall K@N: the dataset's own, or exact Euclidean k-NN cached next to it.
+"""Ground truth for Recall K@N: the dataset's own, or exact k-NN cached next to it.
 
 `split_ground_truth` is what a run asks for: the dataset file's neighbours when it has enough,
-else the exact ones, computed once per dataset and cached.
+else the exact ones by the split's similarity (`RetrievalSplit.similarity`: Euclidean, angular
+or inner product), computed once per dataset and cached.
 
-Recall K@N needs each query's exact K nearest database items
-(:func:`sgh.data.neighbours.euclidean_neighbours`), which costs minutes on large datasets that ship
+Recall K@N needs each query's exact K best database items
+(:func:`sgh.data.neighbours.exact_neighbours`), which costs minutes on large datasets that ship
 none. The result is cached in one ``.npy`` file:
 
 * **name**: ``<dataset file>.gt-<digest>.npy``, the digest being BLAKE2b-128 of the method's
-  version and of the query and database features as used (dtype, shape and bytes): the content,
-  not the path or the modification time, so a changed file, another split or other queries get
-  another cache file;
+  version, of the similarity, and of the query and database features as used (dtype, shape and
+  bytes): the content, not the path or the modification time, so a changed file, another split,
+  other queries or another similarity get another cache file (Euclidean files keep the digest
+  of earlier versions, which did not state the similarity: the definition is unchanged);
 * **where**: next to the dataset file (or directory) when its directory may be written; else in
   the per-user cache, ``$XDG_CACHE_HOME/sgh`` or ``~/.cache/sgh``; else nowhere (computed each
   run). A directory whose permission bits deny writing counts as read-only even for root, whose
   writes the system would allow: a dataset folder made read-only on purpose stays untouched.
   Reads look in both places, next to the dataset first;
-* **content**: ``(n_queries, K)`` int64 ids, nearest first, ties by database index. That order is
-  total, so the k nearest are the first k columns of the K nearest: a file with K >= k serves k;
+* **content**: ``(n_queries, K)`` int64 ids, best first, ties by database index. That order is
+  total, so the k best are the first k columns of the K best: a file with K >= k serves k;
   a larger k is computed and replaces the file;
 * **trust**: a file is used only if it loads with ``allow_pickle=False`` as a 2-D int64 array of
   ``n_queries`` rows and >= k columns, ids in ``[0, n_database)`` and distinct within each row,
-  and, for a sample of queries, distances that do not decrease along the row. Anything else is
-  logged and recomputed; writes are atomic (temporary file + rename), so a crash leaves no
-  half-written cache.
+  and, for a sample of queries, distances that do not decrease (inner products that do not
+  increase) along the row. Anything else is logged and recomputed; writes are atomic
+  (temporary file + rename), so a crash leaves no half-written cache.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts.atomic import atomic_file
-from sgh.data.neighbours import chunked_euclidean_neighbours
+from sgh.data.neighbours import exact_neighbours
+from sgh.data.similarity import NEIGHBOUR_LABELS
 from sgh.data.split import RetrievalSplit
 from sgh.data.streamed_features import StreamedFeatures, take_rows
 
@@ -49,9 +52,13 @@ METHOD = b"sgh exact squared-L2 k-NN, ties by database index, v1"
 _SAMPLED_QUERIES = 8
 
 
-def features_digest(query: np.ndarray, database: np.ndarray) -> str:
-    """Hex BLAKE2b-128 of :data:`METHOD` and both arrays' dtype, shape and bytes."""
+def features_digest(query: np.ndarray, database: np.ndarray,
+                    similarity: str = "euclidean") -> str:
+    """Hex BLAKE2b-128 of :data:`METHOD`, the similarity (but euclidean, as before it was
+    stated) and both arrays' dtype, shape and bytes."""
     digest = hashlib.blake2b(METHOD, digest_size=16)
+    if similarity != "euclidean":
+        digest.update(f"|similarity={similarity}|".encode())
     for array in (query, database):
         digest.update(f"|{np.dtype(array.dtype).str}|{tuple(array.shape)}|".encode())
         # A streamed database is hashed chunk by chunk: the same bytes, so the same digest.
@@ -93,7 +100,7 @@ def _may_write(directory: Path) -> bool:
     )
 
 
-def _trusted(path: Path, query, database, k: int) -> np.ndarray | None:
+def _trusted(path: Path, query, database, k: int, similarity: str) -> np.ndarray | None:
     """The cached ids of ``path`` if every check of the module doc passes, else None."""
     if not path.is_file():
         return None
@@ -119,13 +126,16 @@ def _trusted(path: Path, query, database, k: int) -> np.ndarray | None:
         problem = "a query lists the same id twice"
     else:
         for row in np.linspace(0, n_queries - 1, min(_SAMPLED_QUERIES, n_queries)).astype(int):
-            differences = (take_rows(database, ids[row]).astype(np.float64)
-                           - query[row].astype(np.float64))
-            distances = np.einsum("ij,ij->i", differences, differences)
+            items = take_rows(database, ids[row]).astype(np.float64)
+            if similarity == "inner_product":  # minus the products: should not decrease either
+                keys = -(items @ query[row].astype(np.float64))
+            else:
+                differences = items - query[row].astype(np.float64)
+                keys = np.einsum("ij,ij->i", differences, differences)
             # Relative slack: the reference computed these same sums, perhaps in another order.
-            slack = 1e-9 * max(1.0, float(distances[-1]))
-            if (np.diff(distances) < -slack).any():
-                problem = f"query {row}'s neighbours are not in order of distance"
+            slack = 1e-9 * max(1.0, float(np.abs(keys).max()))
+            if (np.diff(keys) < -slack).any():
+                problem = f"query {row}'s neighbours are not in order of {similarity} similarity"
                 break
     if problem is not None:
         logger.warning("ground-truth cache %s is not trusted (%s); ignored", path, problem)
@@ -145,49 +155,62 @@ def _write(path: Path, ids: np.ndarray) -> bool:
     return True
 
 
-def cached_euclidean_neighbours(
-    query: np.ndarray, database: np.ndarray, k: int, dataset_path: str | os.PathLike | None
+def cached_exact_neighbours(
+    query: np.ndarray, database: np.ndarray, k: int, dataset_path: str | os.PathLike | None,
+    similarity: str = "euclidean",
 ) -> tuple[np.ndarray, str]:
-    """:func:`sgh.data.neighbours.euclidean_neighbours`, through the cache of the module doc.
+    """:func:`sgh.data.neighbours.exact_neighbours`, through the cache of the module doc.
 
     Args:
         query: ``(n_queries, dim)`` features, as scored (after any conversion).
-        database: ``(n_database, dim)`` features.
+        database: ``(n_database, dim)`` features (in memory or streamed).
         k: neighbours per query, 1 <= k <= n_database.
         dataset_path: the dataset's file (or directory) the cache lives next to; None: no cache.
+        similarity: ``euclidean``, ``angular`` (Euclidean on the unit-normalised features) or
+            ``inner_product``; part of the cache key.
 
     Returns:
-        ``((n_queries, k) int64 ids, source)``: ``source`` says whether the ids were computed,
-        and where they were cached or read from. Never fails for a cache problem: the ground
-        truth is then computed (and, where possible, cached).
+        ``((n_queries, k) int64 ids, source)``: ``source`` says which neighbours, whether they
+        were computed, and where they were cached or read from, e.g. ``exact inner-product
+        neighbours, computed blockwise; cached in PATH``. Never fails for a cache problem: the
+        ground truth is then computed (and, where possible, cached).
     """
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= len(database):
         raise ValueError(
             f"k must be an integer between 1 and the database size {len(database)}, got {k!r}"
         )
-    compute = chunked_euclidean_neighbours  # bounded memory, in memory or streamed
+    if similarity not in NEIGHBOUR_LABELS:
+        raise ValueError(f"similarity must be one of {', '.join(NEIGHBOUR_LABELS)}, got "
+                         f"{similarity!r}")
+    exact = f"exact {NEIGHBOUR_LABELS[similarity]} neighbours, computed blockwise"
+
+    def compute():  # bounded memory, in memory or streamed
+        return exact_neighbours(query, database, k, similarity)
+
     if dataset_path is None:
-        return compute(query, database, k), "exact, computed blockwise"
-    candidates = cache_candidates(dataset_path, features_digest(query, database))
+        return compute(), exact
+    candidates = cache_candidates(dataset_path, features_digest(query, database, similarity))
     for path in candidates:
-        ids = _trusted(path, query, database, k)
+        ids = _trusted(path, query, database, k, similarity)
         if ids is not None:
-            return ids, f"exact, computed blockwise earlier; read from the cache {path}"
-    ids = compute(query, database, k)
+            return ids, f"{exact} earlier; read from the cache {path}"
+    ids = compute()
     for path in candidates:
         if _write(path, ids):
-            return ids, f"exact, computed blockwise; cached in {path}"
-    return ids, "exact, computed blockwise (no writable cache location)"
+            return ids, f"{exact}; cached in {path}"
+    return ids, f"{exact} (no writable cache location)"
 
 
 def split_ground_truth(
     split: RetrievalSplit, k: int, dataset_path: str | os.PathLike | None = None
 ) -> tuple[np.ndarray, str]:
-    """The split's Euclidean neighbours and where they come from (a line for metrics.json).
+    """The split's neighbours by its similarity, and where they come from (a line for
+    metrics.json).
 
     The dataset's own if it has k of them per query; else computed exactly and cached next to
     ``dataset_path`` (the dataset's file; None: not cached), see the module doc.
     """
     if split.groundtruth is not None and split.groundtruth.shape[1] >= k:
         return split.groundtruth, "from the dataset file"
-    return cached_euclidean_neighbours(split.query, split.database, k, dataset_path)
+    return cached_exact_neighbours(split.query, split.database, k, dataset_path,
+                                   split.similarity)

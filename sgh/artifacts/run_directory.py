@@ -7,6 +7,7 @@
     <run_dir>/checkpoints/best/   the best validated weights (they make codes.npz)
     <run_dir>/encoder/            the trained encoder as a SavedModel (sgh.model.export)
     <run_dir>/codes.npz           packed codes + relevance data (sgh.artifacts.codes_file)
+    <run_dir>/asymmetric.npz      the method's asymmetric score, if any (sgh.search.asymmetric)
     <run_dir>/metrics.json        one flat JSON object of results and their conventions
     <run_dir>/eval.json           `sgh-eval run=<run_dir>`: the codes re-scored
 
@@ -35,6 +36,7 @@ CHECKPOINTS_KEPT = 2
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.json"
 CODES_FILE = "codes.npz"
+ASYMMETRIC_FILE = "asymmetric.npz"
 EVAL_FILE = "eval.json"
 LOG_FILE = "train.log"  # written by Hydra (configs/hydra/default.yaml names it after the job)
 TENSORBOARD_DIR = "tensorboard"
@@ -68,6 +70,10 @@ class RunDirectory:
     @property
     def codes(self) -> Path:
         return self.path / CODES_FILE
+
+    @property
+    def asymmetric_score(self) -> Path:
+        return self.path / ASYMMETRIC_FILE
 
     @property
     def metrics(self) -> Path:
@@ -130,6 +136,11 @@ class RunDirectory:
 
     def write_codes(self, **arrays: np.ndarray) -> None:
         write_codes(self.codes, **arrays)
+
+    def write_asymmetric_score(self, score) -> None:
+        """`score.save(path)` (an `sgh.search.asymmetric.AsymmetricScore`), atomically."""
+        with atomic_file(self.asymmetric_score, suffix=".npz") as temporary:
+            score.save(temporary)
 
     # TensorFlow is imported where it is needed, so that sgh-eval (numpy only) starts fast.
     def summary_writer(self):

@@ -39,9 +39,14 @@ def fit_baseline(config: Config, split: RetrievalSplit) -> EncodedSplit:
     train_seconds = time.perf_counter() - started
     database = np.concatenate([pack_bits(estimator.transform(rows))
                                for _, rows in iter_chunks(split.database)])
+    try:
+        asymmetric, without_asymmetric = estimator.asymmetric_score(), ""
+    except ValueError as reason:  # SH, SpH: no per-bit form
+        asymmetric, without_asymmetric = None, str(reason)
     return EncodedSplit(
         database=database,
         query=pack_bits(estimator.transform(split.query)),
+        asymmetric=asymmetric, without_asymmetric=without_asymmetric,
         fields={"train_seconds": train_seconds, "estimator_params": {
             key: value for key, value in estimator.get_params().items()
             if isinstance(value, (int, float, str, bool)) or value is None}},

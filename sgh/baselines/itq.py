@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
 
 from sgh.baselines._base import check_bits_fit_features, principal_components
 from sgh.hasher import BinaryHasher, check_int, row_blocks
+from sgh.search.asymmetric import AsymmetricScore, projection_score
 
 
 class ITQ(BinaryHasher):
@@ -82,3 +84,9 @@ class ITQ(BinaryHasher):
 
     def _encode(self, block: np.ndarray) -> np.ndarray:
         return (block - self.mean_) @ self.projection_ >= 0
+
+    def asymmetric_score(self) -> AsymmetricScore:
+        """``-<(x - mean_) P, 2h - 1>``, P = ``projection_``: the query's projection against the
+        code's signs (:func:`sgh.search.asymmetric.projection_score`)."""
+        check_is_fitted(self)
+        return projection_score(self.mean_, self.projection_, "ITQ")

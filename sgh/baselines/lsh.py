@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
 
 from sgh.hasher import BinaryHasher, row_blocks
+from sgh.search.asymmetric import AsymmetricScore, projection_score
 
 
 class LSH(BinaryHasher):
@@ -45,3 +47,9 @@ class LSH(BinaryHasher):
 
     def _encode(self, block: np.ndarray) -> np.ndarray:
         return (block - self.mean_) @ self.projections_ >= 0
+
+    def asymmetric_score(self) -> AsymmetricScore:
+        """``-<(x - mean_) P, 2h - 1>``, P = ``projections_``: the query's projection against the
+        code's signs (:func:`sgh.search.asymmetric.projection_score`)."""
+        check_is_fitted(self)
+        return projection_score(self.mean_, self.projections_, "LSH")

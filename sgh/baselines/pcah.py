@@ -9,9 +9,11 @@ stops improving, or drops, as n_bits grows.
 from __future__ import annotations
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
 from sgh.baselines._base import check_bits_fit_features, principal_components
 from sgh.hasher import BinaryHasher
+from sgh.search.asymmetric import AsymmetricScore, projection_score
 
 
 class PCAH(BinaryHasher):
@@ -42,3 +44,9 @@ class PCAH(BinaryHasher):
 
     def _encode(self, block: np.ndarray) -> np.ndarray:
         return (block - self.mean_) @ self.components_ >= 0
+
+    def asymmetric_score(self) -> AsymmetricScore:
+        """``-<(x - mean_) P, 2h - 1>``, P = ``components_``: the query's projection against the
+        code's signs (:func:`sgh.search.asymmetric.projection_score`)."""
+        check_is_fitted(self)
+        return projection_score(self.mean_, self.components_, "PCAH")

@@ -2,7 +2,9 @@
 
 Codes from any method can be scored, as long as the file follows the `codes.npz` contract
 (`sgh.artifacts.codes_file`). The same `sgh.metrics.scoring.score` serves `sgh-train`. No
-TensorFlow here.
+TensorFlow here, except to decode a deep SGH run's shortlists (`eval.ranking=rerank`).
+`run=DIR eval.ranking=asymmetric|rerank` reads the run's dataset again (its config.yaml) and
+its method's score (asymmetric.npz), so a finished run is re-scored without training.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from sgh.artifacts.codes_file import load_codes
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.cli.boundary import exit_on_user_error
 from sgh.cli.schemas import CONFIG_PATH, register_configs
-from sgh.config import EvalCommandConfig, validate_eval
+from sgh.config import EvalCommandConfig, EvalConfig, dataset_config_from, validate_eval
+from sgh.data import load_split
 from sgh.errors import UserInputError
 from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score
 from sgh.reports.results_table import results_table
+from sgh.search.asymmetric import AsymmetricScore
+from sgh.search.rankings import evaluation_ranking
 
 register_configs()
 
@@ -41,9 +46,17 @@ def evaluate_codes(config: EvalCommandConfig) -> dict:
     else:
         codes_path, out = Path(config.codes), config.out
     codes = load_codes(codes_path)
+    ranking, similarity = None, None
+    if config.eval.ranking != "hamming":
+        if config.run is None:
+            raise UserInputError(f"eval.ranking={config.eval.ranking} scores the query features, "
+                                 "which a codes file does not hold; re-score a run with "
+                                 "sgh-eval run=DIR instead of codes=FILE")
+        ranking, similarity = _run_ranking(config.eval, run, codes)
     metrics = {"codes": str(codes_path), "bits": codes.bits,
                **score(codes.database, codes.query, codes.bits, config.eval,
-                       codes.database_labels, codes.query_labels, codes.groundtruth),
+                       codes.database_labels, codes.query_labels, codes.groundtruth, ranking),
+               **({} if similarity is None else {"similarity": similarity}),
                **RESULT_CONVENTIONS}
     if out is not None:
         write_json(Path(out), metrics)
@@ -51,6 +64,46 @@ def evaluate_codes(config: EvalCommandConfig) -> dict:
     if out is not None:
         print(f"[sgh] wrote {out}")
     return metrics
+
+
+def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
+    """The asymmetric or rescored ranking of a finished run: its dataset (read again from its
+    config.yaml, as trained) and its method's asymmetric score (asymmetric.npz)."""
+    previous = run.previous_config()
+    if previous is None or "dataset" not in previous:
+        raise UserInputError(f"run={run.path}: no readable config.yaml; eval.ranking="
+                             f"{config.ranking} reads the run's dataset from it")
+    split = load_split(dataset_config_from(previous["dataset"]))
+    for part in ("query", "database"):
+        if len(getattr(split, part)) != len(getattr(codes, part)):
+            raise UserInputError(f"run={run.path}: its dataset now has {len(getattr(split, part))} "
+                                 f"{part} items, its codes {len(getattr(codes, part))}; the "
+                                 "dataset changed since the run: train again")
+    score, without, rescorer = None, "", None
+    model = previous.get("model", {})
+    if run.asymmetric_score.is_file():
+        try:
+            score = AsymmetricScore.load(run.asymmetric_score)
+        except ValueError as error:
+            raise UserInputError(str(error)) from None
+    else:
+        without = (f"run={run.path} has no {run.asymmetric_score.name} (model="
+                   f"{model.get('name')} has none, or the run predates it)")
+        if model.get("decoder") == "mlp" and config.ranking == "rerank" \
+                and config.rescore == "decoder":
+            # The mlp decoder rescores by decoding the shortlist: TensorFlow, only here.
+            from sgh.quiet_tensorflow import import_tensorflow
+
+            import_tensorflow()
+            from sgh.model.decoded_rescoring import DecoderRescorer
+            from sgh.model.export import restore_run_model
+
+            rescorer = DecoderRescorer(restore_run_model(run.path), codes.database,
+                                       split.similarity)
+    ranking = evaluation_ranking(config, codes.database, codes.query, codes.bits, score,
+                                 split.query, split.database, split.similarity, without,
+                                 rescorer)
+    return ranking, split.similarity
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")

@@ -7,6 +7,8 @@ from pathlib import Path
 from sgh.config import FileDatasetConfig, SyntheticDatasetConfig
 from sgh.data import npz_file
 from sgh.data.ann_files import has_texmex_name, load_ann_files
+from sgh.data.hdf5_files import HDF5_SUFFIXES, load_hdf5_split
+from sgh.data.similarity import conversion_with, normalise_in_place, resolve_similarity
 from sgh.data.split import (
     RetrievalSplit,
     ann_split,
@@ -24,11 +26,16 @@ __all__ = ["RetrievalSplit", "load_split"]
 
 def load_split(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> RetrievalSplit:
     if isinstance(dataset, SyntheticDatasetConfig):
+        similarity = resolve_similarity(dataset.similarity)
         x_train, y_train, x_test, y_test = gaussian_clusters(
             dataset.n_train, dataset.n_test, dataset.dim, dataset.n_classes, dataset.seed)
+        if similarity == "angular":
+            normalise_in_place(x_train, f"dataset {dataset.name!r}: training items")
+            normalise_in_place(x_test, f"dataset {dataset.name!r}: test items")
         split = labelled_split(dataset.name, x_train, y_train, x_test, y_test,
                                dataset.query_selection, dataset.n_queries,
-                               f"synthetic Gaussian clusters, seed {dataset.seed}")
+                               conversion_with(f"synthetic Gaussian clusters, seed "
+                                               f"{dataset.seed}", similarity), similarity)
     else:
         split = _load_file(dataset)
     if len(split.train) < 2:
@@ -51,40 +58,51 @@ def _load_file(dataset: FileDatasetConfig) -> RetrievalSplit:
             f"dataset {dataset.name!r}: expected the file {path.resolve()}, which does not exist; "
             "put it there, or point data_dir (or the SGH_DATA_DIR environment variable) at a "
             "folder laid out as <data_dir>/<dataset>/<file>, or pass dataset.path=FILE")
+    if not path.is_dir() and path.suffix.lower() in HDF5_SUFFIXES:
+        return load_hdf5_split(dataset, path)  # ann-benchmarks: train, test, neighbors
+    # No other format states a similarity: `auto` is euclidean.
+    similarity = resolve_similarity(dataset.similarity)
     if path.is_dir() or path.suffix.lower() not in (".npz", ".mat"):
-        return load_ann_files(dataset, path)  # one array per file (or a clear error)
+        return load_ann_files(dataset, path, similarity)  # one array per file (or an error)
     keys = list_keys(path)
     layout = npz_file.match_layout(keys)
     if layout is None:
         # One array is a database only when its queries are named: otherwise the keys are more
         # likely a misnamed layout, and the message says both.
         if len(keys) == 1 and (dataset.query_path is not None or has_texmex_name(path)):
-            return load_ann_files(dataset, path)
+            return load_ann_files(dataset, path, similarity)
         raise UserInputError(f"{path}: keys found: {', '.join(sorted(keys)) or 'none'}; "
                              f"expected {npz_file.ACCEPTED_LAYOUTS}, or a single array (the "
                              "database, with dataset.query_path=FILE)")
     if dataset.streaming == "always":
         raise UserInputError(f"dataset.streaming=always: {path} holds named arrays, which are "
                              "read whole; store the database (and training set) as single-array "
-                             ".npy, .fvecs or .bvecs files, or use dataset.streaming=auto")
+                             ".npy, .fvecs or .bvecs files (or an ann-benchmarks .hdf5 file), "
+                             "or use dataset.streaming=auto")
     for setting, value in (("dataset.query_path", dataset.query_path),
                            ("dataset.groundtruth_path", dataset.groundtruth_path),
                            ("dataset.learn_path", dataset.learn_path)):
         if value is not None:
             raise UserInputError(f"{setting}={value} applies when dataset.path holds one array; "
                                  f"{path} holds the {layout} layout ({', '.join(keys)})")
-    return _load_named_arrays(dataset, path, layout)
+    return _load_named_arrays(dataset, path, layout, similarity)
 
 
-def _load_named_arrays(dataset: FileDatasetConfig, path: Path, layout: str) -> RetrievalSplit:
+def _load_named_arrays(dataset: FileDatasetConfig, path: Path, layout: str,
+                       similarity: str) -> RetrievalSplit:
     arrays = npz_file.open_container(path)
 
     def features(key: str, reference: str | None = None):
         if reference is None:
-            return npz_file.features(path, key, arrays[key])
-        require_same_scaling(f"{path}: key {reference!r}", arrays[reference].dtype,
-                             f"{path}: key {key!r}", arrays[key].dtype)
-        return npz_file.features(path, key, arrays[key], arrays[reference].shape[1])
+            converted, conversion = npz_file.features(path, key, arrays[key])
+        else:
+            require_same_scaling(f"{path}: key {reference!r}", arrays[reference].dtype,
+                                 f"{path}: key {key!r}", arrays[key].dtype)
+            converted, conversion = npz_file.features(path, key, arrays[key],
+                                                      arrays[reference].shape[1])
+        if similarity == "angular":
+            normalise_in_place(converted, f"{path}: key {key!r}")
+        return converted, conversion_with(conversion, similarity)
 
     if layout == "labelled":
         x_train, conversion = features("X_train")
@@ -92,18 +110,18 @@ def _load_named_arrays(dataset: FileDatasetConfig, path: Path, layout: str) -> R
         y_train = npz_file.labels(path, "y_train", arrays["y_train"], len(x_train), "X_train")
         y_test = npz_file.labels(path, "y_test", arrays["y_test"], len(x_test), "X_test")
         return labelled_split(dataset.name, x_train, y_train, x_test, y_test,
-                              dataset.query_selection, dataset.n_queries, conversion)
+                              dataset.query_selection, dataset.n_queries, conversion, similarity)
     if layout == "pooled":
         x, conversion = features("X")
         y = npz_file.labels(path, "y", arrays["y"], len(x), "X")
         if dataset.n_queries >= len(x):
             raise UserInputError(f"dataset.n_queries={dataset.n_queries} leaves no database in "
                                  f"{path} ({len(x)} items); accepted: fewer than {len(x)}")
-        return pooled_split(dataset.name, x, y, dataset.n_queries, conversion)
+        return pooled_split(dataset.name, x, y, dataset.n_queries, conversion, similarity)
     base, conversion = features("base")
     query, _ = features("query", "base")
     learn = features("learn", "base")[0] if "learn" in arrays else None
     truth = None
     if "groundtruth" in arrays:
         truth = npz_file.groundtruth(path, arrays["groundtruth"], len(query), len(base))
-    return ann_split(dataset.name, base, query, truth, learn, conversion)
+    return ann_split(dataset.name, base, query, truth, learn, conversion, similarity)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sgh.data.npz_file import groundtruth as checked_groundtruth
+from sgh.data.similarity import conversion_with, normalise_in_place
 from sgh.data.split import RetrievalSplit, ann_split
 from sgh.data.streamed_features import StreamedFeatures, choose_streaming
 from sgh.data.vector_files import (
@@ -69,8 +70,9 @@ def companion_paths(dataset, base: Path) -> dict[str, Path | None]:
     return paths
 
 
-def load_ann_files(dataset, base_path: Path) -> RetrievalSplit:
-    """The protocol-C split of the database at `base_path` and its companion files."""
+def load_ann_files(dataset, base_path: Path, similarity: str = "euclidean") -> RetrievalSplit:
+    """The protocol-C split of the database at `base_path` and its companion files; with
+    `similarity` angular, every file's rows unit-normalised (streamed ones as they are read)."""
     base = open_vectors(base_path)  # first: a directory, a bad extension, ... is said as such
     if isinstance(base, WholeArrayVectors):
         # Read whole anyway (.npz, .mat): its corruption is reported before missing companions.
@@ -91,19 +93,27 @@ def load_ann_files(dataset, base_path: Path) -> RetrievalSplit:
                 f"{truth_file.path}: has {len(truth_file)} rows of ground truth but "
                 f"{features['query'].path} has {len(features['query'])} queries; they must match")
 
-    query, _ = read_float32(features["query"])
+    angular = similarity == "angular"
+
+    def loaded(vectors: VectorFile):
+        rows = read_float32(vectors)[0]
+        return normalise_in_place(rows, vectors.where) if angular else rows
+
+    query = loaded(features["query"])
     stored = [base] + ([features["learn"]] if "learn" in features else [])
+    conversion = conversion_with(conversion_of(base.dtype), similarity)
     if choose_streaming(dataset.streaming, stored):
-        base_features, conversion = StreamedFeatures(base), conversion_of(base.dtype)
-        learn = StreamedFeatures(features["learn"]) if "learn" in features else None
+        base_features = StreamedFeatures(base, unit_normalise=angular)
+        learn = (StreamedFeatures(features["learn"], unit_normalise=angular)
+                 if "learn" in features else None)
     else:
-        base_features, conversion = read_float32(base)
-        learn = read_float32(features["learn"])[0] if "learn" in features else None
+        base_features = loaded(base)
+        learn = loaded(features["learn"]) if "learn" in features else None
     truth = None
     if truth_file is not None:
         truth = checked_groundtruth(truth_file.path, truth_file.read(0, len(truth_file)),
                                     len(query), len(base_features), key=None)
-    return ann_split(dataset.name, base_features, query, truth, learn, conversion)
+    return ann_split(dataset.name, base_features, query, truth, learn, conversion, similarity)
 
 
 def _require_same_dimension(base: VectorFile, other: VectorFile) -> None:

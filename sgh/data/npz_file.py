@@ -1,5 +1,5 @@
-"""Reading a user's dataset of named arrays (`.npz`, or `.mat` v4/v5) safely: layout detection
-and validation at the edge.
+"""Reading a user's dataset of named arrays (`.npz`, or `.mat` v4/v5/v7.3) safely: layout
+detection and validation at the edge.
 
 Everything wrong with the file becomes one `UserInputError` line that names the file, the key and
 what is accepted. Pickled (object) arrays are refused, never unpickled. MATLAB stores vectors as
@@ -10,6 +10,7 @@ those shapes and as whole-valued floats.
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +47,9 @@ def open_npz(path: Path) -> dict[str, np.ndarray]:
         raise UserInputError(f"{path}: corrupt or truncated .npz file ({error})") from None
 
 
-def open_container(path: Path) -> dict[str, np.ndarray]:
-    """Every array of a `.npz` or `.mat` file, read eagerly."""
+def open_container(path: Path) -> Mapping[str, np.ndarray]:
+    """Every array of a `.npz` or `.mat` file by name: read eagerly, except a v7.3 `.mat`'s,
+    each read when first used (`sgh.data.hdf5_files.Mat73Arrays`)."""
     if path.suffix.lower() == ".mat":
         return read_mat_arrays(path)
     return open_npz(path)

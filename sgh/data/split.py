@@ -8,13 +8,19 @@ Protocols (../shared/reference/protocol.md, restated in docs/guide/data.md):
 - labelled, query_selection=per_class (protocol B): `rng = default_rng(0)`; for each class c in
   increasing order, `rng.permutation(nonzero(y_test == c))[:n_queries // n_classes]`.
 - ANN files (`base, query[, groundtruth, learn]`, protocol C): database = base, queries = query,
-  training set = learn if present else base, ground truth = the file's if present.
+  training set = learn if present else base, ground truth = the file's if present. An
+  ann-benchmarks HDF5 file is the same with base = `train`, query = `test`, ground truth =
+  `neighbors` (`sgh/data/hdf5_files.py`).
 - pooled labelled files (`X, y`): queries = the first n_queries of `default_rng(0).permutation(n)`,
   database = the rest in order, training set = the database.
 - split=validation: model selection never looks at the queries. A sixth of the training set is
   held out (`default_rng(1).permutation(n_train)[:n_train // 6]`); the queries are the first
   n_queries of it, the database is the other training items followed by the remaining held-out
   items, and training uses the other training items only (see `validation_split`).
+
+Every split carries its similarity (`sgh/data/similarity.py`), resolved from `dataset.similarity`
+and the file: the features are already normalised for it (angular), and the ground truth,
+validation and search use it.
 """
 
 from __future__ import annotations
@@ -33,8 +39,10 @@ class RetrievalSplit:
     query: np.ndarray  # (n_query, d) float32
     database_labels: np.ndarray | None = None  # (n_database,) int
     query_labels: np.ndarray | None = None  # (n_query,) int
-    groundtruth: np.ndarray | None = None  # (n_query, K) Euclidean neighbour ids into database
+    groundtruth: np.ndarray | None = None  # (n_query, K) neighbour ids into database
     feature_conversion: str = "float32 as stored"
+    # euclidean | angular | inner_product (never "auto": resolved when the split is loaded)
+    similarity: str = "euclidean"
 
     @property
     def has_labels(self) -> bool:
@@ -60,7 +68,7 @@ def per_class_query_ids(labels: np.ndarray, n_queries: int) -> np.ndarray:
 
 
 def labelled_split(name, x_train, y_train, x_test, y_test, query_selection, n_queries,
-                   conversion) -> RetrievalSplit:
+                   conversion, similarity: str = "euclidean") -> RetrievalSplit:
     if query_selection == "per_class":
         ids = per_class_query_ids(y_test, n_queries)
         rule = f"protocol B: {len(ids)} test queries, per class, rng(0)"
@@ -77,10 +85,12 @@ def labelled_split(name, x_train, y_train, x_test, y_test, query_selection, n_qu
         database_labels=np.concatenate([y_train, y_test[rest]]),
         query_labels=y_test[query_ids],
         feature_conversion=conversion,
+        similarity=similarity,
     )
 
 
-def pooled_split(name, x, y, n_queries, conversion) -> RetrievalSplit:
+def pooled_split(name, x, y, n_queries, conversion,
+                 similarity: str = "euclidean") -> RetrievalSplit:
     query_ids, rest = _queries_and_rest(len(x), random_query_ids(len(x), n_queries))
     return RetrievalSplit(
         name=name,
@@ -88,17 +98,19 @@ def pooled_split(name, x, y, n_queries, conversion) -> RetrievalSplit:
                   "database = training set = the rest"),
         train=x[rest], database=x[rest], query=x[query_ids],
         database_labels=y[rest], query_labels=y[query_ids], feature_conversion=conversion,
+        similarity=similarity,
     )
 
 
-def ann_split(name, base, query, groundtruth, learn, conversion) -> RetrievalSplit:
+def ann_split(name, base, query, groundtruth, learn, conversion,
+              similarity: str = "euclidean") -> RetrievalSplit:
     train = base if learn is None else learn
     return RetrievalSplit(
         name=name,
         protocol=("protocol C: database = base, queries = query, training set = "
                   + ("base" if learn is None else "learn")),
         train=train, database=base, query=query, groundtruth=groundtruth,
-        feature_conversion=conversion,
+        feature_conversion=conversion, similarity=similarity,
     )
 
 

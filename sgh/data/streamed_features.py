@@ -10,8 +10,10 @@ every consumer reads it in one of two ways:
   positioned read per run of consecutive rows.
 
 Rows are converted exactly as loading the file whole converts them (`as_float32_features`,
-NaN/Inf refused with the row's position), so streamed and in-memory runs see the same float32
-values, and `iter_chunks` and `take_rows` accept either kind, chunked at the same boundaries.
+NaN/Inf refused with the row's position; with `unit_normalise`, dataset.similarity=angular,
+each row then divided by its norm as `sgh.data.similarity.unit_normalised` does in memory), so
+streamed and in-memory runs see the same float32 values, and `iter_chunks` and `take_rows`
+accept either kind, chunked at the same boundaries.
 
 `without(rows)` hides some rows (validation's held-out items): indices then count only the
 rows left, in file order, exactly as `array[kept]` does in memory.
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgh.data.similarity import unit_normalised
 from sgh.data.vector_files import (
     VectorFile,
     WholeArrayVectors,
@@ -46,11 +49,13 @@ def default_chunk_rows(dim: int) -> int:
 
 
 class StreamedFeatures:
-    """The float32 features of a `VectorFile`, read on demand (see the module doc)."""
+    """The float32 features of a `VectorFile`, read on demand (see the module doc);
+    `unit_normalise`: every row divided by its L2 norm as it is read (angular)."""
 
-    def __init__(self, vectors: VectorFile, hidden: np.ndarray | None = None):
+    def __init__(self, vectors: VectorFile, hidden: np.ndarray | None = None,
+                 unit_normalise: bool = False):
         if isinstance(vectors, WholeArrayVectors):
-            raise ValueError(f"{vectors.where}: .npz and .mat files cannot be read by rows")
+            raise ValueError(f"{vectors.where}: .npz and v4/v5 .mat files cannot be read by rows")
         self.vectors = vectors
         # Sorted file rows that are not part of these features; shifted[j] = hidden[j] - j is
         # how many visible rows precede hidden row j, which maps visible index -> file row.
@@ -59,13 +64,15 @@ class StreamedFeatures:
         self.shape = (vectors.shape[0] - len(self.hidden), vectors.shape[1])
         self.dtype = np.dtype(np.float32)
         self.conversion = conversion_of(vectors.dtype)
+        self.unit_normalise = unit_normalise
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def __repr__(self) -> str:
         hidden = f", {len(self.hidden)} rows hidden" if len(self.hidden) else ""
-        return f"StreamedFeatures({self.vectors.where}, shape={self.shape}{hidden})"
+        normalised = ", unit-normalised" if self.unit_normalise else ""
+        return f"StreamedFeatures({self.vectors.where}, shape={self.shape}{hidden}{normalised})"
 
     @property
     def path(self) -> Path:
@@ -79,7 +86,7 @@ class StreamedFeatures:
     def without(self, rows: np.ndarray) -> StreamedFeatures:
         """These features minus the items at indices `rows` (indices into these features)."""
         hidden = np.union1d(self.hidden, self.file_rows(np.unique(rows)))
-        return StreamedFeatures(self.vectors, hidden)
+        return StreamedFeatures(self.vectors, hidden, self.unit_normalise)
 
     def file_rows(self, ids: np.ndarray) -> np.ndarray:
         """The file row of each visible index in `ids`."""
@@ -126,7 +133,7 @@ class StreamedFeatures:
 
     def _convert(self, stored: np.ndarray, file_rows: np.ndarray) -> np.ndarray:
         try:
-            return as_float32_features(stored, self.vectors.path, self.vectors.key)[0]
+            features = as_float32_features(stored, self.vectors.path, self.vectors.key)[0]
         except UserInputError:
             # Name the offending row by its position in the file, which the message above
             # cannot know for scattered rows: find it and convert it alone.
@@ -134,6 +141,9 @@ class StreamedFeatures:
                 as_float32_features(stored_row[np.newaxis], self.vectors.path, self.vectors.key,
                                     first_row=int(file_row))
             raise
+        if self.unit_normalise:
+            features = unit_normalised(features, self.vectors.where, file_rows)
+        return features
 
 
 Features = np.ndarray | StreamedFeatures
@@ -175,8 +185,9 @@ def choose_streaming(setting: str, files: list[VectorFile]) -> bool:
         return False
     if whole:
         raise UserInputError(
-            f"dataset.streaming=always: {whole[0].where} cannot be streamed (.npz and .mat are "
-            "read whole); save it as .npy, .fvecs or .bvecs, or use dataset.streaming=auto")
+            f"dataset.streaming=always: {whole[0].where} cannot be streamed (.npz and MATLAB "
+            "v4/v5 .mat files are read whole); save it as .npy, .fvecs, .bvecs or HDF5 (.h5, "
+            "MATLAB -v7.3), or use dataset.streaming=auto")
     if setting == "always":
         return True
     return sum(vectors.shape[0] * vectors.shape[1] * 4 for vectors in files) > STREAM_ABOVE_BYTES

@@ -11,8 +11,11 @@ Formats (`ACCEPTED_SUFFIXES`):
 - `.npz` (a zip of `.npy` members; `key` names one) and `.mat` (MATLAB v5 and v4, via
   `scipy.io`): shapes and dtypes come from the headers on open, but the array is read whole on the
   first `read` and kept (neither format supports reading a row range).
+- `.hdf5` / `.h5` (`key` names a dataset, e.g. an ann-benchmarks file's `train`) and MATLAB
+  v7.3 `.mat` files, which are HDF5: read by row ranges and rows with h5py
+  (`sgh.data.hdf5_files`, imported only when such a file is opened).
 
-`key` may be omitted for `.npz` and `.mat` files that hold exactly one array.
+`key` may be omitted for `.npz`, `.mat` and HDF5 files that hold exactly one array.
 Everything wrong with a file is one `UserInputError` line naming it (and the key) and saying
 what is accepted. Object (pickled) arrays are refused and never unpickled.
 """
@@ -32,7 +35,10 @@ from sgh.data.mat5_structure import MalformedMat, check_mat5_structure, is_mat_v
 from sgh.data.positioned_reads import read_runs
 from sgh.errors import UserInputError
 
-ACCEPTED_SUFFIXES = (".npy", ".npz", ".fvecs", ".bvecs", ".ivecs", ".mat")
+ACCEPTED_SUFFIXES = (".npy", ".npz", ".fvecs", ".bvecs", ".ivecs", ".mat", ".hdf5", ".h5")
+# Formats of several named arrays, where `key` chooses one.
+KEYED_SUFFIXES = (".npz", ".mat", ".hdf5", ".h5")
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 TEXMEX_VALUE_TYPES = {".fvecs": np.dtype("<f4"), ".bvecs": np.dtype("u1"),
                       ".ivecs": np.dtype("<i4")}
 # Classes scipy.io.whosmat reports for plain numeric MATLAB arrays.
@@ -241,8 +247,14 @@ class TexmexVectors(VectorFile):
 
 
 def list_keys(path: Path) -> list[str]:
-    """The names of the arrays in a `.npz` or `.mat` file, read from its directory or headers."""
-    if path.suffix.lower() == ".mat":
+    """The names of the arrays in a `.npz`, `.mat` or HDF5 file, read from its directory or
+    headers."""
+    suffix = path.suffix.lower()
+    if suffix in (".hdf5", ".h5") or (suffix == ".mat" and is_mat_v73(path)):
+        from sgh.data.hdf5_files import variable_names
+
+        return variable_names(path, matlab=suffix == ".mat")
+    if suffix == ".mat":
         return [name for name, _, _ in _whosmat(path)]
     try:
         with zipfile.ZipFile(path) as archive:
@@ -264,7 +276,7 @@ def _only_key(path: Path, keys: list[str], key: str | None) -> str:
 
 
 class WholeArrayVectors(VectorFile):
-    """`.npz` and `.mat`: the array is read whole on the first `read` and kept."""
+    """`.npz` and v4/v5 `.mat`: the array is read whole on the first `read` and kept."""
 
     _array: np.ndarray | None = None
 
@@ -322,14 +334,21 @@ class MatVectors(WholeArrayVectors):
         return read_mat_arrays(self.path, [self.key])[self.key]
 
 
-def _check_mat_file(path: Path) -> set[str]:
-    """Refuse v7.3 files with advice, and v5 files whose structure would crash scipy's reader;
-    return the names of complex variables."""
+def is_mat_v73(path: Path) -> bool:
+    """Whether a `.mat` file is MATLAB v7.3 (HDF5 after a 512-byte header: its text says 7.3,
+    or its version field 0x0200), or plain HDF5 named `.mat`; else v4/v5 (scipy.io)."""
     with open(path, "rb") as handle:
         head = handle.read(128)
-        if head.startswith(b"MATLAB 7.3") or head.startswith(b"\x89HDF"):
-            raise UserInputError(f"{path}: is a MATLAB v7.3 (HDF5) file, which is not "
-                                 "supported; re-save it with save(..., '-v7') or as .npy")
+    version_73 = (len(head) == 128 and head[126:128] in (b"IM", b"MI")
+                  and head[124:126] in (b"\x00\x02", b"\x02\x00"))
+    return head.startswith((b"MATLAB 7.3", HDF5_SIGNATURE)) or version_73
+
+
+def _check_mat_file(path: Path) -> set[str]:
+    """Refuse v5 files whose structure would crash scipy's reader; return the names of complex
+    variables. (v7.3 files never come here: they are read as HDF5.)"""
+    with open(path, "rb") as handle:
+        head = handle.read(128)
         if len(head) < 4 or is_mat_v4(head):
             return set()  # v4 has no compiled reader to crash; scipy reports its errors
         handle.seek(0)
@@ -354,9 +373,15 @@ def _whosmat(path: Path) -> list[tuple[str, tuple[int, ...], str]]:
     return [(name, shape, kind) for name, shape, kind in variables if not name.startswith("__")]
 
 
-def read_mat_arrays(path: Path, names: list[str] | None = None) -> dict[str, np.ndarray]:
-    """Variables of a MATLAB v4/v5 file as arrays in their MATLAB class (`mat_dtype=True`), all
-    or the `names` given; MATLAB has no 1-D arrays, so vectors come back as (1, n) or (n, 1)."""
+def read_mat_arrays(path: Path, names: list[str] | None = None):
+    """Variables of a MATLAB file as arrays in their MATLAB class (`mat_dtype=True`), all or the
+    `names` given; MATLAB has no 1-D arrays, so vectors come back as (1, n) or (n, 1). A v7.3
+    file gives a mapping that reads each variable when it is first used
+    (`sgh.data.hdf5_files.read_mat73_arrays`)."""
+    if is_mat_v73(path):
+        from sgh.data.hdf5_files import read_mat73_arrays
+
+        return read_mat73_arrays(path, names)
     import scipy.io
 
     complex_names = _check_mat_file(path)
@@ -385,8 +410,8 @@ def _reason(error: Exception) -> str:
 
 
 def open_vectors(path, key: str | None = None) -> VectorFile:
-    """Open a vector file of any `ACCEPTED_SUFFIXES` format; `key` names the array in `.npz` and
-    `.mat` files (optional when the file holds exactly one)."""
+    """Open a vector file of any `ACCEPTED_SUFFIXES` format; `key` names the array in `.npz`,
+    `.mat` and HDF5 files (optional when the file holds exactly one)."""
     path = Path(path).expanduser()
     suffix = path.suffix.lower()
     if not path.exists():
@@ -397,14 +422,18 @@ def open_vectors(path, key: str | None = None) -> VectorFile:
     if suffix not in ACCEPTED_SUFFIXES:
         raise UserInputError(f"{path}: unknown extension {path.suffix!r}; accepted: "
                              f"{', '.join(ACCEPTED_SUFFIXES)}")
-    if key is not None and suffix not in (".npz", ".mat"):
+    if key is not None and suffix not in KEYED_SUFFIXES:
         raise UserInputError(f"{path}: a key ({key!r}) was given but {suffix} files hold one "
-                             "array; keys apply to .npz and .mat files")
+                             f"array; keys apply to {', '.join(KEYED_SUFFIXES)} files")
     try:
         if suffix == ".npy":
             return NpyVectors(path)
         if suffix == ".npz":
             return NpzVectors(path, key)
+        if suffix in (".hdf5", ".h5") or (suffix == ".mat" and is_mat_v73(path)):
+            from sgh.data.hdf5_files import open_hdf5_vectors
+
+            return open_hdf5_vectors(path, key, matlab=suffix == ".mat")
         if suffix == ".mat":
             return MatVectors(path, key)
         return TexmexVectors(path)

@@ -102,12 +102,15 @@ CONVENTIONS = conventions()
 # `eval.json` carry RESULT_CONVENTIONS; the printed results table takes its row labels from
 # LABELS, and `sgh-compare` its captions and axis titles from LABELS and SUMMARIES.
 LABELS = {
-    "map": "mAP@all, label relevance, tie-aware",
+    "map": "mAP@all, label relevance, {ties}",
     "map_stable": "mAP@all, label relevance, ties by index",
-    "map_at_k": "mAP@{k} (/ {denominator}), P@{k}, tie-aware",
+    "map_at_k": "mAP@{k} (/ {denominator}), P@{k}, {ties}",
     "lookup": "lookup within radius {radius} (inclusive): precision, recall",
-    "recall": "Recall{k}@{n}, Euclidean {k}-NN, tie-aware",
+    "recall": "Recall{k}@{n}, {similarity} {k}-NN, {ties}",
 }
+# How a similarity names the ground truth's neighbours (dataset.similarity).
+SIMILARITY_TITLES = {"euclidean": "Euclidean", "angular": "angular (cosine)",
+                     "inner_product": "inner-product (MIPS)"}
 SUMMARIES = {
     "map": "mAP@all: label relevance (same label), tie-aware (McSherry & Najork 2008)",
     "recall": ("Recall{k}@{n}: share of each query's {k} exact Euclidean nearest neighbours "
@@ -127,12 +130,23 @@ RESULT_CONVENTIONS = {
                            "'map_k_denominator'; '_stable' keys: ties by database index)",
     "precision_at_k_convention": CONVENTIONS["precision_at_k"],
     "lookup_convention": CONVENTIONS["hash_lookup"],
-    "recall_convention": ("Recall K@N: fraction of each query's K exact Euclidean nearest "
-                          "database items (squared L2 in the input feature space, ties by index) "
-                          "found among the first N of the Hamming ranking, averaged over "
-                          "queries; 'recallK@N' = tie-aware at the cut-off (expected value under "
-                          "a random order of the cut-off distance level); 'recallK@N_stable' = "
-                          "ties broken by database index"),
+    "recall_convention": ("Recall K@N: fraction of each query's K exact nearest database "
+                          "items under 'similarity' (squared L2 in the input feature space by "
+                          "default, ties by index) found among the first N of the ranking, "
+                          "averaged over queries; Hamming ranking: 'recallK@N' = tie-aware at "
+                          "the cut-off (expected value under a random order of the cut-off "
+                          "distance level), 'recallK@N_stable' = ties broken by database index; "
+                          "other rankings: ties by id"),
+    "ranking_convention": ("'ranking' says how the database was ordered for every metric: "
+                           "hamming (by Hamming distance; metrics tie-aware, '_stable' twins "
+                           "with ties by index, hash lookup), asymmetric (by the method's "
+                           "asymmetric score of the query's features against each code, ties "
+                           "by id; no lookup) or rerank (a Hamming shortlist reordered by the "
+                           "rescoring rule, then the rest in Hamming order, ties by id)"),
+    "similarity_convention": ("'similarity': euclidean (squared L2), angular (vectors "
+                              "unit-normalised, then squared L2) or inner_product (largest "
+                              "<q, x>); the ground truth of Recall K@N and exact rescoring "
+                              "follow it"),
     "codes_convention": ("deterministic codes h = 1[sigmoid(logits) >= 0.5], packed with "
                          "np.packbits(axis=1): first code bit = most significant bit of byte 0"),
 }

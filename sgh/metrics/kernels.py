@@ -29,15 +29,13 @@ core, 3.8 G on two, against 0.47 G and 0.83 G for the numpy engine it replaced (
 
 from __future__ import annotations
 
-import logging
-
 import numba
 import numpy as np
 from numba import types
 from numba.extending import intrinsic
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
-logger = logging.getLogger(__name__)
+from sgh.compiled import compiled
 
 # Database bytes walked by every query before moving on. Measured 16 KB .. 2 MB on one core: all
 # within 2.5% (1.66-1.70 G pairs/s); 128 KB sits well inside the 1 MB L2.
@@ -45,21 +43,6 @@ TILE_BYTES = 1 << 17
 # Queries sharing each database word load (the unrolled body of relevance_histograms). 8 measured
 # only +3.5% on an idle machine (and slower on a loaded one); 4 keeps the body short.
 QUERY_BLOCK = 4
-
-
-def _jit(function):
-    """``njit(nogil=True, cache=True)``, or without the on-disk cache where none can be written.
-
-    numba caches next to this file, else in its per-user directory (``NUMBA_CACHE_DIR`` or
-    ``~/.cache/numba``); when neither is writable it refuses ``cache=True`` at decoration time, so
-    we compile on first use in every process instead (~1 s per kernel and code length) rather
-    than fail.
-    """
-    try:
-        return numba.njit(nogil=True, cache=True)(function)
-    except RuntimeError as error:  # "cannot cache function ...: no locator available"
-        logger.info("numba cannot cache %s (%s); compiling without a cache", function, error)
-        return numba.njit(nogil=True, cache=False)(function)
 
 
 def code_words(packed: np.ndarray) -> np.ndarray:
@@ -108,7 +91,7 @@ def _distance(query, database_words, item, n_words):
     return total
 
 
-@_jit
+@compiled
 def relevance_histograms(
     query_words, database_words, segment_starts, segment_relevant, out, tile_items, word_count
 ):
@@ -193,7 +176,7 @@ def initial_ranks(histograms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return last_rank, last_relevant_rank
 
 
-@_jit
+@compiled
 def stable_statistics(
     query_words,
     database_words,

@@ -16,19 +16,40 @@ from sgh.config import EvalConfig
 from sgh.errors import UserInputError
 from sgh.metrics.labels import evaluate_labels
 from sgh.metrics.neighbour_recall import recall_at_n
+from sgh.metrics.ordered import ordered_metrics
+from sgh.metrics.shortlist_curve import shortlist_curve
+
+HAMMING_RANKING = "hamming: the database by Hamming distance to the query's code"
 
 
 def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config: EvalConfig,
           database_labels: np.ndarray | None = None, query_labels: np.ndarray | None = None,
-          groundtruth: np.ndarray | None = None) -> dict:
+          groundtruth: np.ndarray | None = None, ranking=None) -> dict:
     """Every retrieval number for one set of codes, as a flat dict.
 
-    Label metrics where labels are given; Recall K@N where ground truth is given.
+    Label metrics where labels are given; Recall K@N where ground truth is given. ``ranking``:
+    None ranks by Hamming distance (the tie-aware engine, with ``_stable`` twins and hash
+    lookup); else an asymmetric or rescored ranking of `sgh.search.rankings`
+    (`evaluation_ranking`), scored by `sgh.metrics.ordered` with ties by id.
     """
     started = time.perf_counter()
     k = config.recall_k
-    metrics: dict = {"n_queries": len(query_codes), "n_database": len(database_codes)}
-    if database_labels is not None:
+    metrics: dict = {"ranking": HAMMING_RANKING if ranking is None else ranking.description,
+                     "n_queries": len(query_codes), "n_database": len(database_codes)}
+    if groundtruth is not None and groundtruth.shape[1] < k:
+        raise UserInputError(f"eval.recall_k={k} needs {k} ground-truth neighbours per "
+                             f"query; the ground truth has {groundtruth.shape[1]}")
+    if ranking is not None:
+        metrics.update(ordered_metrics(
+            ranking, len(query_codes), len(database_codes), query_labels, database_labels,
+            config.map_k, config.map_k_denominator, groundtruth, k, config.recall_n))
+        if database_labels is not None:
+            metrics["map_k_denominator"] = config.map_k_denominator
+        if groundtruth is not None and hasattr(ranking, "search"):  # a two-stage search
+            n = 100 if 100 in config.recall_n else max(config.recall_n)
+            metrics["shortlist_curve"] = shortlist_curve(
+                ranking.search, query_codes, ranking.queries, groundtruth, k, n, ranking.rescore)
+    elif database_labels is not None:
         for ties, suffix in (("expected", ""), ("stable", "_stable")):
             result = evaluate_labels(query_codes, database_codes, bits, query_labels,
                                      database_labels, map_k=config.map_k,
@@ -41,10 +62,7 @@ def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config
                     metrics[key] = value
         metrics["map_k_denominator"] = config.map_k_denominator
         metrics["map_queries_without_relevant"] = result["n_no_relevant"]
-    if groundtruth is not None:
-        if groundtruth.shape[1] < k:
-            raise UserInputError(f"eval.recall_k={k} needs {k} ground-truth neighbours per "
-                                 f"query; the ground truth has {groundtruth.shape[1]}")
+    if groundtruth is not None and ranking is None:
         for ties, suffix in (("expected", ""), ("stable", "_stable")):
             recalls = recall_at_n(query_codes, database_codes, bits, groundtruth,
                                   config.recall_n, k=k, ties=ties)

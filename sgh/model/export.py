@@ -2,7 +2,8 @@
 
     <run_dir>/encoder/         a SavedModel (saved_model.pb, variables/)
       serving_default          features: float32 [None, dim] -> codes: uint8 [None, ceil(bits/8)]
-      metadata                 () -> bits: int32 scalar, dim: int32 scalar
+      metadata                 () -> bits: int32 scalar, dim: int32 scalar, unit_normalise: bool
+                               (angular runs: the graph unit-normalises each row first)
 
 `codes` are packed inside the graph exactly as `np.packbits(bits, axis=1)`: code bit j is bit
 7 - (j mod 8) of byte j // 8 (the first bit is the most significant bit of byte 0) and the
@@ -58,7 +59,7 @@ def pack_bits_in_graph(bits: tf.Tensor, n_bits: int) -> tf.Tensor:
 class _ServingEncoder(tf.Module):
     """What the SavedModel holds: the encoder's variables and the two signatures."""
 
-    def __init__(self, model: SGH):
+    def __init__(self, model: SGH, unit_normalise: bool):
         super().__init__(name="sgh_encoder")
         # Tracked here so that they are saved; the decoder's variables are deliberately not.
         self.mean, self.scale = model.mean, model.scale
@@ -69,23 +70,29 @@ class _ServingEncoder(tf.Module):
         bits, dim = int(model.bits), int(model.dim)
 
         def serve(features):
+            if unit_normalise:  # dataset.similarity=angular: trained on unit vectors
+                features = features / tf.norm(features, axis=1, keepdims=True)
             return {OUTPUT_NAME: pack_bits_in_graph(model.encode_bits(features), bits)}
 
         def metadata():
-            return {"bits": tf.constant(bits, tf.int32), "dim": tf.constant(dim, tf.int32)}
+            return {"bits": tf.constant(bits, tf.int32), "dim": tf.constant(dim, tf.int32),
+                    "unit_normalise": tf.constant(unit_normalise)}
 
         self.serve = tf.function(serve, input_signature=[
             tf.TensorSpec([None, dim], tf.float32, name=INPUT_NAME)])
         self.metadata = tf.function(metadata, input_signature=[])
 
 
-def export_encoder(model: SGH, path: str | os.PathLike) -> Path:
+def export_encoder(model: SGH, path: str | os.PathLike, unit_normalise: bool = False) -> Path:
     """Write `model`'s encoder as a SavedModel at `path` (atomically, replacing one there).
 
-    Returns the path. Training calls it with `RunDirectory.encoder`.
+    `unit_normalise`: the model was trained on unit-normalised features (`dataset.similarity=
+    angular`), so the graph divides each input row by its L2 norm first (float32; the training
+    data were normalised in float64, so a code may differ where a logit is within rounding of
+    0). Returns the path. Training calls it with `RunDirectory.encoder`.
     """
     path = Path(path)
-    module = _ServingEncoder(model)
+    module = _ServingEncoder(model, unit_normalise)
     with atomic_directory(path) as temporary:
         tf.saved_model.save(module, str(temporary), signatures={
             SERVING_SIGNATURE: module.serve.get_concrete_function(),
@@ -193,4 +200,6 @@ def restore_run_model(run_dir: str | os.PathLike) -> SGH:
 
 def export_run(run_dir: str | os.PathLike) -> Path:
     """Export a finished run's encoder to `<run_dir>/encoder`."""
-    return export_encoder(restore_run_model(run_dir), RunDirectory(run_dir, create=False).encoder)
+    run = RunDirectory(run_dir, create=False)
+    angular = run.read_metrics().get("similarity") == "angular"
+    return export_encoder(restore_run_model(run_dir), run.encoder, unit_normalise=angular)

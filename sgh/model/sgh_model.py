@@ -39,11 +39,16 @@ from sgh.config import ModelConfig
 from sgh.data.feature_statistics import FeatureStatistics, feature_statistics
 from sgh.data.streamed_features import Features
 from sgh.model.layers import DoublySN
+from sgh.search.asymmetric import AsymmetricScore, decoder_score
 
 # The stateless RNG of the neuron's noise and the batches: named, not "auto_select", so the
 # stream cannot change under us. XLA still draws from a runtime seed with its own kernel, so a run
 # is reproducible for a given trainer.jit_compile; the two settings give different valid streams.
 RNG_ALGORITHM = "philox"
+
+# Why a deep SGH has no asymmetric score (the refusal's wording).
+ASYMMETRIC_NEEDS_LINEAR_DECODER = ("model.decoder=mlp has no per-bit form: its reconstruction "
+                                   "is not a sum over the bits")
 
 LOSS_TERMS = {
     # reconstruction: 1/2 ||x - x^||^2 per item in the input space, comparable across objectives
@@ -185,6 +190,19 @@ class SGH(tf.Module):
         if self.config.objective == "paper":
             return self.U * self.scale
         return self.U * tf.abs(self.s)
+
+    def asymmetric_score(self, similarity: str) -> AsymmetricScore | None:
+        """The linear decoder as the asymmetric score of search (`sgh.search.asymmetric`):
+        queries ranked against codes by ``||x - (hT + t)||^2`` (or ``-<x, hT + t>`` for inner
+        product), T = `decoder_templates`, t = the reconstruction of the zero code. None for an
+        mlp decoder, which has no per-bit form (`ASYMMETRIC_NEEDS_LINEAR_DECODER`)."""
+        if self.config.decoder == "mlp":
+            return None
+        if self.config.objective == "paper":
+            offset = self.c * self.scale + self.mean
+        else:
+            offset = self.m
+        return decoder_score(self.decoder_templates().numpy(), offset.numpy(), similarity)
 
     # ---- training -------------------------------------------------------------------------
     def sample_noise(self, batch_size, seed: tf.Tensor) -> tf.Tensor:

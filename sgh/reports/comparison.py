@@ -41,7 +41,13 @@ TABLE_METRICS = (("map", "mAP@all", MAP_TEXT),
 ERROR_BARS = "error bars: " + SPREAD_TEXT.format(n="seeds")
 DESCRIPTION = {"map_vs_bits": f"{MAP_TEXT}\n{ERROR_BARS}",
                "recall_curves": f"{RECALL_TEXT.format(n='N')}\n{ERROR_BARS}",
-               "pr_curves": f"Precision-recall of {PR_TEXT}"}
+               "pr_curves": f"Precision-recall of {PR_TEXT}",
+               "shortlist_curves": "Two-stage search (eval.ranking=rerank): Recall K@N of the "
+                                   "top N after rescoring a Hamming top-S shortlist, against S "
+                                   "(first seed)",
+               "recall_vs_queries_per_second": "Two-stage search: Recall K@N against queries/s "
+                                               "(one point per shortlist size S; this "
+                                               "machine, default threads; first seed)"}
 
 
 def collect(sweep_dir) -> list[dict]:
@@ -67,8 +73,18 @@ def collect(sweep_dir) -> list[dict]:
     return rows
 
 
-def _method_rank(method: str) -> tuple:
-    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+def _method_rank(label: str) -> tuple:
+    """Registry order of the method, then the ranking (Hamming first)."""
+    method, _, ranking = label.partition(" (")
+    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method,
+            ranking != "", ranking)
+
+
+def method_label(row: dict) -> str:
+    """How tables and legends name a run's method: ``itq``, or ``itq (asymmetric)`` when the
+    run was scored in another ranking than Hamming (runs of different rankings never average)."""
+    ranking = str(row.get("ranking", "hamming")).split(":")[0]
+    return row["method"] if ranking == "hamming" else f"{row['method']} ({ranking})"
 
 
 def _recall_order(key: str) -> tuple[int, int]:
@@ -85,10 +101,11 @@ def _number(run: dict, key: str) -> float:
 
 
 def aggregate(rows: list[dict]) -> list[dict]:
-    """One dict per (dataset, method, bits): n_seeds, seeds, <metric>_mean/_std, first_run."""
+    """One dict per (dataset, method label, bits): n_seeds, seeds, <metric>_mean/_std, first_run
+    (the method label names a ranking other than Hamming, `method_label`)."""
     groups = defaultdict(list)
     for row in rows:
-        groups[(row["dataset"], row["method"], int(row["bits"]))].append(row)
+        groups[(row["dataset"], method_label(row), int(row["bits"]))].append(row)
     result = []
     for (dataset, method, bits), runs in groups.items():
         # The first seed's run supplies codes.npz for the PR curve: the smallest seed, so the
@@ -100,6 +117,8 @@ def aggregate(rows: list[dict]) -> list[dict]:
                            "seed are averaged together", dataset, method, bits, seeds)
         entry = {"dataset": dataset, "method": method, "bits": bits, "n_seeds": len(runs),
                  "seeds": seeds, "first_run": runs[0]["run_dir"]}
+        if "shortlist_curve" in runs[0]:  # the first seed's, as the PR curve
+            entry["shortlist_curve"] = runs[0]["shortlist_curve"]
         recall = {key for run in runs for key in run if RECALL_KEY.match(key)}
         for key in ["map", "map_stable", *recall, "distinct_database_codes", "train_seconds"]:
             values = [_number(run, key) for run in runs if key in run]
@@ -152,6 +171,10 @@ def markdown(aggregated: list[dict]) -> str:
                 else "n seeds (per cell)")
         caption = " ".join([f"**{dataset}** — {SPREAD_TEXT.format(n=over)}."]
                            + [f"{text}." for _, _, text in metrics])
+        if any(" (" in method for method in methods):
+            caption += (" A method named with a ranking in parentheses was ranked that way "
+                        "instead (eval.ranking: asymmetric, or rerank = a Hamming shortlist "
+                        "rescored), with ties by id.")
         header = ["method"] + [f"{name} {b} bits" for b in bits for _, name, _ in metrics]
         lines = [caption, "", "| " + " | ".join(header) + " |",
                  "| " + " | ".join("---" for _ in header) + " |"]
@@ -226,7 +249,7 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
                 points = [e for e in rows_of[dataset] if e["method"] == method and "map_mean" in e]
                 draw(axis, method, [e["bits"] for e in points], [e["map_mean"] for e in points],
                      [e["map_std"] for e in points], title=dataset, xlabel="code length (bits)",
-                     ylabel=LABELS["map"], xscale="log")
+                     ylabel=LABELS["map"].format(ties="tie-aware"), xscale="log")
             axis.set_xticks(bits_of[dataset], [str(b) for b in bits_of[dataset]], minor=False)
             axis.minorticks_off()
         finish("map_vs_bits", figure)
@@ -240,15 +263,35 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
                 draw(axis, entry["method"], [_recall_order(k)[1] for k in keys],
                      [entry[f"{k}_mean"] for k in keys], [entry[f"{k}_std"] for k in keys],
                      title=f"{dataset}, {bits} bits", xlabel="N (cut-off in the Hamming ranking)",
-                     ylabel=LABELS["recall"].format(k=10, n="N"), xscale="log",
+                     ylabel=LABELS["recall"].format(k=10, n="N", similarity="Euclidean",
+                                                   ties="tie-aware"), xscale="log",
                      ylim=(0, 1.02))
             cut = sorted({_recall_order(k)[1] for k in cutoffs})
             axis.set_xticks(cut, [str(n) for n in cut])
             axis.minorticks_off()
         finish("recall_curves", figure)
 
+    searched = [e for e in aggregated if "shortlist_curve" in e]
+    if searched:
+        for name, x_key, x_label in (
+                ("shortlist_curves", "shortlist", "shortlist size S (Hamming top S)"),
+                ("recall_vs_queries_per_second", "queries_per_second", "queries per second")):
+            figure, panels = _grid(plt, [[(d, b) for b in bits_of[d] if any(
+                (e["dataset"], e["bits"]) == (d, b) for e in searched)]
+                for d in sorted({e["dataset"] for e in searched})])
+            for axis, (dataset, bits) in panels:
+                for entry in (e for e in searched if (e["dataset"], e["bits"]) == (dataset, bits)):
+                    curve = entry["shortlist_curve"]
+                    recall_key = next(key for key in curve if key.startswith("recall"))
+                    draw(axis, entry["method"], curve[x_key], curve[recall_key],
+                         title=f"{dataset}, {bits} bits", xlabel=x_label,
+                         ylabel=f"{recall_key.replace('recall', 'Recall')} after rescoring "
+                                f"({curve['rescore']})", xscale="log", ylim=(0, 1.02))
+            finish(name, figure)
+
     curves = {}
-    for entry in (e for e in aggregated if e["dataset"] in labelled):
+    # PR curves are of hash lookup, a Hamming notion: one per method, from its Hamming runs.
+    for entry in (e for e in aggregated if e["dataset"] in labelled and " (" not in e["method"]):
         path = Path(entry["first_run"]) / CODES_FILE
         try:
             curves[entry["dataset"], entry["bits"], entry["method"]] = pr_curve(load_codes(path))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sgh.config import EvalConfig
 from sgh.methods import METHODS
-from sgh.metrics.conventions import LABELS
+from sgh.metrics.conventions import LABELS, SIMILARITY_TITLES
 
 
 def run_title(metrics: dict) -> str:
@@ -35,20 +35,37 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
     """The printed results: every number with its convention."""
     k = config.recall_k
     rows = [(title, "")]
+    # The Hamming ranking is scored tie-aware (with a ties-by-index twin and hash lookup); the
+    # others rank by real-valued scores, ties by id.
+    hamming = "map_stable" in metrics or f"recall{k}@{config.recall_n[0]}_stable" in metrics
+    ranking = metrics.get("ranking", "hamming").split(":")[0]
+    ties = "tie-aware" if hamming else f"{ranking} ranking, ties by id"
+    similarity = SIMILARITY_TITLES[metrics.get("similarity", "euclidean")]
     if "map" in metrics:
-        rows.append((LABELS["map"], f"{metrics['map']:.4f}"))
-        rows.append((LABELS["map_stable"], f"{metrics['map_stable']:.4f}"))
+        rows.append((LABELS["map"].format(ties=ties), f"{metrics['map']:.4f}"))
+        if "map_stable" in metrics:
+            rows.append((LABELS["map_stable"], f"{metrics['map_stable']:.4f}"))
         for cut in config.map_k:
-            rows.append((LABELS["map_at_k"].format(k=cut, denominator=metrics["map_k_denominator"]),
+            rows.append((LABELS["map_at_k"].format(k=cut, denominator=metrics["map_k_denominator"],
+                                                   ties=ties),
                          f"{metrics[f'map@{cut}']:.4f}, {metrics[f'precision@{cut}']:.4f}"))
         r = config.radius
-        rows.append((LABELS["lookup"].format(radius=r),
-                     f"{metrics[f'lookup_precision@r{r}']:.4f}, "
-                     f"{metrics[f'lookup_recall@r{r}']:.4f}"))
+        if f"lookup_precision@r{r}" in metrics:
+            rows.append((LABELS["lookup"].format(radius=r),
+                         f"{metrics[f'lookup_precision@r{r}']:.4f}, "
+                         f"{metrics[f'lookup_recall@r{r}']:.4f}"))
     for n in config.recall_n:
         if f"recall{k}@{n}" in metrics:
-            rows.append((LABELS["recall"].format(k=k, n=n),
+            rows.append((LABELS["recall"].format(k=k, n=n, similarity=similarity, ties=ties),
                          f"{metrics[f'recall{k}@{n}']:.4f}"))
+    curve = metrics.get("shortlist_curve")
+    if curve:
+        recall_key = next(key for key in curve if key.startswith("recall"))
+        for size, recall, rate in zip(curve["shortlist"], curve[recall_key],
+                                      curve["queries_per_second"], strict=True):
+            rows.append((f"two-stage search, shortlist {size}: "
+                         f"{recall_key.replace('recall', 'Recall')}, queries/s",
+                         f"{recall:.4f}, {rate:,.0f}"))
     rows.append(("distinct database codes / database items",
                  f"{metrics['distinct_database_codes']} / {metrics['n_database']}"))
     rows.append(("dead bits (constant over the database)", f"{metrics['dead_bits']}"))
@@ -64,7 +81,8 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
     width = max(len(label) for label, _ in rows)
     lines = [f"  {label:<{width}}  {value}".rstrip() for label, value in rows]
     rule = "  " + "-" * (width + 12)
-    footer = f"  queries: {metrics['n_queries']}"
+    footer = f"  ranking: {metrics['ranking']}\n" if not hamming and "ranking" in metrics else ""
+    footer += f"  queries: {metrics['n_queries']}"
     if "protocol" in metrics:
         footer += f" ({metrics['protocol']})"
     return "\n".join([rule, lines[0], rule, *lines[1:], rule, footer])

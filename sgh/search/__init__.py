@@ -3,8 +3,12 @@ and two-stage search (a Hamming shortlist rescored); faiss files for the codes.
 
     HammingIndex        sgh.search.hamming_index   exact Hamming top-k and range search (faiss
                                                    IndexBinaryFlat semantics), external ids
+    write_binary_index  sgh.search.faiss_files     faiss IndexBinaryFlat / IndexBinaryIDMap
+    read_binary_index                              files, written and read without faiss
 """
 
+from sgh.search.faiss_files import BinaryIndexFile, read_binary_index, write_binary_index
 from sgh.search.hamming_index import MISSING_DISTANCE, MISSING_ID, HammingIndex
 
-__all__ = ["MISSING_DISTANCE", "MISSING_ID", "HammingIndex"]
+__all__ = ["MISSING_DISTANCE", "MISSING_ID", "BinaryIndexFile", "HammingIndex",
+           "read_binary_index", "write_binary_index"]

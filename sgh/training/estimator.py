@@ -38,7 +38,8 @@ from sgh.config import (
 from sgh.errors import UserInputError
 from sgh.hasher import BinaryHasher
 from sgh.model.encoding import encode_bit_matrix, encode_packed
-from sgh.model.sgh_model import SGH
+from sgh.model.sgh_model import ASYMMETRIC_NEEDS_LINEAR_DECODER, SGH
+from sgh.search.asymmetric import AsymmetricScore
 from sgh.training.train_sgh import fit_sgh, hold_out
 
 # (parameter, configuration section, key in it): every parameter but n_bits and random_state.
@@ -189,6 +190,17 @@ class SGHHasher(BinaryHasher):
     def encode(self, X) -> np.ndarray:
         """Packed codes of ``X``, ``(n, ceil(n_bits / 8))`` uint8, as in ``codes.npz``."""
         return encode_packed(self.model_, self._features(X))
+
+    def asymmetric_score(self, similarity: str = "euclidean") -> AsymmetricScore:
+        """The decoder as the query-against-code score of asymmetric and rescored search
+        (:mod:`sgh.search.asymmetric`): ``||x - x^(h)||^2``, or ``-<x, x^(h)>`` for
+        ``similarity="inner_product"``; ValueError for an mlp decoder."""
+        check_is_fitted(self)
+        score = self.model_.asymmetric_score(similarity)
+        if score is None:
+            raise ValueError("SGHHasher has no asymmetric score: "
+                             + ASYMMETRIC_NEEDS_LINEAR_DECODER)
+        return score
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -6,13 +6,14 @@ queries, and ranks them against a fixed sample of `validation.database` of the r
 training items. At every validation point the model encodes both afresh (codes of the current
 weights, not stale ones) and the score decides which weights are kept as the best.
 
-The metric (`validation.metric`): Recall K@100 (tie-aware) against the exact Euclidean K
-nearest validation-database items, K = `eval.recall_k` — the paper's task, and what SGH's
-reconstruction objective serves — or mAP@all (tie-aware, same label = relevant) for labelled
-data. Both are the test-time definitions; recall values run higher than on the test protocol
-because the validation database is smaller (10,000 items instead of MNIST's 69,000, so the top
-100 is a larger share of it). Selecting by label mAP on MNIST keeps earlier weights that lose
-Euclidean recall (64 bits: test Recall10@100 0.797 instead of 0.852).
+The metric (`validation.metric`): Recall K@100 (tie-aware) against the exact K nearest
+validation-database items by the split's similarity (Euclidean by default; angular on the
+unit-normalised features; largest inner product), K = `eval.recall_k` — the paper's task, and
+what SGH's reconstruction objective serves — or mAP@all (tie-aware, same label = relevant) for
+labelled data. Both are the test-time definitions; recall values run higher than on the test
+protocol because the validation database is smaller (10,000 items instead of MNIST's 69,000,
+so the top 100 is a larger share of it). Selecting by label mAP on MNIST keeps earlier weights
+that lose Euclidean recall (64 bits: test Recall10@100 0.797 instead of 0.852).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import numpy as np
 
 from sgh.config import ValidationConfig
 from sgh.data import RetrievalSplit
-from sgh.data.neighbours import euclidean_neighbours
+from sgh.data.neighbours import exact_neighbours
+from sgh.data.similarity import NEIGHBOUR_LABELS
 from sgh.data.streamed_features import Features, take_rows, without_rows
 from sgh.errors import UserInputError
 from sgh.metrics import mean_average_precision, recall_at_n
@@ -85,13 +87,14 @@ def split_training_labels(split: RetrievalSplit) -> np.ndarray | None:
 
 
 def carve(train: Features, config: ValidationConfig, recall_k: int,
-          labels: np.ndarray | None = None,
-          name: str = "the training set") -> tuple[Features, ValidationSet]:
+          labels: np.ndarray | None = None, name: str = "the training set",
+          similarity: str = "euclidean") -> tuple[Features, ValidationSet]:
     """Split `train` into (training items, validation set); see the module doc.
 
     `labels`: the training items' labels (needed for `validation.metric=map`); `name`: how
-    errors call the data. A streamed training set stays on disk: the validation items are read,
-    and the training items are the file minus the held-out rows."""
+    errors call the data; `similarity`: the split's (`RetrievalSplit.similarity`), which
+    defines the recall metric's neighbours. A streamed training set stays on disk: the
+    validation items are read, and the training items are the file minus the held-out rows."""
     n_queries = min(config.queries, len(train) // MAX_HELD_OUT_SHARE)
     if n_queries < 1:
         raise UserInputError(
@@ -114,7 +117,7 @@ def carve(train: Features, config: ValidationConfig, recall_k: int,
         k = min(recall_k, len(sample))
         validation = ValidationSet(
             metric=f"recall{k}@{RECALL_CUTOFF}", query=query, database=database,
-            groundtruth=euclidean_neighbours(query, database, k), k=k,
-            convention=(f"validation Recall{k}@{RECALL_CUTOFF}, tie-aware, exact Euclidean "
-                        f"neighbours; {size}"))
+            groundtruth=exact_neighbours(query, database, k, similarity), k=k,
+            convention=(f"validation Recall{k}@{RECALL_CUTOFF}, tie-aware, exact "
+                        f"{NEIGHBOUR_LABELS[similarity]} neighbours; {size}"))
     return without_rows(train, held_out), validation

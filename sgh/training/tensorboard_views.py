@@ -318,11 +318,28 @@ def write_final_scalars(metrics: Mapping, step: int) -> None:
             tf.summary.scalar(f"eval/{key}", value, step=step)
 
 
+def write_shortlist_curve(curve: Mapping) -> None:
+    """The two-stage search's trade-off (`sgh.metrics.shortlist_curve`) as scalars whose step is
+    the shortlist size: ``search/<recall key>`` and ``search/queries_per_second`` (TensorBoard's
+    x axis "step" then reads as S; set it to log scale)."""
+    recall_key = next(key for key in curve if key.startswith("recall"))
+    for size, recall, rate in zip(curve["shortlist"], curve[recall_key],
+                                  curve["queries_per_second"], strict=True):
+        tf.summary.scalar(f"search/{recall_key}", recall, step=size,
+                          description=f"{recall_key} of the two-stage search (Hamming top S "
+                                      f"rescored by {curve['rescore']}), step = S")
+        tf.summary.scalar("search/queries_per_second", rate, step=size,
+                          description="queries/s of the two-stage search, step = S (this "
+                                      "machine, default threads)")
+
+
 def write_run_summary(config, metrics: Mapping, split, codes: Mapping) -> None:
     """What TensorBoard shows of a finished run, SGH or baseline: the final ``eval/*`` scalars,
     its HParams row, and (labelled data) the PR curve of its final codes."""
     step = int(metrics.get("steps", 0))
     write_final_scalars(metrics, step)
+    if "shortlist_curve" in metrics:
+        write_shortlist_curve(metrics["shortlist_curve"])
     write_hparams(config)
     if split.has_labels:
         write_pr_curve(codes["query"], codes["database"], config.model.bits,

@@ -27,9 +27,10 @@ from sgh.data import RetrievalSplit
 from sgh.data.streamed_features import Features, StreamedFeatures
 from sgh.errors import TrainingInterrupted, UserInputError
 from sgh.methods import EncodedSplit
+from sgh.model.decoded_rescoring import DecoderRescorer
 from sgh.model.encoding import encode_packed
 from sgh.model.export import export_encoder
-from sgh.model.sgh_model import SGH
+from sgh.model.sgh_model import ASYMMETRIC_NEEDS_LINEAR_DECODER, SGH
 from sgh.training.batches import BLOCKS_IN_MEMORY, block_bytes
 from sgh.training.holdout import ValidationSet, carve, split_training_labels
 from sgh.training.loop import Trainer, median_ms_per_step
@@ -59,21 +60,27 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     default, one device).
     """
     train_items, validation = hold_out(config, split.train, split_training_labels(split),
-                                       repr(split.name))
+                                       repr(split.name), split.similarity)
     trained = fit_sgh(config, train_items, validation, strategy, run_directory)
     # The encoder that made the final codes, for sgh-encode and TF Serving (sgh.model.export).
-    export_encoder(trained.model, run_directory.encoder)
-    return EncodedSplit(database=encode_packed(trained.model, split.database),
-                        query=encode_packed(trained.model, split.query), fields=trained.fields)
+    export_encoder(trained.model, run_directory.encoder,
+                   unit_normalise=split.similarity == "angular")
+    database = encode_packed(trained.model, split.database)
+    score = trained.model.asymmetric_score(split.similarity)
+    return EncodedSplit(database=database, query=encode_packed(trained.model, split.query),
+                        fields=trained.fields, asymmetric=score,
+                        without_asymmetric=ASYMMETRIC_NEEDS_LINEAR_DECODER,
+                        shortlist_rescorer=None if score is not None else DecoderRescorer(
+                            trained.model, database, split.similarity))
 
 
 def hold_out(config: Config, train: Features, labels: np.ndarray | None,
-             name: str) -> tuple[Features, ValidationSet | None]:
+             name: str, similarity: str = "euclidean") -> tuple[Features, ValidationSet | None]:
     """(training items, validation set): the training set minus the held-out validation queries
     when validation is on (`validation.every > 0`), else all of it and None."""
     if config.validation.every == 0:
         return train, None
-    return carve(train, config.validation, config.eval.recall_k, labels, name)
+    return carve(train, config.validation, config.eval.recall_k, labels, name, similarity)
 
 
 def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | None,

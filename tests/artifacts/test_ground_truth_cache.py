@@ -7,7 +7,7 @@ import pytest
 
 from sgh.artifacts import ground_truth_cache as cache
 from sgh.artifacts.ground_truth_cache import split_ground_truth
-from sgh.data.neighbours import euclidean_neighbours
+from sgh.data.neighbours import euclidean_neighbours, exact_neighbours
 from sgh.data.split import RetrievalSplit
 
 
@@ -30,11 +30,11 @@ def counting_calls(monkeypatch):
     """Replace the exact search by a counting wrapper; return the list of calls."""
     calls = []
 
-    def counted(query, database, k):
+    def counted(query, database, k, similarity="euclidean"):
         calls.append(k)
-        return euclidean_neighbours(query, database, k)
+        return exact_neighbours(query, database, k, similarity)
 
-    monkeypatch.setattr(cache, "chunked_euclidean_neighbours", counted)
+    monkeypatch.setattr(cache, "exact_neighbours", counted)
     return calls
 
 
@@ -45,21 +45,22 @@ def cache_files(folder):
 def test_cache_hit_returns_identical_ids_without_recomputing(dataset, monkeypatch):
     path, query, database = dataset
     calls = counting_calls(monkeypatch)
-    first, source = cache.cached_euclidean_neighbours(query, database, 10, path)
-    assert calls == [10] and source.startswith("exact, computed blockwise; cached in")
+    first, source = cache.cached_exact_neighbours(query, database, 10, path)
+    assert calls == [10] and source.startswith(
+        "exact Euclidean neighbours, computed blockwise; cached in")
     [name] = cache_files(path.parent)
     assert name.startswith("points.npz.gt-")
-    second, source = cache.cached_euclidean_neighbours(query, database, 10, path)
+    second, source = cache.cached_exact_neighbours(query, database, 10, path)
     assert calls == [10] and "read from the cache" in source
     np.testing.assert_array_equal(second, first)
     np.testing.assert_array_equal(first, euclidean_neighbours(query, database, 10))
     assert first.dtype == np.int64
     # A smaller k is the prefix of the cached list ((distance, index) is a total order).
-    third, _ = cache.cached_euclidean_neighbours(query, database, 3, path)
+    third, _ = cache.cached_exact_neighbours(query, database, 3, path)
     assert calls == [10]
     np.testing.assert_array_equal(third, euclidean_neighbours(query, database, 3))
     # A larger k is computed and replaces the file.
-    cache.cached_euclidean_neighbours(query, database, 20, path)
+    cache.cached_exact_neighbours(query, database, 20, path)
     assert calls == [10, 20] and cache_files(path.parent) == [name]
     assert np.load(path.parent / name).shape == (12, 20)
 
@@ -67,14 +68,14 @@ def test_cache_hit_returns_identical_ids_without_recomputing(dataset, monkeypatc
 def test_changed_features_or_queries_get_another_cache_file(dataset, monkeypatch):
     path, query, database = dataset
     calls = counting_calls(monkeypatch)
-    cache.cached_euclidean_neighbours(query, database, 5, path)
+    cache.cached_exact_neighbours(query, database, 5, path)
     changed = database.copy()
     changed[7, 2] += 1  # one value of one item
-    ids, source = cache.cached_euclidean_neighbours(query, changed, 5, path)
+    ids, source = cache.cached_exact_neighbours(query, changed, 5, path)
     assert calls == [5, 5] and "cached in" in source
     np.testing.assert_array_equal(ids, euclidean_neighbours(query, changed, 5))
     # Same values, another dtype: another digest too (the features as scored).
-    cache.cached_euclidean_neighbours(query.astype(np.float64), database, 5, path)
+    cache.cached_exact_neighbours(query.astype(np.float64), database, 5, path)
     assert calls == [5, 5, 5] and len(cache_files(path.parent)) == 3
 
 
@@ -85,14 +86,14 @@ def test_read_only_dataset_folder_falls_back_to_the_user_cache(dataset, monkeypa
     # ../shared/data), so nothing is written next to the dataset.
     os.chmod(path.parent, stat.S_IRUSR | stat.S_IXUSR)
     try:
-        ids, source = cache.cached_euclidean_neighbours(query, database, 4, path)
+        ids, source = cache.cached_exact_neighbours(query, database, 4, path)
         assert cache_files(path.parent) == []
     finally:
         os.chmod(path.parent, stat.S_IRWXU)
     user_cache = tmp_path / "user-cache" / "sgh"
     assert source.endswith(str(user_cache / cache_files(user_cache)[0]))
     np.testing.assert_array_equal(ids, euclidean_neighbours(query, database, 4))
-    again, source = cache.cached_euclidean_neighbours(query, database, 4, path)
+    again, source = cache.cached_exact_neighbours(query, database, 4, path)
     assert calls == [4] and "read from the cache" in source
     np.testing.assert_array_equal(again, ids)
 
@@ -100,8 +101,8 @@ def test_read_only_dataset_folder_falls_back_to_the_user_cache(dataset, monkeypa
 def test_no_writable_location_just_computes(dataset, monkeypatch):
     path, query, database = dataset
     monkeypatch.setattr(cache, "_may_write", lambda directory: False)
-    ids, source = cache.cached_euclidean_neighbours(query, database, 4, path)
-    assert source == "exact, computed blockwise (no writable cache location)"
+    ids, source = cache.cached_exact_neighbours(query, database, 4, path)
+    assert source == "exact Euclidean neighbours, computed blockwise (no writable cache location)"
     np.testing.assert_array_equal(ids, euclidean_neighbours(query, database, 4))
     # A failing write (full disk, a race with chmod) is not an error either.
     monkeypatch.undo()
@@ -111,7 +112,7 @@ def test_no_writable_location_just_computes(dataset, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cache.np, "save", full_disk)
-    ids, source = cache.cached_euclidean_neighbours(query, database, 4, path)
+    ids, source = cache.cached_exact_neighbours(query, database, 4, path)
     assert "no writable cache location" in source and cache_files(path.parent) == []
 
 
@@ -130,7 +131,7 @@ def test_no_writable_location_just_computes(dataset, monkeypatch):
 )
 def test_corrupt_cache_is_recomputed_never_trusted(dataset, monkeypatch, caplog, corruption):
     path, query, database = dataset
-    good, _ = cache.cached_euclidean_neighbours(query, database, 6, path)
+    good, _ = cache.cached_exact_neighbours(query, database, 6, path)
     [cached] = path.parent.glob("*.gt-*.npy")
     bad = good.copy()
     if corruption == "truncated":
@@ -154,7 +155,7 @@ def test_corrupt_cache_is_recomputed_never_trusted(dataset, monkeypatch, caplog,
         np.save(cached, bad)
     calls = counting_calls(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="sgh.artifacts.ground_truth_cache"):
-        ids, source = cache.cached_euclidean_neighbours(query, database, 6, path)
+        ids, source = cache.cached_exact_neighbours(query, database, 6, path)
     assert calls == [6] and "cached in" in source
     assert str(cached) in caplog.text
     np.testing.assert_array_equal(ids, good)
@@ -167,7 +168,8 @@ def test_ground_truth_prefers_the_dataset_file_and_caches_otherwise(dataset, mon
         name="points", protocol="test", train=database, database=database, query=query
     )
     ids, source = split_ground_truth(split, 5)  # no dataset path: computed, nothing written
-    assert source == "exact, computed blockwise" and cache_files(path.parent) == []
+    assert source == "exact Euclidean neighbours, computed blockwise"
+    assert cache_files(path.parent) == []
     ids_cached, source = split_ground_truth(split, 5, path)
     assert "cached in" in source
     np.testing.assert_array_equal(ids_cached, ids)
@@ -186,7 +188,51 @@ def test_ground_truth_prefers_the_dataset_file_and_caches_otherwise(dataset, mon
 
 def test_bad_k_is_refused_even_with_a_cache(dataset):
     path, query, database = dataset
-    cache.cached_euclidean_neighbours(query, database, 5, path)
+    cache.cached_exact_neighbours(query, database, 5, path)
     for k in (0, len(database) + 1, 2.0):
         with pytest.raises(ValueError, match="k must be an integer between 1 and the database"):
-            cache.cached_euclidean_neighbours(query, database, k, path)
+            cache.cached_exact_neighbours(query, database, k, path)
+
+
+def test_the_cache_is_keyed_by_similarity(dataset, monkeypatch):
+    # The same features, searched by inner product, get their own file: a Euclidean cache never
+    # answers an inner-product question, nor the other way round.
+    path, query, database = dataset
+    calls = counting_calls(monkeypatch)
+    euclidean, _ = cache.cached_exact_neighbours(query, database, 8, path)
+    inner, source = cache.cached_exact_neighbours(query, database, 8, path, "inner_product")
+    assert calls == [8, 8] and len(cache_files(path.parent)) == 2
+    assert source.startswith("exact inner-product neighbours, computed blockwise; cached in")
+    np.testing.assert_array_equal(inner, exact_neighbours(query, database, 8, "inner_product"))
+    assert not np.array_equal(inner, euclidean)
+    again, source = cache.cached_exact_neighbours(query, database, 8, path, "inner_product")
+    assert calls == [8, 8] and "earlier; read from the cache" in source
+    np.testing.assert_array_equal(again, inner)
+    # Euclidean files keep the digest of the versions before the similarity was stated.
+    assert cache.features_digest(query, database) == cache.features_digest(
+        query, database, "euclidean") != cache.features_digest(query, database, "inner_product")
+    # An inner-product file whose order is reversed is not trusted (order of largest product).
+    [inner_file] = [name for name in cache_files(path.parent)
+                    if cache.features_digest(query, database, "inner_product") in name]
+    reversed_rows = inner.copy()
+    reversed_rows[0] = reversed_rows[0, ::-1]
+    np.save(path.parent / inner_file, reversed_rows)
+    ids, source = cache.cached_exact_neighbours(query, database, 8, path, "inner_product")
+    assert calls == [8, 8, 8] and "cached in" in source
+    np.testing.assert_array_equal(ids, inner)
+
+
+def test_split_ground_truth_follows_the_split_similarity(dataset):
+    path, query, database = dataset
+    split = RetrievalSplit(name="points", protocol="test", train=database, database=database,
+                           query=query, similarity="inner_product")
+    ids, source = split_ground_truth(split, 5, path)
+    assert source.startswith("exact inner-product neighbours")
+    np.testing.assert_array_equal(ids, exact_neighbours(query, database, 5, "inner_product"))
+    angular = RetrievalSplit(name="points", protocol="test", train=database, database=database,
+                             query=query, similarity="angular")
+    ids, source = split_ground_truth(angular, 5, path)
+    assert source.startswith("exact angular neighbours")  # Euclidean on the given vectors
+    np.testing.assert_array_equal(ids, euclidean_neighbours(query, database, 5))
+    with pytest.raises(ValueError, match="similarity must be one of"):
+        cache.cached_exact_neighbours(query, database, 5, path, "auto")

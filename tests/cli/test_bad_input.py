@@ -116,7 +116,7 @@ CASES = [
      [], "corrupt or unreadable .mat file"),
     ("truncated mat", lambda f: _truncated(_mat(f, "t.mat", **_labelled())), [],
      "corrupt or unreadable .mat file"),
-    ("mat v7.3", _v73, [], "MATLAB v7.3 (HDF5) file, which is not supported; re-save it with"),
+    ("mat v7.3 damaged", _v73, [], "corrupt, truncated or not an HDF5 file"),
     ("truncated fvecs", lambda f: _truncated(_texmex_pair(f, "tr", np.ones((5, 3), np.float32),
                                                           np.ones((2, 3), np.float32)), 0.9),
      [], "is not a multiple of the row size 4 + 3 x 4 = 16 bytes"),

@@ -268,3 +268,22 @@ def test_command_line_exit_status_without_traceback(tmp_path):
         f"sgh-compare: error: {tmp_path / 'missing'}: no such directory; expected an sgh-train "
         "sweep directory"
     ]
+
+
+def test_runs_of_other_rankings_are_their_own_rows_with_their_search_curves(tmp_path):
+    root = tmp_path / "sweep"
+    _run(root / "0", "itq", 8, 0, 0.40, 0.10)
+    _run(root / "1", "itq", 8, 0, 0.50, 0.30)
+    metrics = json.loads((root / "1" / "metrics.json").read_text())
+    metrics["ranking"] = "rerank: shortlist = Hamming top 1000, rescored by ..."
+    metrics["shortlist_curve"] = {"shortlist": [10, 30, 60], "recall10@100": [0.2, 0.3, 0.35],
+                                  "queries_per_second": [900.0, 500.0, 200.0],
+                                  "rescore": "decoder"}
+    (root / "1" / "metrics.json").write_text(json.dumps(metrics))
+    aggregated = aggregate(collect(root))
+    assert [(e["method"], e["n_seeds"], e["map_mean"]) for e in aggregated] == [
+        ("itq", 1, 0.40), ("itq (rerank)", 1, 0.50)]  # never averaged together
+    assert "ranked that way instead" in markdown(aggregated)
+    main([str(root), "--out", str(tmp_path / "out"), "--no-tensorboard"])
+    for name in ("shortlist_curves", "recall_vs_queries_per_second", "pr_curves"):
+        assert (tmp_path / "out" / f"{name}.png").stat().st_size > 1000

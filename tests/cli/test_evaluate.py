@@ -88,3 +88,17 @@ def test_cli_rescores_a_run_directory_and_fails_cleanly(tmp_path):
                          capture_output=True, text=True, cwd=tmp_path)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().startswith("sgh-eval: error:") and "no such file" in bad.stderr
+
+
+def test_a_codes_file_holds_no_query_features_for_an_asymmetric_ranking(tmp_path):
+    from sgh.config import EvalConfig
+
+    path = _codes_file(tmp_path / "codes.npz")
+    for ranking in ("asymmetric", "rerank"):
+        with pytest.raises(UserInputError, match="sgh-eval run=DIR instead of codes=FILE"):
+            evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(ranking=ranking)))
+    with pytest.raises(UserInputError, match="eval.ranking='nearest' is not known; accepted: "
+                                             "hamming, asymmetric, rerank"):
+        evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(ranking="nearest")))
+    with pytest.raises(UserInputError, match="eval.shortlist=0 is impossible"):
+        evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(shortlist=0)))

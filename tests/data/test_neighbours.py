@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import sgh.data.neighbours
-from sgh.data.neighbours import euclidean_neighbours
+from sgh.data.neighbours import euclidean_neighbours, exact_neighbours
 
 
 def brute_force(query, database, k):
@@ -91,3 +91,91 @@ def test_bad_arguments_are_named():
         euclidean_neighbours(np.full((1, 3), np.nan), database, 1)
     with pytest.raises(ValueError, match="block_size must be a positive integer, got 0"):
         euclidean_neighbours(np.zeros((1, 3)), database, 1, block_size=0)
+
+
+# --- exact_neighbours: every similarity, in memory and streamed ---------------------------------
+
+def brute_force_inner_product(query, database, k):
+    """Full float64 product matrix, stable sort of minus the products: ties by database index."""
+    scores = np.einsum("qd,nd->qn", query.astype(np.float64), database.astype(np.float64))
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 1, 37])
+def test_inner_product_matches_brute_force_on_random_float32(chunk_rows):
+    rng = np.random.default_rng(4)
+    database = rng.normal(size=(500, 24)).astype(np.float32)
+    query = rng.normal(size=(30, 24)).astype(np.float32)
+    ids = exact_neighbours(query, database, 10, "inner_product", chunk_rows)
+    assert ids.dtype == np.int64 and ids.shape == (30, 10)
+    np.testing.assert_array_equal(ids, brute_force_inner_product(query, database, 10))
+
+
+def test_inner_product_ties_are_broken_by_database_index():
+    # Small integers: many exactly equal products, duplicate rows, and zero rows (product 0).
+    rng = np.random.default_rng(5)
+    database = rng.integers(-2, 3, (300, 4)).astype(np.float32)
+    database[150:200] = database[:50]
+    database[250:260] = 0
+    query = np.concatenate([database[:5], rng.integers(-2, 3, (10, 4)), np.zeros((1, 4))])
+    query = query.astype(np.float32)
+    for chunk_rows in (None, 7):
+        np.testing.assert_array_equal(
+            exact_neighbours(query, database, 40, "inner_product", chunk_rows),
+            brute_force_inner_product(query, database, 40))
+    # The zero query ties with everything: the first 40 ids.
+    np.testing.assert_array_equal(exact_neighbours(query, database, 40, "inner_product")[-1],
+                                  np.arange(40))
+
+
+def test_inner_product_is_exact_where_float32_products_are_not():
+    # A large common offset: q.x ~ 16 * 4096^2 = 2^28, where float32 steps by 16, while the
+    # items differ by 1: the float32 products alone misorder them (checked), the margin and the
+    # float64 ranking (exact here: integers below 2^53) do not.
+    rng = np.random.default_rng(6)
+    database = (4096 + rng.integers(0, 8, (400, 16))).astype(np.float32)
+    database[200:] = database[:200]
+    database[200:, 0] += 1  # near ties: one unit more on one coordinate
+    query = (4096 + rng.integers(0, 8, (20, 16))).astype(np.float32)
+    oracle = brute_force_inner_product(query, database, 15)
+    float32_only = np.argsort(-(query @ database.T), axis=1, kind="stable")[:, :15]
+    assert not np.array_equal(float32_only, oracle)
+    for chunk_rows in (None, 50):
+        np.testing.assert_array_equal(
+            exact_neighbours(query, database, 15, "inner_product", chunk_rows), oracle)
+
+
+def test_values_near_float32_overflow_use_float64_products():
+    rng = np.random.default_rng(7)
+    database = (rng.integers(1, 9, (60, 4)) * 1e19).astype(np.float32)  # products ~ 1e40
+    query = (rng.integers(1, 9, (5, 4)) * 1e19).astype(np.float32)
+    np.testing.assert_array_equal(exact_neighbours(query, database, 6, "inner_product"),
+                                  brute_force_inner_product(query, database, 6))
+    np.testing.assert_array_equal(exact_neighbours(query, database, 6),
+                                  brute_force(query, database, 6))
+
+
+def test_a_streamed_database_gives_the_in_memory_ids(tmp_path):
+    from sgh.data.streamed_features import StreamedFeatures
+    from sgh.data.vector_files import open_vectors
+
+    rng = np.random.default_rng(8)
+    database = rng.integers(-3, 4, (700, 8)).astype(np.float32)  # many ties across chunks
+    query = rng.integers(-3, 4, (25, 8)).astype(np.float32)
+    np.save(tmp_path / "db.npy", database)
+    streamed = StreamedFeatures(open_vectors(tmp_path / "db.npy"))
+    for similarity, oracle in (("inner_product", brute_force_inner_product),
+                               ("euclidean", brute_force), ("angular", brute_force)):
+        want = oracle(query, database, 12)
+        for chunk_rows in (None, 64):
+            np.testing.assert_array_equal(
+                exact_neighbours(query, streamed, 12, similarity, chunk_rows), want)
+
+
+def test_exact_neighbours_arguments_are_named():
+    database = np.zeros((5, 3))
+    with pytest.raises(ValueError, match="similarity must be one of euclidean, angular, "
+                                         "inner_product, got 'auto'"):
+        exact_neighbours(np.zeros((1, 3)), database, 1, "auto")
+    with pytest.raises(ValueError, match="between 1 and the database size 5, got 6"):
+        exact_neighbours(np.zeros((1, 3)), database, 6, "inner_product")

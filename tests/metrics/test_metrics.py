@@ -800,11 +800,11 @@ def test_new_arguments_are_checked():
 def test_kernels_still_compile_where_no_cache_can_be_written():
     # numba refuses cache=True when it finds no writable cache directory (read-only package and
     # home); a function without a source file is refused the same way.
-    from sgh.metrics import kernels
+    from sgh.compiled import compiled as compile_kernel
 
     namespace = {}
     exec("def twice(x):\n    return 2 * x\n", namespace)
-    compiled = kernels._jit(namespace["twice"])
+    compiled = compile_kernel(namespace["twice"])
     assert compiled(21) == 42
     assert type(compiled._cache).__name__ == "NullCache"
 

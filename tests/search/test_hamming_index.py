@@ -251,3 +251,112 @@ def test_an_index_searched_in_shards_gives_the_same_results(bits, monkeypatch):
         np.testing.assert_array_equal(I, whole[0][1])
         for got, want in zip(sharded.range_search(xq, bits // 3), whole[1], strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_external_ids_worked_example():
+    # The worked example's database with ids 50, 40, 30, 20, 10 in insertion order: the same
+    # neighbours, in the same order (ties by position), reported by their ids.
+    xb = pack_bits([[0, 0, 0, 0], [0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 1], [0, 0, 1, 1]])
+    xq = pack_bits([[0, 0, 1, 0]])
+    index = HammingIndex(4)
+    index.add(xb[:2], ids=[50, 40])
+    index.add(xb[2:], ids=np.array([30, 20, 10], np.uint32))
+    assert index.has_ids and index.ids().tolist() == [50, 40, 30, 20, 10]
+    D, I = index.search(xq, 6)
+    # Positions (1, 0), (1, 1), (1, 4), (2, 3), (3, 2) -> ids 50, 40, 10, 20, 30, then padding.
+    assert D.tolist() == [[1, 1, 1, 2, 3, MISSING_DISTANCE]]
+    assert I.tolist() == [[50, 40, 10, 20, 30, -1]] and I.dtype == np.int64
+    lims, D, I = index.range_search(xq, 1)
+    assert lims.tolist() == [0, 3] and D.tolist() == [1, 1, 1] and I.tolist() == [50, 40, 10]
+    np.testing.assert_array_equal(index.codes(), xb)  # codes() unchanged by ids
+    index.add(xb[:1], ids=[40])  # a repeated id: both copies are found, at their positions
+    assert index.search(xb[:1], 3)[1].tolist() == [[50, 40, 20]]
+    assert index.search(pack_bits([[0, 0, 1, 1]]), 2)[1].tolist() == [[40, 10]]
+    index.reset()
+    assert not index.has_ids and index.ids().shape == (0,)
+    index.add(xb)  # after reset, ids or none may be chosen afresh
+    assert index.ids().tolist() == [0, 1, 2, 3, 4] and not index.has_ids
+
+
+@pytest.mark.parametrize("bits", [12, 64])
+def test_external_ids_map_positions(bits, pairs_per_block):
+    # With ids, I is exactly the ids of the positions found without them, padding kept.
+    rng = np.random.default_rng(bits + 11)
+    xb, xq = random_codes(rng, 2000, bits), random_codes(rng, 25, bits)
+    ids = rng.choice(10**9, 2000, replace=False).astype(np.int64) - 5 * 10**8  # negative ids too
+    plain, mapped = HammingIndex(bits), HammingIndex(bits)
+    plain.add(xb)
+    mapped.add(xb[:700], ids[:700])
+    mapped.add(xb[700:], ids[700:])
+    table = np.append(ids, -1)
+    for k in (1, 50, 2100):
+        D, I = plain.search(xq, k)
+        mapped_D, mapped_I = mapped.search(xq, k)
+        np.testing.assert_array_equal(mapped_D, D)
+        np.testing.assert_array_equal(mapped_I, table[I])
+    lims, D, I = plain.range_search(xq, bits // 3)
+    for got, want in zip(mapped.range_search(xq, bits // 3), (lims, D, ids[I]), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_ids_validation():
+    xb = random_codes(np.random.default_rng(12), 3, 12)
+    index = HammingIndex(12)
+    for ids, match in [
+        ([1, 2], r"ids must be a 1-D integer array, one id per code \(3\).*shape \(2,\)"),
+        (np.zeros((3, 1), np.int64), r"shape \(3, 1\)"),
+        ([1.0, 2.0, 3.0], "dtype float64"),
+        (np.array([1, 2, 2**63], np.uint64), "ids must fit in int64, got 9223372036854775808"),
+        ([4, -1, 5], "ids must not be -1 .* at position 1"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            index.add(xb, ids=ids)
+    assert index.ntotal == 0 and not index.has_ids  # nothing added by a refused add
+    index.add(xb, ids=[7, 7, 8])
+    with pytest.raises(ValueError, match="give ids for every add or for none: earlier adds had "
+                                         "ids, this one has none"):
+        index.add(xb)
+    plain = HammingIndex(12)
+    plain.add(xb)
+    with pytest.raises(ValueError, match="earlier adds had none, this one has ids"):
+        plain.add(xb, ids=[1, 2, 3])
+    assert index.ntotal == plain.ntotal == 3
+
+
+def test_save_load_keeps_ids_and_reads_files_without_them(tmp_path):
+    rng = np.random.default_rng(13)
+    xb, xq = random_codes(rng, 50, 12), random_codes(rng, 4, 12)
+    index = HammingIndex(12)
+    index.add(xb, ids=np.arange(50) * 3 + 1000)
+    index.save(tmp_path / "ids.npz")
+    with np.load(tmp_path / "ids.npz") as data:
+        assert sorted(data.files) == ["bits", "codes", "ids"]
+    loaded = HammingIndex.load(tmp_path / "ids.npz")
+    assert loaded.has_ids
+    np.testing.assert_array_equal(loaded.ids(), index.ids())
+    for a, b in zip(index.search(xq, 7), loaded.search(xq, 7), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # A file from before ids (and an index saved without them): no 'ids' key, ids = positions.
+    np.savez(tmp_path / "old.npz", bits=np.int64(12), codes=xb)
+    old = HammingIndex.load(tmp_path / "old.npz")
+    assert not old.has_ids and old.ids().tolist() == list(range(50))
+    old.save(tmp_path / "again.npz")
+    with np.load(tmp_path / "again.npz") as data:
+        assert sorted(data.files) == ["bits", "codes"]
+    empty = HammingIndex(12)
+    empty.add(xb[:0], ids=[])
+    empty.save(tmp_path / "empty.npz")
+    assert HammingIndex.load(tmp_path / "empty.npz").has_ids
+
+
+@pytest.mark.parametrize(
+    "ids, match",
+    [(np.arange(3), r"key 'ids': ids must be .*one id per code \(2\)"),
+     (np.array([0.5, 1.5]), "key 'ids': .*dtype float64"),
+     (np.array([-1, 3]), "key 'ids': ids must not be -1")],
+)
+def test_load_rejects_bad_ids(tmp_path, ids, match):
+    path = tmp_path / "bad.npz"
+    np.savez(path, bits=np.int64(12), codes=np.zeros((2, 2), np.uint8), ids=ids)
+    with pytest.raises(ValueError, match=f"bad.npz: {match}"):
+        HammingIndex.load(path)

@@ -110,3 +110,21 @@ def test_on_mnist_the_estimators_defaults_encode_the_queries_as_sgh_train_does(t
     hasher = SGHHasher(n_bits=32, random_state=0).fit(split.train)
     np.testing.assert_array_equal(hasher.encode(split.query),
                                   load_codes(tmp_path / "codes.npz").query)
+
+
+def test_the_hasher_hands_its_decoder_to_search():
+    from sgh.search.asymmetric_index import AsymmetricIndex
+
+    x = _blobs()
+    hasher = SGHHasher(**TINY).fit(x)
+    score = hasher.asymmetric_score()
+    assert score.bits == 6 and score.form.startswith("decoder, reconstruction distance")
+    index = AsymmetricIndex(score)
+    index.add(hasher.encode(x))
+    D, I = index.search(x[:5], 3)
+    assert I.shape == (5, 3) and (np.diff(D, axis=1) >= 0).all()
+    assert hasher.asymmetric_score("inner_product").code_templates is None
+    deep = SGHHasher(**TINY, encoder="mlp", decoder="mlp", encoder_hidden=(8,),
+                     decoder_hidden=(8,)).fit(x)
+    with pytest.raises(ValueError, match="SGHHasher has no asymmetric score: model.decoder=mlp"):
+        deep.asymmetric_score()

@@ -157,6 +157,40 @@ def test_decoder_templates_are_what_each_bit_adds(objective):
                                rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("objective", ["paper", "released"])
+@pytest.mark.parametrize("similarity", ["euclidean", "inner_product"])
+def test_the_asymmetric_score_is_the_decoders_reconstruction_distance(objective, similarity):
+    """Search ranks codes by ||x - x^(h)||^2 (or -<x, x^(h)>), x^ the objective's decoder."""
+    from sgh.codes import pack_bits
+    from sgh.search.asymmetric_index import AsymmetricIndex
+
+    model, x = _tiny_model(objective)
+    h = np.random.default_rng(1).integers(0, 2, (40, model.bits)).astype(np.float32)
+    if objective == "paper":
+        decoded = model.decode(tf.constant(h)).numpy() * model.scale.numpy() + model.mean.numpy()
+    else:
+        decoded = h @ model.U.numpy() * np.abs(model.s.numpy()) + model.m.numpy()
+    exact = (-(x.astype(np.float64) @ decoded.T) if similarity == "inner_product" else
+             ((x[:, None, :].astype(np.float64) - decoded[None]) ** 2).sum(-1))
+    index = AsymmetricIndex(model.asymmetric_score(similarity))
+    index.add(pack_bits(h.astype(np.uint8)))
+    _, _, scores = next(index.score_blocks(x))
+    constant = exact - scores  # one per query
+    np.testing.assert_allclose(constant, np.broadcast_to(constant[:, :1], constant.shape),
+                               atol=1e-3 * np.abs(exact).max())
+
+
+def test_the_two_stage_curve_is_shown_against_the_shortlist_size(tmp_path):
+    curve = {"shortlist": [100, 300, 1000], "recall10@100": [0.5, 0.6, 0.7],
+             "queries_per_second": [900.0, 400.0, 100.0], "rescore": "decoder"}
+    accumulator, _ = _write(tmp_path, lambda: views.write_shortlist_curve(curve))
+    recall = accumulator.Tensors("search/recall10@100")
+    assert [event.step for event in recall] == [100, 300, 1000]
+    assert [float(tensor_util.make_ndarray(e.tensor_proto)) for e in recall] == \
+        pytest.approx([0.5, 0.6, 0.7])
+    assert len(accumulator.Tensors("search/queries_per_second")) == 3
+
+
 # ---- images -----------------------------------------------------------------------------------
 def test_image_shape_is_inferred_only_for_square_images():
     assert views.infer_image_shape(784) == (28, 28, 1)  # MNIST

@@ -1,0 +1,423 @@
+"""HDF5 files, read with h5py: ann-benchmarks datasets (`.hdf5`, `.h5`) and MATLAB v7.3 `.mat`.
+
+**ann-benchmarks** (github.com/erikbern/ann-benchmarks, `load_hdf5_split`): the datasets `train`
+(the database, and the training set), `test` (the queries), `neighbors` (test x K ids into
+`train`, 0-based, nearest first; optional here, computed exactly when absent) and `distances`
+(not needed, not read), and the root attribute `distance`: `euclidean`, `angular` or `dot`
+(inner product), which `dataset.similarity=auto` follows.
+
+**MATLAB v7.3** (`save(..., '-v7.3')`): an HDF5 file after a 512-byte header; each variable is a
+dataset with the attribute `MATLAB_class`. MATLAB stores column-major, so an (n, d) matrix is
+an HDF5 (d, n) dataset and is read transposed. Char, cell, struct, sparse, object and complex
+variables are refused with one line; `logical` reads as bool, as from a v5 file.
+
+**Reading in parts.** `Hdf5Vectors` is a `VectorFile`: `read(start, stop)` and `take(rows)`
+read only those rows (hyperslabs), so a large `train` is streamed (`dataset.streaming`) as a
+`.npy` file is. The file is opened for each read and closed after it (no handle is kept
+between reads, nor across a fork).
+
+**Safety.** The HDF5 library parses the file; everything it reports becomes one
+`UserInputError` line naming the file (and the dataset). A dataset's type is checked before any
+of its data is read: only integers, floats and booleans are ever read, never variable-length,
+reference or object data (nothing is unpickled), and links to other files are refused. A
+string attribute is read only after its type is checked to be a string: HDF5 1.14 crashes
+converting some damaged non-string attributes (found by fuzzing). One thing no check here can
+catch: damage inside the global heap that holds a variable-length string attribute (an
+ann-benchmarks `distance`) can make the library loop forever.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from sgh.data.similarity import (
+    conversion_with,
+    normalise_in_place,
+    resolve_similarity,
+)
+from sgh.data.split import RetrievalSplit, ann_split
+from sgh.data.streamed_features import StreamedFeatures, choose_streaming
+from sgh.data.vector_files import (
+    MAT_NUMERIC_CLASSES,
+    VectorFile,
+    _reason,
+    _where,
+    read_float32,
+    require_same_scaling,
+)
+from sgh.errors import UserInputError
+
+HDF5_SUFFIXES = (".hdf5", ".h5")
+# ann-benchmarks' `distance` attribute -> dataset.similarity. Its binary datasets (hamming,
+# jaccard) hold bit vectors and sets, which SGH's real-valued model does not take.
+ANN_BENCHMARKS_DISTANCES = {"euclidean": "euclidean", "angular": "angular",
+                            "dot": "inner_product"}
+ANN_BENCHMARKS_LAYOUT = ("train (the database and training set), test (the queries), optional "
+                         "neighbors (test x K ids into train, 0-based) and distances")
+_ANN_FILE = "an ann-benchmarks HDF5 file: " + ANN_BENCHMARKS_LAYOUT
+_MAT_FILE = "a MATLAB v7.3 .mat file (save(..., '-v7.3'))"
+_MATRIX = f"a full numeric matrix ({', '.join(MAT_NUMERIC_CLASSES)})"
+# take(): rows this close are read as one range (reading the rows between costs less than
+# another read call); one range is at most _MAX_SPAN_BYTES.
+_MERGE_GAP_BYTES = 1 << 16
+_MAX_SPAN_BYTES = 1 << 23
+
+
+def _h5py():
+    import h5py  # here, not at the top: `import sgh.data` stays light without HDF5 files
+
+    return h5py
+
+
+@contextlib.contextmanager
+def _hdf5_errors(where: str, what: str, advice: str = "") -> Iterator[None]:
+    """Any error of the HDF5 library inside becomes one line: `WHERE: WHAT (its reason)`, then
+    `; ADVICE` if given."""
+    try:
+        yield
+    except UserInputError:
+        raise
+    # h5py raises OSError, KeyError, RuntimeError, ValueError, TypeError ... on damaged bytes;
+    # at this boundary each means a damaged file.
+    except Exception as error:  # noqa: BLE001
+        advice = f"; {advice}" if advice else ""
+        raise UserInputError(f"{where}: {what} ({_reason(error)}){advice}") from None
+
+
+@contextlib.contextmanager
+def _opened(path: Path, expected: str):
+    """The file opened read-only (and closed after); a file HDF5 cannot open is one line."""
+    h5py = _h5py()
+    with _hdf5_errors(str(path), "corrupt, truncated or not an HDF5 file", f"expected {expected}"):
+        # No file lock: the file is only read, and locks fail on some network and read-only
+        # file systems.
+        file = h5py.File(path, "r", locking=False)
+    try:
+        yield file
+    finally:
+        file.close()
+
+
+def _member_names(file, path: Path, skip_matlab_internals: bool = False) -> list[str]:
+    with _hdf5_errors(str(path), "corrupt HDF5 file: its root group cannot be listed"):
+        names = sorted(str(name) for name in file.keys())
+    if skip_matlab_internals:  # #refs# (cell contents) and #subsystem# (objects)
+        names = [name for name in names if not name.startswith("#")]
+    return names
+
+
+def _member(file, path: Path, key: str):
+    """The object at `key`: refuses a missing key and links into other files."""
+    h5py = _h5py()
+    where = _where(path, key)
+    with _hdf5_errors(where, "is corrupt in the HDF5 file"):
+        link = file.get(key, getlink=True)
+        if link is None:
+            found = ", ".join(_member_names(file, path)) or "none"
+            raise UserInputError(f"{path}: has no dataset {key!r}; datasets found: {found}")
+        if isinstance(link, h5py.ExternalLink):
+            raise UserInputError(f"{where} links to another file ({link.filename}); expected "
+                                 "the data in this file")
+        member = file[key]
+        if isinstance(member, h5py.Dataset) and member.is_virtual:
+            raise UserInputError(f"{where} is a virtual dataset (its data lives in other "
+                                 "files); expected the data in this file")
+    return member
+
+
+def _string_attribute(member, name: str, where: str) -> str | None:
+    """The attribute `name` as text, None if absent; refused unless it is one string."""
+    h5py = _h5py()
+    with _hdf5_errors(where, f"has a corrupt attribute {name}"):
+        if name not in member.attrs:
+            return None
+        attribute = h5py.h5a.open(member.id, name.encode())
+        kind, points = attribute.get_type(), attribute.get_space().get_simple_extent_npoints()
+        # Read only a string: converting damaged attributes of other types can crash HDF5.
+        if not isinstance(kind, h5py.h5t.TypeStringID) or points != 1 or (
+                not kind.is_variable_str() and kind.get_size() > 1024):
+            raise UserInputError(f"{where}: attribute {name} is not a short text; expected a "
+                                 "string such as 'euclidean'")
+        value = member.attrs[name]
+    if isinstance(value, np.ndarray):
+        value = value.reshape(-1)[0]
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return str(value).strip("\0 ").strip()
+
+
+def _numbers(member, where: str) -> tuple[tuple[int, ...], np.dtype]:
+    """(shape, dtype) of `member` if it is a dataset of integers, floats or booleans; refused
+    (with what it is) before any of its data is read otherwise."""
+    h5py = _h5py()
+    if not isinstance(member, h5py.Dataset):
+        raise UserInputError(f"{where} is an HDF5 group, not a dataset; expected a 2-D numeric "
+                             "array (items x features)")
+    with _hdf5_errors(where, "is corrupt in the HDF5 file"):
+        kind = member.id.get_type()
+        type_class = kind.get_class()
+        numeric = type_class in (h5py.h5t.INTEGER, h5py.h5t.FLOAT) or (
+            type_class == h5py.h5t.ENUM and member.dtype == np.bool_)  # h5py's booleans
+        complex_numbers = type_class == h5py.h5t.COMPOUND and sorted(
+            kind.get_member_name(i) for i in range(kind.get_nmembers())) in (
+                [b"i", b"r"], [b"imag", b"real"])
+        shape = member.shape
+        if shape is None:
+            raise UserInputError(f"{where} has no data (an empty dataspace); expected a "
+                                 "non-empty 2-D array (items x features)")
+        dtype = member.dtype if numeric else None
+    if complex_numbers:
+        raise UserInputError(f"{where} holds complex values; expected real numbers (save "
+                             "real(X) or abs(X))")
+    if not numeric:
+        names = {h5py.h5t.STRING: "strings", h5py.h5t.VLEN: "variable-length sequences",
+                 h5py.h5t.REFERENCE: "object references", h5py.h5t.COMPOUND: "records",
+                 h5py.h5t.OPAQUE: "opaque bytes", h5py.h5t.ARRAY: "array elements",
+                 h5py.h5t.ENUM: "enumerated values", h5py.h5t.BITFIELD: "bit fields"}
+        raise UserInputError(f"{where} holds {names.get(type_class, 'non-numeric values')}; "
+                             "expected integer, boolean or floating-point features")
+    return shape, dtype
+
+
+class Hdf5Vectors(VectorFile):
+    """A 2-D numeric dataset (`key`) of an HDF5 file, read by row ranges and rows.
+
+    `matlab`: a MATLAB v7.3 variable, stored transposed ((d, n) for an (n, d) matrix) and
+    checked by its `MATLAB_class`. Construct with `open_hdf5_vectors`.
+    """
+
+    def __init__(self, path: Path, key: str, matlab: bool = False):
+        self.matlab = matlab
+        self._expected = _MAT_FILE if matlab else _ANN_FILE
+        self._logical = False
+        where = _where(path, key)
+        with _opened(path, self._expected) as file:
+            member = _member(file, path, key)
+            if matlab:
+                shape, dtype, self._stored = self._matlab_layout(member, where)
+            else:
+                shape, dtype = self._stored = _numbers(member, where)
+        super().__init__(path, key, shape, dtype)
+
+    def _matlab_layout(self, member, where: str):
+        """(shape as MATLAB has it, dtype, (shape, dtype) as stored) of a numeric MATLAB
+        variable; refuses the others."""
+        h5py = _h5py()
+        matlab_class = _string_attribute(member, "MATLAB_class", where)
+        if isinstance(member, h5py.Group):  # structs, sparse matrices, objects
+            with _hdf5_errors(where, "is corrupt in the HDF5 file"):
+                sparse = "MATLAB_sparse" in member.attrs
+            kind = "sparse" if sparse else (matlab_class or "struct")
+            raise UserInputError(f"{where} is a MATLAB {kind} array; expected {_MATRIX}")
+        if matlab_class is not None and matlab_class not in MAT_NUMERIC_CLASSES:
+            raise UserInputError(f"{where} is a MATLAB {matlab_class} array; expected {_MATRIX}")
+        stored = _numbers(member, where)
+        with _hdf5_errors(where, "is corrupt in the HDF5 file"):
+            empty = "MATLAB_empty" in member.attrs
+            if empty:  # MATLAB stores an empty array's dimensions as its data
+                dims = np.asarray(member[()]).reshape(-1) if member.size <= 32 else [0]
+                return tuple(int(side) for side in dims), np.dtype(np.float64), stored
+        self._logical = matlab_class == "logical"  # stored as uint8
+        dtype = np.dtype(np.bool_) if self._logical else stored[1]
+        return tuple(reversed(stored[0])), dtype, stored
+
+    @contextlib.contextmanager
+    def _dataset(self):
+        """The dataset, open for one read; damage found while reading is one line."""
+        with _opened(self.path, self._expected) as file:
+            member = _member(file, self.path, self.key)
+            with _hdf5_errors(self.where, "is corrupt or unreadable in the HDF5 file"):
+                if (member.shape, member.dtype) != self._stored:
+                    raise UserInputError(f"{self.where} changed since it was opened (now "
+                                         f"{member.shape} {member.dtype}); restore the file")
+                yield member
+
+    def _rows(self, member, start: int, stop: int) -> np.ndarray:
+        if self.matlab:
+            return np.ascontiguousarray(member[:, start:stop].T)
+        return member[start:stop]
+
+    def _finish(self, rows: np.ndarray) -> np.ndarray:
+        return rows.astype(np.bool_) if self._logical else rows
+
+    def _read(self, start, stop):
+        with self._dataset() as member:
+            return self._finish(self._rows(member, start, stop))
+
+    def _take_unstrided(self, rows):
+        # h5py's own fancy indexing wants increasing indices and is slow (about 50 us a row):
+        # read sorted distinct rows as ranges instead, rows close together in one range.
+        unique, inverse = np.unique(rows, return_inverse=True)
+        if unique[0] < 0 or unique[-1] >= len(self):  # `take` checks sorted rows only
+            raise ValueError(f"rows outside 0..{len(self)}")
+        row_bytes = self.shape[1] * self.dtype.itemsize
+        gap = max(1, _MERGE_GAP_BYTES // row_bytes)
+        span = max(1, _MAX_SPAN_BYTES // row_bytes)
+        taken = np.empty((len(unique), self.shape[1]), self.dtype)
+        with self._dataset() as member:
+            for first, last in _ranges(unique, gap, span):
+                block = self._rows(member, int(unique[first]), int(unique[last - 1]) + 1)
+                taken[first:last] = self._finish(block[unique[first:last] - unique[first]])
+        return taken[inverse.reshape(-1)]
+
+
+def _ranges(rows: np.ndarray, gap: int, span: int) -> list[tuple[int, int]]:
+    """[first, last) positions of sorted `rows` read together: neighbours at most `gap` rows
+    apart, each range at most `span` rows long."""
+    breaks = np.flatnonzero(np.diff(rows) > gap) + 1
+    ranges = []
+    for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(rows)], strict=True):
+        # Split a long group at multiples of `span` from its first row.
+        parts = (rows[first:last] - rows[first]) // span
+        cuts = first + np.flatnonzero(np.diff(parts)) + 1
+        ranges += list(zip(np.r_[first, cuts], np.r_[cuts, last], strict=True))
+    return [(int(first), int(last)) for first, last in ranges]
+
+
+def variable_names(path: Path, matlab: bool = False) -> list[str]:
+    """The arrays at the root of an HDF5 file (MATLAB: its variables), sorted."""
+    with _opened(path, _MAT_FILE if matlab else _ANN_FILE) as file:
+        return _member_names(file, path, skip_matlab_internals=matlab)
+
+
+def open_hdf5_vectors(path: Path, key: str | None, matlab: bool = False) -> Hdf5Vectors:
+    """The dataset `key` of an HDF5 file (or MATLAB v7.3 variable); `key` may be omitted when
+    the file holds exactly one."""
+    if key is None:
+        names = variable_names(path, matlab)
+        if not names:
+            raise UserInputError(f"{path}: holds no arrays; expected "
+                                 f"{_MAT_FILE if matlab else 'an HDF5 file of 2-D arrays'}")
+        if len(names) > 1:
+            raise UserInputError(f"{path}: holds several arrays ({', '.join(names)}); name one "
+                                 "with a key")
+        key = names[0]
+    return Hdf5Vectors(path, key, matlab)
+
+
+class Mat73Arrays(Mapping):
+    """The variables of a MATLAB v7.3 file by name, each read (whole, in MATLAB's shape) when
+    first asked for: variables the layout does not use (a char description, a struct of
+    settings) are never read, so they are never refused."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._names = variable_names(path, matlab=True)
+        self._read: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._read:
+            vectors = Hdf5Vectors(self.path, name, matlab=True)
+            self._read[name] = vectors.read(0, len(vectors))
+        return self._read[name]
+
+    def __contains__(self, name) -> bool:  # without reading the variable
+        return name in self._names
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def read_mat73_arrays(path: Path, names: list[str] | None = None) -> Mapping[str, np.ndarray]:
+    """Variables of a MATLAB v7.3 file as arrays in MATLAB's shape: all of them (read when
+    first used), or the `names` given (read now)."""
+    arrays = Mat73Arrays(path)
+    if names is None:
+        return arrays
+    return {name: arrays[name] for name in names}
+
+
+# --- ann-benchmarks datasets --------------------------------------------------------------------
+
+def _stated_similarity(file, path: Path) -> tuple[str | None, str]:
+    """(the similarity the `distance` attribute states or None, the attribute for messages)."""
+    distance = _string_attribute(file, "distance", str(path))
+    if distance is None:
+        return None, ""
+    source = f"{path}: attribute distance={distance!r}"
+    if distance in ANN_BENCHMARKS_DISTANCES:
+        return ANN_BENCHMARKS_DISTANCES[distance], source
+    accepted = "accepted: euclidean, angular, dot (inner product)"
+    if distance in ("hamming", "jaccard"):
+        raise UserInputError(f"{source}: ann-benchmarks' binary and set datasets are not "
+                             f"supported (SGH hashes real-valued features); {accepted}")
+    raise UserInputError(f"{source} is not known; {accepted}")
+
+
+def _checked_neighbours(path: Path, n_queries: int, n_database: int) -> np.ndarray:
+    """`neighbors` as int64 (n_queries, K) after checking it: integers, a row per query, ids of
+    `train` rows, distinct within each row."""
+    vectors = Hdf5Vectors(path, "neighbors")
+    where = vectors.where
+    if vectors.dtype.kind not in "iu":
+        raise UserInputError(f"{where} has dtype {vectors.dtype}; expected integer ids (test x "
+                             "K, 0-based rows of 'train')")
+    if len(vectors) != n_queries:
+        raise UserInputError(f"{where} has {len(vectors)} rows but 'test' has {n_queries} "
+                             "queries; expected one row of neighbour ids per query")
+    ids = vectors.read(0, len(vectors)).astype(np.int64)
+    outside = np.argwhere((ids < 0) | (ids >= n_database))
+    if outside.size:
+        row, column = outside[0]
+        raise UserInputError(f"{where} row {row} has the id {ids[row, column]}, outside "
+                             f"0..{n_database - 1}; ids index the rows of 'train' from 0")
+    ordered = np.sort(ids, axis=1)
+    repeated = np.argwhere(np.diff(ordered, axis=1) == 0)
+    if repeated.size:
+        row, column = repeated[0]
+        raise UserInputError(f"{where} row {row} lists the id {ordered[row, column]} more than "
+                             "once; each row lists distinct rows of 'train', nearest first")
+    return ids
+
+
+def load_hdf5_split(dataset, path: Path) -> RetrievalSplit:
+    """The split of an ann-benchmarks HDF5 file: database = training set = `train`, queries =
+    `test`, ground truth = `neighbors` if present; the similarity from `dataset.similarity` and
+    the file's `distance` attribute (`sgh.data.similarity.resolve_similarity`). Every header is
+    checked before any data is read."""
+    for setting, value in (("dataset.query_path", dataset.query_path),
+                           ("dataset.groundtruth_path", dataset.groundtruth_path),
+                           ("dataset.learn_path", dataset.learn_path)):
+        if value is not None:
+            raise UserInputError(f"{setting}={value} applies when dataset.path holds one array; "
+                                 f"{path} is {_ANN_FILE}")
+    with _opened(path, _ANN_FILE) as file:
+        names = _member_names(file, path)
+        for key in ("train", "test"):
+            if key not in names:
+                raise UserInputError(f"{path}: has no dataset {key!r} (found: "
+                                     f"{', '.join(names) or 'none'}); expected {_ANN_FILE}")
+        stated, source = _stated_similarity(file, path)
+    similarity = resolve_similarity(dataset.similarity, stated, source)
+    train, test = Hdf5Vectors(path, "train"), Hdf5Vectors(path, "test")
+    if test.shape[1] != train.shape[1]:
+        raise UserInputError(f"{test.where} has {test.shape[1]} features per item but "
+                             f"{train.where} has {train.shape[1]}; all splits must agree")
+    require_same_scaling(train.where, train.dtype, test.where, test.dtype)
+    truth = (_checked_neighbours(path, len(test), len(train)) if "neighbors" in names
+             else None)
+
+    angular = similarity == "angular"
+    query, conversion = read_float32(test)
+    if angular:
+        normalise_in_place(query, test.where)
+    if choose_streaming(dataset.streaming, [train]):
+        database = StreamedFeatures(train, unit_normalise=angular)
+    else:
+        database = read_float32(train)[0]
+        if angular:
+            normalise_in_place(database, train.where)
+    split = ann_split(dataset.name, database, query, truth, None,
+                      conversion_with(conversion, similarity), similarity)
+    return replace(split, protocol=("ann-benchmarks HDF5: database = training set = train, "
+                                    "queries = test"))

@@ -1,0 +1,144 @@
+"""Exact search of binary codes by an asymmetric score: real-valued queries, binary database.
+
+``AsymmetricIndex(score)`` holds packed database codes and, per item, the score's code term
+(:meth:`sgh.search.asymmetric.AsymmetricScore.item_norms`, one float32 per item: the only memory
+beyond the codes). A search builds each query's lookup tables and scans the database with the
+compiled kernels of :mod:`sgh.search.lookup_kernels`, in bounded memory: queries go in blocks
+whose tables fit in L2, the database in tiles, and only the running top k is kept.
+
+Conventions: ``D`` holds the scores (float32, smaller = nearer; the score omits a per-query
+constant, so compare D within a query only), ``I`` the database ids in insertion order; ties by
+smaller id; ``k > ntotal`` pads with ``D = inf`` and ``I = -1``.
+"""
+
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from sgh.codes import validate_codes
+from sgh.search.asymmetric import AsymmetricScore
+from sgh.search.lookup_kernels import scan_scores, scan_top_k, sorted_heaps
+
+# Queries per kernel call: their tables (code_bytes x 256 float32 each: 8 KB at 64 bits) stay in
+# L2 together, and each call is long enough that dispatch costs nothing.
+QUERY_BLOCK = 64
+
+
+def default_workers() -> int:
+    """Threads for a scan: one per core, at most 8 (the scans are memory-bound beyond that)."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+class AsymmetricIndex:
+    """Packed codes scored against real-valued queries by one `AsymmetricScore` (module doc)."""
+
+    def __init__(self, score: AsymmetricScore) -> None:
+        self.score = score
+        self.bits = score.bits
+        self.reset()
+
+    def reset(self) -> None:
+        self._codes: list[np.ndarray] = []
+        self._norms: list[np.ndarray] = []
+
+    @property
+    def ntotal(self) -> int:
+        return sum(len(chunk) for chunk in self._codes)
+
+    def add(self, codes: np.ndarray) -> None:
+        """Append ``(n, ceil(bits/8))`` uint8 codes; they get ids ``ntotal .. ntotal + n - 1``."""
+        codes = validate_codes(codes, self.bits, "codes")
+        if len(codes):
+            self._codes.append(np.ascontiguousarray(codes))
+            self._norms.append(self.score.item_norms(codes))
+
+    def codes(self) -> np.ndarray:
+        """All database codes in id order."""
+        self._merge()
+        return self._codes[0] if self._codes else np.zeros((0, -(-self.bits // 8)), np.uint8)
+
+    def norms(self) -> np.ndarray:
+        """Each item's code term of the score, in id order."""
+        self._merge()
+        return self._norms[0] if self._norms else np.zeros(0, np.float32)
+
+    def _merge(self) -> None:
+        if len(self._codes) > 1:
+            self._codes = [np.concatenate(self._codes)]
+            self._norms = [np.concatenate(self._norms)]
+
+    def search(self, queries: np.ndarray, k: int, workers: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """The k best-scoring database codes of each query: ``(D, I)``, see the module doc."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        tables = self.score.lookup_tables(queries)
+        D = np.full((len(tables), int(k)), np.inf, np.float32)
+        I = np.full((len(tables), int(k)), -1, np.int64)
+        codes, norms = self.codes(), self.norms()
+        if len(codes) == 0:
+            return D, I
+
+        def scan(start: int) -> None:
+            stop = start + QUERY_BLOCK
+            scan_top_k(tables[start:stop], codes, norms, 0, D[start:stop], I[start:stop])
+
+        _run_blocks(scan, len(tables), workers)
+        return sorted_heaps(D, I)
+
+    def score_blocks(self, queries: np.ndarray, block_items: int = 1 << 24,
+                     workers: int | None = None):
+        """Yield ``(q0, q1, scores)``: the ``(q1 - q0, ntotal)`` float32 scores of every database
+        item, for blocks of queries of at most ``block_items`` scores (evaluation ranks the whole
+        database; a search needs only :meth:`search`)."""
+        tables = self.score.lookup_tables(queries)
+        codes, norms = self.codes(), self.norms()
+        step = max(1, block_items // max(1, len(codes)))
+        for q0 in range(0, len(tables), step):
+            q1 = min(q0 + step, len(tables))
+            out = np.empty((q1 - q0, len(codes)), np.float32)
+
+            def scan(start: int, q0=q0, q1=q1, out=out) -> None:
+                stop = min(start + QUERY_BLOCK, q1 - q0)
+                scan_scores(tables[q0 + start : q0 + stop], codes, norms, out[start:stop])
+
+            _run_blocks(scan, q1 - q0, workers)
+            yield q0, q1, out
+
+    def rescore(self, queries: np.ndarray, candidates: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Score each query's candidate ids and sort them: ``(D, I)`` of the candidates' shape,
+        by (score, id); ``-1`` candidates (padding) stay last with ``D = inf``."""
+        tables = self.score.lookup_tables(queries)
+        candidates = np.asarray(candidates, np.int64)
+        if candidates.shape[0] != len(tables):
+            raise ValueError(f"candidates must have one row per query ({len(tables)}), got "
+                             f"{candidates.shape}")
+        codes, norms = self.codes(), self.norms()
+        valid = candidates >= 0
+        safe = np.where(valid, candidates, 0)
+        # norm + table[q, j, code[c, j]] over the bytes j in the kernels' order: float32 sums
+        # bit-identical to a full scan's, so rescoring never reorders near ties differently.
+        gathered = codes[safe]  # (nq, S, code_bytes)
+        D = norms[safe]
+        for j in range(gathered.shape[2]):
+            D += np.take_along_axis(tables[:, j, :], gathered[:, :, j].astype(np.intp), axis=1)
+        D[~valid] = np.inf
+        return sorted_heaps(D, np.where(valid, candidates, -1))
+
+
+def _run_blocks(scan, n_queries: int, workers: int | None) -> None:
+    """Run ``scan(start)`` for every block of :data:`QUERY_BLOCK` queries, on threads."""
+    starts = range(0, n_queries, QUERY_BLOCK)
+    workers = default_workers() if workers is None else max(1, int(workers))
+    if workers == 1 or len(starts) == 1:
+        for start in starts:
+            scan(start)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(scan, starts):  # re-raises a kernel's exception
+            pass

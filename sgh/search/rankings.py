@@ -1,0 +1,163 @@
+"""Whole rankings of the database for evaluation: asymmetric, or a Hamming shortlist rescored.
+
+The metrics of :mod:`sgh.metrics.ordered` score a ranking given as ids in rank order, the first
+``depth`` of each query (the whole database for mAP@all). The Hamming ranking has its own engine
+(:mod:`sgh.metrics`), exact and tie-aware from distance counts; these are the others:
+
+* ``asymmetric``: every database item by its asymmetric score (ties by id).
+* ``rerank``: the Hamming shortlist (top S, or within a radius) reordered by the rescoring rule,
+  then the rest of the database in Hamming order, ties by id (what a two-stage search returns
+  if asked for more than its shortlist holds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from sgh.codes import as_words, popcount
+from sgh.errors import UserInputError
+from sgh.search.asymmetric import AsymmetricScore
+from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.two_stage import TwoStageSearch
+
+# Entries (query x database item) of one block of rankings: 2**22 int64 ids are 32 MB, and the
+# label metrics hold ~25 bytes per entry.
+BLOCK_ENTRIES = 1 << 22
+
+
+def block_queries(n_database: int, depth: int) -> int:
+    """Queries per block so that a block holds at most `BLOCK_ENTRIES` scores or ids."""
+    return max(1, BLOCK_ENTRIES // max(1, n_database, depth))
+
+
+def hamming_distances(query_codes: np.ndarray, database_codes: np.ndarray) -> np.ndarray:
+    """``(nq, n)`` uint16 Hamming distances (a dense block; callers keep nq * n bounded)."""
+    query_words, database_words = as_words(query_codes), as_words(database_codes)
+    distances = np.zeros((len(query_words), len(database_words)), np.uint16)
+    for w in range(query_words.shape[1]):
+        distances += popcount(query_words[:, w, None] ^ database_words[None, :, w])
+    return distances
+
+
+def hamming_order(query_codes: np.ndarray, database_codes: np.ndarray, depth: int) -> np.ndarray:
+    """The first ``depth`` ids of each query's Hamming ranking, ties by id, ``(nq, depth)``."""
+    distances = hamming_distances(query_codes, database_codes)
+    if depth >= distances.shape[1]:
+        return np.argsort(distances, axis=1, kind="stable")  # radix sort of uint16
+    keys = distances.astype(np.int64) * distances.shape[1] + np.arange(distances.shape[1])
+    top = np.argpartition(keys, depth - 1, axis=1)[:, :depth]
+    return np.take_along_axis(top, np.argsort(np.take_along_axis(keys, top, 1), 1), 1)
+
+
+@dataclass
+class AsymmetricRanking:
+    """Every database item by its asymmetric score against the query's features."""
+
+    index: AsymmetricIndex
+    queries: np.ndarray
+    description: str = "asymmetric"  # the results file's `ranking`
+
+    def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        n = self.index.ntotal
+        depth = min(depth, n)
+        if depth < n:  # the top `depth` only: the heap scan, no dense scores
+            step = block_queries(0, depth)
+            for q0 in range(0, len(self.queries), step):
+                q1 = min(q0 + step, len(self.queries))
+                yield q0, q1, self.index.search(self.queries[q0:q1], depth)[1]
+            return
+        for q0, q1, scores in self.index.score_blocks(self.queries, BLOCK_ENTRIES):
+            # Stable: equal scores stay in id order (ties by id, as the heap scan).
+            yield q0, q1, np.argsort(scores, axis=1, kind="stable")
+
+
+@dataclass
+class RerankRanking:
+    """The Hamming shortlist rescored, then the rest of the database in Hamming order."""
+
+    search: TwoStageSearch
+    query_codes: np.ndarray
+    queries: np.ndarray
+    rescore: str
+    shortlist: int | None = 1000
+    radius: int | None = None
+    description: str = "rerank"  # the results file's `ranking`
+
+    def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        database = self.search.hamming.codes()
+        n = len(database)
+        depth = min(depth, n)
+        reach = n if self.radius is not None else min(n, max(depth, self.shortlist))
+        step = block_queries(n, reach)
+        for q0 in range(0, len(self.queries), step):
+            q1 = min(q0 + step, len(self.queries))
+            order = hamming_order(self.query_codes[q0:q1], database, reach)
+            if self.radius is None:
+                lengths = np.full(q1 - q0, min(self.shortlist, n))
+            else:
+                distances = hamming_distances(self.query_codes[q0:q1], database)
+                lengths = (distances <= self.radius).sum(axis=1)
+            width = int(lengths.max(initial=0))
+            candidates = np.where(np.arange(width) < lengths[:, None], order[:, :width], -1)
+            _, rescored = self.search.rescore(self.queries[q0:q1], candidates, self.rescore)
+            # Row r: its rescored shortlist (padding sorts last), then its Hamming order beyond.
+            merged = order.copy()
+            merged[:, :width] = np.where(candidates >= 0, rescored, order[:, :width])
+            yield q0, q1, merged[:, :depth]
+
+
+def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarray, bits: int,
+                       score: AsymmetricScore | None = None, queries: np.ndarray | None = None,
+                       database_vectors=None, similarity: str = "euclidean",
+                       without_score: str = "this method has no asymmetric score",
+                       shortlist_rescorer=None):
+    """The ranking `eval` asks for (None: Hamming, scored by the tie-aware engine).
+
+    Args:
+        config: the `EvalConfig` (``ranking``, ``shortlist``, ``shortlist_radius``,
+            ``rescore``).
+        score: the method's asymmetric score, or None with ``without_score`` saying why.
+        shortlist_rescorer: without a score, what may still rescore a shortlist (an mlp
+            decoder's `DecoderRescorer`) for ``rerank`` with ``rescore=decoder``.
+        queries: the query features (as the method encodes them).
+        database_vectors: the database's features (array or streamed), for ``rescore=exact``.
+
+    Raises:
+        UserInputError: in one line, when the ranking needs what is missing.
+    """
+    if config.ranking == "hamming":
+        return None
+    needs_score = config.ranking == "asymmetric" or config.rescore == "decoder"
+    rule = ("eval.ranking=asymmetric" if config.ranking == "asymmetric"
+            else f"eval.ranking=rerank with eval.rescore={config.rescore}")
+    if config.ranking == "rerank" and score is None:
+        score = shortlist_rescorer  # decodes the shortlist: no per-bit tables needed
+    if needs_score and score is None:
+        raise UserInputError(f"{rule} needs an asymmetric score, and {without_score}; accepted: "
+                             "eval.ranking=hamming, or eval.ranking=rerank eval.rescore=exact")
+    if queries is None:
+        raise UserInputError(f"{rule} scores the query features, which a codes file does not "
+                             "hold; re-score a run with sgh-eval run=DIR instead of codes=FILE")
+    if config.ranking == "rerank" and config.rescore == "exact" and database_vectors is None:
+        raise UserInputError(f"{rule} reads the database's original vectors; re-score a run "
+                             "with sgh-eval run=DIR, whose dataset holds them")
+    if config.ranking == "asymmetric":
+        index = AsymmetricIndex(score)
+        index.add(database_codes)
+        return AsymmetricRanking(index, queries, description=f"asymmetric: {score.form}")
+    search = TwoStageSearch(database_codes, bits, score if needs_score else None,
+                            database_vectors, similarity)
+    if config.shortlist_radius is not None:
+        stage_1 = f"Hamming radius {config.shortlist_radius} (inclusive)"
+        shortlist, radius = None, config.shortlist_radius
+    else:
+        stage_1 = f"Hamming top {config.shortlist} (ties by id)"
+        shortlist, radius = config.shortlist, None
+    stage_2 = (f"the {score.form}" if config.rescore == "decoder"
+               else f"exact {similarity} distance on the original vectors")
+    return RerankRanking(search, query_codes, queries, config.rescore, shortlist, radius,
+                         description=f"rerank: shortlist = {stage_1}, rescored by {stage_2}; "
+                                     "then the rest of the database in Hamming order")

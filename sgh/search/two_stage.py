@@ -1,0 +1,148 @@
+"""Two-stage search: a Hamming shortlist, rescored. What users of binary codes do at scale.
+
+Stage 1 ranks the database by Hamming distance (:class:`sgh.search.HammingIndex`) and keeps a
+shortlist: the top ``shortlist`` items, or every item within ``radius`` (inclusive). Stage 2
+reorders the shortlist by one of two rules:
+
+* ``decoder`` (the default): the method's asymmetric score of the query against each shortlisted
+  code (:mod:`sgh.search.asymmetric`: SGH's decoder, or a baseline's projection). No original
+  vectors are needed.
+* ``exact``: the exact distance between the query and each shortlisted item's original vector,
+  read by id (an array, or features streamed from disk: only the shortlisted rows are read).
+  Euclidean and angular: ``||x - q||^2`` in float64; inner product: ``-<q, x>``.
+
+Results ``(D, I)``: the stage-2 scores (smaller = nearer) and database ids, sorted by
+(score, id); rows shorter than k are padded with ``D = inf``, ``I = -1``.
+"""
+
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+from __future__ import annotations
+
+import numpy as np
+
+from sgh.codes import validate_codes
+from sgh.config import RESCORE_RULES
+from sgh.data.streamed_features import take_rows
+from sgh.search.asymmetric import SIMILARITIES, AsymmetricScore, check_queries
+from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.hamming_index import HammingIndex
+from sgh.search.lookup_kernels import sorted_heaps
+
+# Candidate rows read and scored at a time by the exact rule (bounded memory for large
+# shortlists of high-dimensional vectors: 2**20 floats = 4 MB per block of rows).
+_EXACT_BLOCK_VALUES = 1 << 20
+
+
+class TwoStageSearch:
+    """A Hamming shortlist rescored by the asymmetric score or exact distances (module doc).
+
+    Args:
+        database_codes: ``(n, ceil(bits / 8))`` packed codes.
+        bits: code length.
+        score: the method's asymmetric score (needed for ``rescore="decoder"``), or an object
+            with ``bits`` and ``rescore(queries, candidates) -> (D, I)`` (an mlp decoder's
+            `sgh.model.decoded_rescoring.DecoderRescorer`).
+        vectors: the database's original vectors, ``(n, dim)`` array or streamed features
+            (needed for ``rescore="exact"``).
+        similarity: ``euclidean``, ``angular`` (vectors already unit-normalised) or
+            ``inner_product``; what ``exact`` computes.
+    """
+
+    def __init__(self, database_codes: np.ndarray, bits: int,
+                 score: AsymmetricScore | None = None, vectors=None,
+                 similarity: str = "euclidean") -> None:
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"similarity={similarity!r} is not known; accepted: "
+                             f"{', '.join(SIMILARITIES)}")
+        self.bits, self.similarity, self.vectors = bits, similarity, vectors
+        self.hamming = HammingIndex(bits)
+        self.hamming.add(database_codes)
+        self.asymmetric = None  # what rescores for the `decoder` rule: `.rescore(...)`
+        if score is not None:
+            if score.bits != bits:
+                raise ValueError(f"the asymmetric score is for {score.bits}-bit codes, the "
+                                 f"database has {bits}")
+            if isinstance(score, AsymmetricScore):
+                self.asymmetric = AsymmetricIndex(score)
+                self.asymmetric.add(database_codes)
+            else:  # a rescorer without per-bit tables (sgh.model.decoded_rescoring)
+                self.asymmetric = score
+        if vectors is not None and len(vectors) != self.hamming.ntotal:
+            raise ValueError(f"vectors has {len(vectors)} rows for {self.hamming.ntotal} codes")
+
+    def shortlist(self, query_codes: np.ndarray, shortlist: int | None = 1000,
+                  radius: int | None = None) -> np.ndarray:
+        """Stage 1: ``(nq, S)`` int64 database ids in Hamming order (ties by id), ``-1``
+        padding; the top ``shortlist``, or every item within ``radius`` (then S is the largest
+        count of any query)."""
+        query_codes = validate_codes(query_codes, self.bits, "query codes")
+        if (shortlist is None) == (radius is None):
+            raise ValueError("give exactly one of shortlist (top S) or radius")
+        if radius is None:
+            return self.hamming.search(query_codes, shortlist)[1]
+        lims, _, ids = self.hamming.range_search(query_codes, radius)
+        counts = np.diff(lims)
+        out = np.full((len(query_codes), int(counts.max(initial=0))), -1, np.int64)
+        rows = np.repeat(np.arange(len(query_codes)), counts)
+        out[rows, np.arange(len(ids)) - np.repeat(lims[:-1], counts)] = ids
+        return out
+
+    def rescore(self, queries: np.ndarray, candidates: np.ndarray, rule: str = "decoder"
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Stage 2: ``(D, I)`` of the candidates, reordered by ``rule`` (module doc)."""
+        if rule not in RESCORE_RULES:
+            raise ValueError(f"rescore={rule!r} is not known; accepted: "
+                             f"{', '.join(RESCORE_RULES)}")
+        if rule == "decoder":
+            if self.asymmetric is None:
+                raise ValueError("rescore='decoder' needs the method's asymmetric score "
+                                 "(score=...); or use rescore='exact' with vectors=...")
+            return self.asymmetric.rescore(queries, candidates)
+        if self.vectors is None:
+            raise ValueError("rescore='exact' needs the database's original vectors "
+                             "(vectors=...); or use rescore='decoder' with score=...")
+        return exact_rescore(queries, self.vectors, candidates, self.similarity)
+
+    def search(self, query_codes: np.ndarray, queries: np.ndarray, k: int,
+               shortlist: int | None = 1000, radius: int | None = None,
+               rescore: str = "decoder") -> tuple[np.ndarray, np.ndarray]:
+        """The k best of each query's shortlist after rescoring: ``(D, I)``, ``(nq, k)``."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if len(query_codes) != len(queries):
+            raise ValueError(f"{len(query_codes)} query codes for {len(queries)} queries")
+        D, I = self.rescore(queries, self.shortlist(query_codes, shortlist, radius), rescore)
+        if D.shape[1] < k:
+            pad = k - D.shape[1]
+            D = np.pad(D, ((0, 0), (0, pad)), constant_values=np.inf)
+            I = np.pad(I, ((0, 0), (0, pad)), constant_values=-1)
+        return D[:, :k], I[:, :k]
+
+
+def exact_rescore(queries: np.ndarray, vectors, candidates: np.ndarray, similarity: str
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact scores of each query's candidate ids (``-1``: padding), sorted by (score, id).
+
+    ``vectors`` is an ``(n, dim)`` array or streamed features; each distinct candidate row is
+    read once. Scores are float64 arithmetic rounded to float32 for the result.
+    """
+    candidates = np.asarray(candidates, np.int64)
+    dim = vectors.shape[1]
+    queries = check_queries(queries, dim).astype(np.float64)
+    D = np.full(candidates.shape, np.inf, np.float32)
+    per_row = max(1, candidates.shape[1])
+    rows_per_block = max(1, _EXACT_BLOCK_VALUES // (per_row * max(dim, 1)))
+    for q0 in range(0, len(candidates), rows_per_block):
+        block = candidates[q0 : q0 + rows_per_block]
+        valid = block >= 0
+        distinct, inverse = np.unique(block[valid], return_inverse=True)
+        rows = take_rows(vectors, distinct).astype(np.float64)[inverse]
+        owners = np.nonzero(valid)[0] + q0
+        if similarity == "inner_product":
+            scores = -np.einsum("ij,ij->i", rows, queries[owners])
+        else:
+            difference = rows - queries[owners]
+            scores = np.einsum("ij,ij->i", difference, difference)
+        block_scores = D[q0 : q0 + rows_per_block]
+        block_scores[valid] = scores
+    return sorted_heaps(D, np.where(candidates >= 0, candidates, -1))

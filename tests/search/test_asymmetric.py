@@ -1,0 +1,137 @@
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+"""Asymmetric scores and their compiled scan, against brute force on unpacked bits."""
+
+import numpy as np
+import pytest
+
+from sgh.baselines import ITQ, LSH, PCAH, SH, SpH
+from sgh.codes import pack_bits, unpack_bits
+from sgh.search.asymmetric import AsymmetricScore, decoder_score, projection_score
+from sgh.search.asymmetric_index import AsymmetricIndex
+
+
+def _decoder(bits, dim, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(bits, dim)), rng.normal(size=dim)
+
+
+def _brute_force(similarity, templates, offset, database_bits, queries):
+    reconstruction = database_bits @ templates + offset
+    if similarity == "inner_product":
+        return -(queries.astype(np.float64) @ reconstruction.T)
+    return ((queries[:, None, :].astype(np.float64) - reconstruction[None]) ** 2).sum(-1)
+
+
+@pytest.mark.parametrize("similarity", ["euclidean", "inner_product"])
+@pytest.mark.parametrize("bits", [5, 13, 32, 64])
+def test_decoder_score_is_the_reconstruction_distance_up_to_a_per_query_constant(similarity,
+                                                                                  bits):
+    rng = np.random.default_rng(bits)
+    templates, offset = _decoder(bits, 7, bits)
+    database_bits = rng.integers(0, 2, (300, bits))
+    queries = rng.normal(size=(9, 7)).astype(np.float32)
+    index = AsymmetricIndex(decoder_score(templates, offset, similarity))
+    index.add(pack_bits(database_bits))
+    exact = _brute_force(similarity, templates, offset, database_bits, queries)
+    _, _, scores = next(index.score_blocks(queries))
+    constant = exact - scores
+    # One constant per query (||x - t||^2, or -<x, t>), so every ranking is the exact one.
+    np.testing.assert_allclose(constant, constant[:, :1].repeat(300, 1), rtol=0,
+                               atol=1e-3 * np.abs(exact).max())
+    D, I = index.search(queries, 20)
+    np.testing.assert_array_equal(I, np.argsort(exact, axis=1, kind="stable")[:, :20])
+    assert (np.diff(D, axis=1) >= 0).all()
+
+
+@pytest.mark.parametrize("estimator", [ITQ, PCAH, LSH])
+def test_projection_forms_score_the_projection_against_the_code_signs(estimator):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 16)) @ rng.normal(size=(16, 16))
+    hasher = estimator(n_bits=8, random_state=0).fit(x)
+    score = hasher.asymmetric_score()
+    projection = {"ITQ": "projection_", "PCAH": "components_", "LSH": "projections_"}
+    codes = hasher.encode(x[:200])
+    queries = x[200:210]
+    v = (queries - hasher.mean_) @ getattr(hasher, projection[estimator.__name__])
+    signs = 2.0 * unpack_bits(codes, 8) - 1
+    exact = -(v @ signs.T)
+    index = AsymmetricIndex(score)
+    index.add(codes)
+    _, _, scores = next(index.score_blocks(queries))
+    constant = exact - scores
+    np.testing.assert_allclose(constant, constant[:, :1].repeat(200, 1), atol=1e-3)
+    assert estimator.__name__ in score.form
+
+
+@pytest.mark.parametrize("estimator", [SH, SpH])
+def test_hashers_without_a_per_bit_form_refuse_in_one_line(estimator):
+    hasher = estimator(n_bits=8, random_state=0).fit(np.random.default_rng(0).normal(size=(50, 9)))
+    with pytest.raises(ValueError, match=f"^{estimator.__name__} has no asymmetric score: ") as e:
+        hasher.asymmetric_score()
+    assert "\n" not in str(e.value)
+
+
+def test_search_keeps_ties_by_id_pads_and_agrees_across_threads_and_adds():
+    rng = np.random.default_rng(3)
+    templates, offset = _decoder(16, 5)
+    # Many repeated codes: equal scores, which must come in id order.
+    codes = pack_bits(rng.integers(0, 2, (40, 16)))[rng.integers(0, 40, 3001)]
+    queries = rng.normal(size=(7, 5))  # 7: four queries per code load, then three alone
+    index = AsymmetricIndex(decoder_score(templates, offset, "euclidean"))
+    index.add(codes)
+    D, I = index.search(queries, 50, workers=1)
+    _, _, scores = next(index.score_blocks(queries))
+    np.testing.assert_array_equal(I, np.argsort(scores, axis=1, kind="stable")[:, :50])
+    chunked = AsymmetricIndex(index.score)
+    for part in np.array_split(codes, 3):
+        chunked.add(part)
+    for a, b in zip((D, I), chunked.search(queries, 50, workers=2), strict=True):
+        np.testing.assert_array_equal(a, b)
+    D, I = index.search(queries, 3005)
+    assert (I[:, -4:] == -1).all() and np.isinf(D[:, -4:]).all()
+    assert sorted(I[0, :3001]) == list(range(3001))
+
+
+def test_rescoring_gives_the_scan_scores_bit_for_bit():
+    rng = np.random.default_rng(4)
+    index = AsymmetricIndex(decoder_score(*_decoder(24, 6), "euclidean"))
+    index.add(pack_bits(rng.integers(0, 2, (500, 24))))
+    queries = rng.normal(size=(5, 6))
+    D, I = index.search(queries, 30)
+    shuffled = rng.permuted(I, axis=1)
+    shuffled[:, -3:] = -1  # padding stays last
+    rescored_D, rescored_I = index.rescore(queries, shuffled)
+    for row in range(5):
+        kept = shuffled[row][shuffled[row] >= 0]
+        order = np.argsort(D[row][np.isin(I[row], kept)], kind="stable")
+        np.testing.assert_array_equal(rescored_I[row, :27], I[row][np.isin(I[row], kept)][order])
+        np.testing.assert_array_equal(rescored_D[row, :27],
+                                      np.sort(D[row][np.isin(I[row], kept)]))
+    assert (rescored_I[:, 27:] == -1).all() and np.isinf(rescored_D[:, 27:]).all()
+
+
+def test_save_and_load_round_trip_and_bad_files_are_named(tmp_path):
+    score = decoder_score(*_decoder(10, 4), "euclidean")
+    score.save(tmp_path / "score.npz")
+    loaded = AsymmetricScore.load(tmp_path / "score.npz")
+    for name in ("query_projection", "query_offset", "code_templates"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(score, name))
+    assert (loaded.bits, loaded.form) == (score.bits, score.form)
+    (tmp_path / "junk.npz").write_bytes(b"<html>not an archive</html>")
+    with pytest.raises(ValueError, match="junk.npz: not a readable asymmetric-score"):
+        AsymmetricScore.load(tmp_path / "junk.npz")
+    np.savez(tmp_path / "partial.npz", bits=np.int64(10))
+    with pytest.raises(ValueError, match="partial.npz: missing key 'query_projection'"):
+        AsymmetricScore.load(tmp_path / "partial.npz")
+
+
+def test_queries_and_forms_are_checked():
+    score = projection_score(np.zeros(3), np.eye(3), "PCAH")
+    with pytest.raises(ValueError, match=r"queries must be real features of shape \(n, 3\)"):
+        score.bit_weights(np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        score.bit_weights(np.full((1, 3), np.nan))
+    with pytest.raises(ValueError, match="similarity='cosine' is not known"):
+        decoder_score(np.eye(3), np.zeros(3), "cosine")
+    with pytest.raises(ValueError, match="k must be an integer >= 1"):
+        AsymmetricIndex(score).search(np.zeros((1, 3)), 0)

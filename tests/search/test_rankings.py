@@ -1,0 +1,88 @@
+"""Evaluation rankings: asymmetric, and a Hamming shortlist rescored then the rest in order."""
+
+import numpy as np
+import pytest
+
+from sgh.codes import pack_bits
+from sgh.config import EvalConfig
+from sgh.errors import UserInputError
+from sgh.search.asymmetric import decoder_score
+from sgh.search.rankings import evaluation_ranking, hamming_order
+from tests.helpers import hamming_distances
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(500, 5)).astype(np.float32)
+    projection = rng.normal(size=(5, 10))
+    database, queries = pack_bits(vectors @ projection > 0), vectors[:30] + 0.1
+    score = decoder_score(rng.normal(size=(10, 5)), np.zeros(5), "euclidean")
+    return vectors, database, queries, pack_bits(queries @ projection > 0), score
+
+
+def _orders(ranking, depth):
+    return np.concatenate([orders for _, _, orders in ranking.order_blocks(depth)])
+
+
+def test_hamming_order_is_distance_then_id():
+    rng = np.random.default_rng(1)
+    database = pack_bits(rng.integers(0, 2, (300, 9)))
+    queries = pack_bits(rng.integers(0, 2, (4, 9)))
+    distances = hamming_distances(queries, database)
+    expected = np.lexsort((np.tile(np.arange(300), (4, 1)), distances), axis=1)
+    np.testing.assert_array_equal(hamming_order(queries, database, 300), expected)
+    np.testing.assert_array_equal(hamming_order(queries, database, 17), expected[:, :17])
+
+
+def test_asymmetric_ranking_top_and_whole_agree(data):
+    _, database, queries, query_codes, score = data
+    ranking = evaluation_ranking(EvalConfig(ranking="asymmetric"), database, query_codes, 10,
+                                 score, queries)
+    whole = _orders(ranking, 500)
+    np.testing.assert_array_equal(_orders(ranking, 40), whole[:, :40])
+    assert sorted(whole[0]) == list(range(500))
+    assert ranking.description.startswith("asymmetric: decoder, reconstruction distance")
+
+
+def test_rerank_is_the_rescored_shortlist_then_the_hamming_rest(data):
+    vectors, database, queries, query_codes, score = data
+    config = EvalConfig(ranking="rerank", shortlist=60)
+    ranking = evaluation_ranking(config, database, query_codes, 10, score, queries)
+    orders = _orders(ranking, 500)
+    hamming = hamming_order(query_codes, database, 500)
+    asymmetric = _orders(evaluation_ranking(EvalConfig(ranking="asymmetric"), database,
+                                            query_codes, 10, score, queries), 500)
+    for row in range(len(queries)):
+        shortlisted = set(hamming[row, :60])
+        np.testing.assert_array_equal(orders[row, 60:], hamming[row, 60:])
+        np.testing.assert_array_equal(orders[row, :60],
+                                      [i for i in asymmetric[row] if i in shortlisted])
+    np.testing.assert_array_equal(_orders(ranking, 100), orders[:, :100])
+    everything = evaluation_ranking(EvalConfig(ranking="rerank", shortlist=500), database,
+                                    query_codes, 10, score, queries)
+    np.testing.assert_array_equal(_orders(everything, 500), asymmetric)
+    by_radius = evaluation_ranking(EvalConfig(ranking="rerank", shortlist_radius=2,
+                                              rescore="exact"), database, query_codes, 10,
+                                   None, queries, vectors)
+    radius_orders = _orders(by_radius, 500)
+    distances = hamming_distances(query_codes, database)
+    for row in range(len(queries)):
+        inside = int((distances[row] <= 2).sum())
+        assert (distances[row, radius_orders[row, :inside]] <= 2).all()
+        np.testing.assert_array_equal(radius_orders[row, inside:], hamming[row, inside:])
+    assert "Hamming radius 2" in by_radius.description
+    assert "exact euclidean" in by_radius.description
+
+
+def test_what_a_ranking_needs_is_refused_in_one_line(data):
+    vectors, database, queries, query_codes, score = data
+    with pytest.raises(UserInputError, match="needs an asymmetric score, and SH has none"):
+        evaluation_ranking(EvalConfig(ranking="asymmetric"), database, query_codes, 10, None,
+                           queries, without_score="SH has none")
+    with pytest.raises(UserInputError, match="sgh-eval run=DIR instead of codes=FILE"):
+        evaluation_ranking(EvalConfig(ranking="asymmetric"), database, query_codes, 10, score)
+    with pytest.raises(UserInputError, match="reads the database's original vectors"):
+        evaluation_ranking(EvalConfig(ranking="rerank", rescore="exact"), database,
+                           query_codes, 10, None, queries)
+    assert evaluation_ranking(EvalConfig(), database, query_codes, 10) is None
