@@ -247,12 +247,13 @@ def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_r
 
 
 @pytest.mark.parametrize("overrides, reason", [
-    (["model=sh", "eval.ranking=asymmetric"], "model=sh: its bits are not signs of linear projections"),
+    (["model=sh", "eval.ranking=asymmetric"], "model=sh: its bits are not signs of linear"),
     (["model=sph", "eval.ranking=rerank"], "model=sph: its bits are not signs"),
     (["model.decoder=mlp", "model.encoder=mlp", "eval.ranking=asymmetric"],
      "model.decoder=mlp has no per-bit form"),
 ])
-def test_a_ranking_the_method_cannot_give_is_refused_before_training(tmp_path, overrides, reason):
+def test_a_ranking_the_method_cannot_give_is_refused_before_training(tmp_path, overrides,
+                                                                    reason):
     with pytest.raises(UserInputError, match=reason) as error:
         run(_config(*overrides), tmp_path)
     assert "eval.rescore=exact" in str(error.value)  # what to do instead

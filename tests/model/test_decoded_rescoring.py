@@ -1,3 +1,4 @@
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 """A deep decoder rescores a shortlist by decoding it: the scores of brute force, in order."""
 
 import numpy as np

@@ -121,8 +121,8 @@ def test_the_hasher_hands_its_decoder_to_search():
     assert score.bits == 6 and score.form.startswith("decoder, reconstruction distance")
     index = AsymmetricIndex(score)
     index.add(hasher.encode(x))
-    D, I = index.search(x[:5], 3)
-    assert I.shape == (5, 3) and (np.diff(D, axis=1) >= 0).all()
+    scores, ids = index.search(x[:5], 3)
+    assert ids.shape == (5, 3) and (np.diff(scores, axis=1) >= 0).all()
     assert hasher.asymmetric_score("inner_product").code_templates is None
     deep = SGHHasher(**TINY, encoder="mlp", decoder="mlp", encoder_hidden=(8,),
                      decoder_hidden=(8,)).fit(x)
