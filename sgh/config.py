@@ -25,6 +25,7 @@ RANKINGS = ("hamming", "asymmetric", "rerank")
 RESCORE_RULES = ("decoder", "exact")
 # Beyond 1024 bits a code is no longer "compact", and the linear encoder's memory grows with it.
 MAX_BITS = 1024
+MAX_SEED = 2**32 - 1
 
 
 @dataclass
@@ -292,6 +293,12 @@ def validate_training(config: Config) -> Config:
     _check_range("trainer.steps_per_call", trainer.steps_per_call, 1)
     _check_range("trainer.checkpoint_every", trainer.checkpoint_every, 1)
     _check_range("trainer.logical_cpus", trainer.logical_cpus, 0, 256)
+    # The seed of TensorFlow's and NumPy's generators and the baselines' random_state, which
+    # all take 0 .. 2**32 - 1 (NumPy raises on a negative seed, deep inside the run).
+    if isinstance(trainer.seed, bool) or not isinstance(trainer.seed, int) \
+            or not 0 <= trainer.seed <= MAX_SEED:
+        raise UserInputError(f"trainer.seed={trainer.seed!r} is impossible; accepted: an integer "
+                             f"between 0 and {MAX_SEED}")
     validate_eval(config.eval)
     _validate_validation(config.validation)
     return config

@@ -12,7 +12,8 @@
 
 Each stage only hands its result to the next; nothing below knows Hydra (`sgh.cli.train` is the
 boundary), and tests call `run` directly. A run directory that already holds a checkpoint of the
-same configuration is resumed from it.
+same configuration, on the same dataset files, is resumed from it. The run owns its directory
+from start to end (`sgh.artifacts.run_lock`): a second writer is refused.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ from omegaconf import OmegaConf
 
 from sgh.artifacts.ground_truth_cache import split_ground_truth
 from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_inputs import InputFile, changed_inputs, describe_inputs
+from sgh.artifacts.run_lock import run_lock
 from sgh.config import Config, validate
-from sgh.data import RetrievalSplit, load_split
+from sgh.data import RetrievalSplit, input_files, load_split
 from sgh.errors import UserInputError
 from sgh.methods import METHODS, EncodedSplit
 from sgh.metrics.conventions import RESULT_CONVENTIONS
@@ -45,6 +48,8 @@ def run(config: Config, run_dir: str | os.PathLike) -> dict:
     _refuse_a_ranking_the_method_cannot_give(config)
     method = METHODS[config.model.name]
     split = load_split(config.dataset)
+    inputs = describe_inputs(input_files(config.dataset))
+    _check_settings_against_data(config, split)
     # TensorFlow takes seconds to import: only now, so that every mistake in the settings and
     # the data above is answered in about a second.
     import_tensorflow()
@@ -53,15 +58,22 @@ def run(config: Config, run_dir: str | os.PathLike) -> dict:
     # Created once, here, before TensorFlow's first op: the device layout and collective ops are
     # fixed from then on. Only trained methods use devices.
     strategy = strategy_for(config.trainer) if method.is_trained else None
-    with writable_run_dir(run_dir, strategy) as own_dir:  # only the chief writes
-        return _run(config, RunDirectory(own_dir), split, strategy)
+    # Only the chief writes; it owns the directory from here to the end (the kernel releases
+    # the lock if the process dies).
+    with writable_run_dir(run_dir, strategy) as own_dir, run_lock(own_dir):
+        run_directory = RunDirectory(own_dir)
+        run_directory.remove_stray_temporaries()  # a killed writer's; none can be in flight
+        return _run(config, run_directory, split, inputs, strategy)
 
 
-def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit, strategy) -> dict:
+def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
+         inputs: list[InputFile], strategy) -> dict:
     from sgh.training.tensorboard_views import write_run_summary
 
     _refuse_another_configuration(run_directory, config)
+    _refuse_other_data(run_directory, inputs)
     run_directory.write_config(config)
+    run_directory.write_inputs(inputs)
     logger.info("%s: train %s, database %s, queries %s; %s", split.name, split.train.shape,
                 split.database.shape, split.query.shape, split.protocol)
 
@@ -120,6 +132,23 @@ def _fit(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
     return fit_baseline(config, split)
 
 
+def _check_settings_against_data(config: Config, split: RetrievalSplit) -> None:
+    """The settings that depend on the data, checked before any training: a mistake here
+    would otherwise surface only after training, or silently change what is measured."""
+    n_features, bits = split.train.shape[1], config.model.bits
+    # PCAH and ITQ take one bit per principal direction (sgh.baselines: n_bits <= n_features).
+    if config.model.name in ("pcah", "itq") and bits > n_features:
+        raise UserInputError(
+            f"model.bits={bits} is more than the {n_features} features of {split.name!r}, and "
+            f"model={config.model.name} takes one bit per principal component; accepted: "
+            f"model.bits <= {n_features}, or a method without that limit (model=sgh, lsh, sh, "
+            "sph)")
+    n_database, k = len(split.database), config.eval.recall_k
+    if k > n_database:
+        raise UserInputError(f"eval.recall_k={k} is more than the database of {split.name!r} "
+                             f"({n_database} items); accepted: eval.recall_k <= {n_database}")
+
+
 def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
     """Before training: asymmetric and decoder-rescored rankings need an asymmetric score."""
     needs_score = config.eval.ranking == "asymmetric" or (
@@ -167,12 +196,58 @@ def _with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
     return filled
 
 
+def _flat(values: dict, prefix: str = "") -> dict:
+    """`{"model": {"bits": 32}}` -> `{"model.bits": 32}`."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+_ABSENT = object()
+_DIFFERENCES_SHOWN = 6  # another dataset section would make a line of dozens
+
+
+def _shown(value) -> str:
+    return "(absent)" if value is _ABSENT else "null" if value is None else str(value)
+
+
+def configuration_differences(previous: dict, current: dict) -> list[str]:
+    """`key: old -> new` for every key whose value differs, in key order."""
+    before, now = _flat(previous), _flat(current)
+    return [f"{key}: {_shown(before.get(key, _ABSENT))} -> {_shown(now.get(key, _ABSENT))}"
+            for key in sorted(before.keys() | now.keys())
+            if before.get(key, _ABSENT) != now.get(key, _ABSENT)]
+
+
 def _refuse_another_configuration(run_directory: RunDirectory, config: Config) -> None:
     previous = run_directory.previous_config()
+    if not run_directory.has_checkpoint() or previous is None:
+        return
     current = OmegaConf.to_container(OmegaConf.structured(config))
-    if run_directory.has_checkpoint() and previous is not None and (
-            _comparable(_with_new_keys_at_their_defaults(previous, config))
-            != _comparable(current)):
+    differences = configuration_differences(
+        _comparable(_with_new_keys_at_their_defaults(previous, config)), _comparable(current))
+    if differences:
+        shown = ", ".join(differences[:_DIFFERENCES_SHOWN]) + (
+            f", and {len(differences) - _DIFFERENCES_SHOWN} more"
+            if len(differences) > _DIFFERENCES_SHOWN else "")
         raise UserInputError(
-            f"{run_directory.path} holds a run with another configuration; resume it with the "
-            "same settings, or choose a new hydra.run.dir")
+            f"{run_directory.path} holds a run with another configuration ({shown}); resume it "
+            "with the same settings, or choose a new hydra.run.dir")
+
+
+def _refuse_other_data(run_directory: RunDirectory, inputs: list[InputFile]) -> None:
+    """A resume trains on the files the run started on, or not at all: a model half trained
+    on one version of a file and finished on another is neither's."""
+    recorded = run_directory.previous_inputs()
+    if not run_directory.has_checkpoint() or recorded is None:
+        return
+    changes = changed_inputs(recorded, inputs)
+    if changes:
+        raise UserInputError(
+            f"{run_directory.path} holds a run on other data ({'; '.join(changes)}); put the "
+            "file back as it was to resume the run, or choose a new hydra.run.dir to train on "
+            "it as it is now")

@@ -262,3 +262,67 @@ def test_a_ranking_the_method_cannot_give_is_refused_before_training(tmp_path, o
     if overrides[0] == "model=sh":
         metrics = run(_config("model=sh", "eval.ranking=rerank", "eval.rescore=exact"), tmp_path)
         assert metrics["ranking"].startswith("rerank")
+
+
+def test_any_feature_scale_gives_the_same_codes_and_scores(tmp_path, caplog):
+    # x 1e30: squared distances overflow float32 (ground truth, exact rescoring, the
+    # input-unit reconstruction term), which must not change a code, a rank or a score.
+    from sgh.data.synthetic import gaussian_clusters
+
+    x_train, y_train, x_test, y_test = gaussian_clusters(1200, 300, 16, 5, 0)
+    results = []
+    for scale in (1.0, 1e30):
+        path = tmp_path / f"scaled_{scale:g}.npz"
+        np.savez(path, X_train=x_train.astype(np.float64) * scale, y_train=y_train,
+                 X_test=x_test.astype(np.float64) * scale, y_test=y_test)
+        metrics = run(compose_config("dataset=file", f"dataset.path={path}", *QUICK[1:],
+                                     "eval.ranking=asymmetric"), tmp_path / f"run_{scale:g}")
+        results.append((metrics, np.load(tmp_path / f"run_{scale:g}" / "codes.npz")))
+    (plain, plain_codes), (huge, huge_codes) = results
+    np.testing.assert_array_equal(plain_codes["database"], huge_codes["database"])
+    np.testing.assert_array_equal(plain_codes["groundtruth"], huge_codes["groundtruth"])
+    for key in ("map", "recall10@100", "recall10@10"):
+        assert huge[key] == plain[key], key
+    assert "exceed float32's range in input units" in caplog.text
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["eval.recall_k=5000"], "eval.recall_k=5000 is more than the database of 'synthetic' "
+                             r"\(2200 items\); accepted: eval.recall_k <= 2200"),
+    (["validation.database=8"], "eval.recall_k=10 is more than the 8 validation database items"),
+])
+def test_settings_that_depend_on_the_data_are_refused_before_training(tmp_path, overrides,
+                                                                      message):
+    with pytest.raises(UserInputError, match=message):
+        run(_config(*overrides), tmp_path)
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("distance, similarity", [("angular", "angular"),
+                                                  ("dot", "inner_product")])
+def test_an_ann_benchmarks_file_sets_the_similarity_of_every_stage(tmp_path, distance,
+                                                                   similarity):
+    import h5py
+
+    from sgh.data.neighbours import exact_neighbours
+
+    rng = np.random.default_rng(0)
+    train = (rng.normal(size=(600, 12)) + 2).astype(np.float32)
+    test = (rng.normal(size=(30, 12)) + 2).astype(np.float32)
+    with h5py.File(tmp_path / "toy.hdf5", "w") as file:
+        file.create_dataset("train", data=train)
+        file.create_dataset("test", data=test)
+        file.attrs["distance"] = distance
+    metrics = run(_config("dataset=file", f"dataset.path={tmp_path / 'toy.hdf5'}",
+                          "model=itq", "eval.ranking=rerank", "eval.rescore=exact",
+                          "eval.shortlist=600"), tmp_path / "run")
+    assert metrics["similarity"] == similarity
+    codes = np.load(tmp_path / "run" / "codes.npz")
+    if similarity == "angular":  # every stage saw unit vectors
+        train = train / np.linalg.norm(train, axis=1, keepdims=True)
+        test = test / np.linalg.norm(test, axis=1, keepdims=True)
+    truth = exact_neighbours(test, train, 10, "euclidean" if similarity == "angular"
+                             else similarity)
+    np.testing.assert_array_equal(codes["groundtruth"], truth)
+    # Exact rescoring of the whole database is the ground truth itself.
+    assert metrics["recall10@10"] == 1.0

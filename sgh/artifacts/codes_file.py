@@ -1,8 +1,10 @@
 """The codes file, `codes.npz`: the contract `sgh-train` writes and any method may follow.
 
-    database, query     packed uint8 codes, np.packbits(bits, axis=1) (first bit = MSB of byte 0)
+    database, query     packed uint8 codes, np.packbits(bits, axis=1) (first bit = MSB of byte 0,
+                        pad bits 0); at least one row each
     bits                the code length (scalar integer)
     database_labels, query_labels   optional: 1-D integer labels, or 2-D 0/1 label matrices
+                        (both of the same kind)
     groundtruth         optional: (n_query, K) ids of each query's exact Euclidean neighbours
 
 At least one kind of relevance (labels or ground truth) must be present. `load_codes` reports
@@ -46,6 +48,17 @@ def _codes(path: Path, arrays: dict, key: str, bits: int) -> np.ndarray:
     if codes.dtype != np.uint8 or codes.ndim != 2 or codes.shape[1] != width:
         raise UserInputError(f"{path}: key {key!r} has dtype {codes.dtype}, shape {codes.shape}; "
                              f"expected packed uint8 codes of shape (n, {width}) for bits={bits}")
+    if len(codes) == 0:  # every metric would be NaN (no queries) or undefined (no database)
+        raise UserInputError(f"{path}: key {key!r} holds no codes (shape {codes.shape}); "
+                             f"expected at least one {'query' if key == 'query' else 'item'}")
+    # The pad bits of the last byte would count in every Hamming distance.
+    pad = (1 << (width * 8 - bits)) - 1
+    rows = np.flatnonzero(codes[:, -1] & pad) if pad else ()
+    if len(rows):
+        raise UserInputError(f"{path}: key {key!r} has bits set in the padding after bit {bits} "
+                             f"({len(rows)} rows, the first row {rows[0]}: last byte "
+                             f"{codes[rows[0], -1]:08b}); expected np.packbits of (n, {bits}) "
+                             "0/1 bits, whose pad bits are 0")
     return codes
 
 
@@ -61,8 +74,22 @@ def _labels(path: Path, arrays: dict, key: str, n: int) -> np.ndarray | None:
     return labels
 
 
+# A zip archive (what np.savez writes) starts with a local file header, or, when empty, with
+# its end-of-directory record.
+_ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
+
+
 def load_codes(path) -> SavedCodes:
     path = Path(path)
+    if path.is_file():
+        with open(path, "rb") as handle:
+            start = handle.read(16)
+        if not start.startswith(_ZIP_STARTS):
+            # numpy would read any other file as a pickle and refuse it as one: say what it is.
+            found = f"it starts with {start!r}" if start else "it is empty"
+            raise UserInputError(f"{path}: not a .npz archive ({found}; a .npz is a zip file, "
+                                 "starting with b'PK'); expected a codes.npz written by "
+                                 "np.savez, as sgh-train writes it")
     arrays = open_npz(path)
     if "bits" not in arrays or arrays["bits"].ndim != 0 or not np.issubdtype(
             arrays["bits"].dtype, np.integer):
@@ -78,6 +105,12 @@ def load_codes(path) -> SavedCodes:
     if (database_labels is None) != (query_labels is None):
         raise UserInputError(f"{path}: has only one of 'database_labels' and 'query_labels'; "
                              "give both or neither")
+    if database_labels is not None and (database_labels.ndim != query_labels.ndim or (
+            database_labels.ndim == 2 and database_labels.shape[1] != query_labels.shape[1])):
+        raise UserInputError(f"{path}: 'query_labels' has shape {query_labels.shape} but "
+                             f"'database_labels' {database_labels.shape}; give both as 1-D "
+                             "class ids, or both as (n, n_labels) 0/1 matrices of the same "
+                             "labels")
     groundtruth = None
     if "groundtruth" in arrays:
         groundtruth = checked_groundtruth(path, arrays["groundtruth"], len(query), len(database))

@@ -6,9 +6,9 @@ or inner product), computed once per dataset and cached.
 
 Recall K@N needs each query's exact K best database items
 (:func:`sgh.data.neighbours.exact_neighbours`), which costs minutes on large datasets that ship
-none. The result is cached in one ``.npy`` file:
+none. The result is cached in one ``.npz`` file:
 
-* **name**: ``<dataset file>.gt-<digest>.npy``, the digest being BLAKE2b-128 of the method's
+* **name**: ``<dataset file>.gt-<digest>.npz``, the digest being BLAKE2b-128 of the method's
   version, of the similarity, and of the query and database features as used (dtype, shape and
   bytes): the content, not the path or the modification time, so a changed file, another split,
   other queries or another similarity get another cache file (Euclidean files keep the digest
@@ -18,13 +18,15 @@ none. The result is cached in one ``.npy`` file:
   run). A directory whose permission bits deny writing counts as read-only even for root, whose
   writes the system would allow: a dataset folder made read-only on purpose stays untouched.
   Reads look in both places, next to the dataset first;
-* **content**: ``(n_queries, K)`` int64 ids, best first, ties by database index. That order is
-  total, so the k best are the first k columns of the K best: a file with K >= k serves k;
-  a larger k is computed and replaces the file;
-* **trust**: a file is used only if it loads with ``allow_pickle=False`` as a 2-D int64 array of
-  ``n_queries`` rows and >= k columns, ids in ``[0, n_database)`` and distinct within each row,
-  and, for a sample of queries, distances that do not decrease (inner products that do not
-  increase) along the row. Anything else is logged and recomputed; writes are atomic
+* **content**: ``ids``, ``(n_queries, K)`` int64, best first, ties by database index, and
+  ``checksum``, BLAKE2b-128 of the digest and the ids' shape and bytes. The order is total, so
+  the k best are the first k columns of the K best: a file with K >= k serves k; a larger k is
+  computed and replaces the file;
+* **trust**: a file is used only if it loads with ``allow_pickle=False``, its checksum matches
+  its ids (a changed row, however plausible, is caught), the ids are a 2-D int64 array of
+  ``n_queries`` rows and >= k columns, in ``[0, n_database)`` and distinct within each row, and
+  every query's distances do not decrease (inner products do not increase) along its row (k
+  rows read per query: cheap). Anything else is logged and recomputed; writes are atomic
   (temporary file + rename), so a crash leaves no half-written cache.
 """
 
@@ -34,6 +36,7 @@ import hashlib
 import logging
 import os
 import stat
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +51,8 @@ logger = logging.getLogger(__name__)
 
 # Part of the digest: bump it when the ground truth's definition changes, so old files go stale.
 METHOD = b"sgh exact squared-L2 k-NN, ties by database index, v1"
-# Queries whose cached rows are checked for non-decreasing distances.
-_SAMPLED_QUERIES = 8
+# The cache file's layout (ids + checksum); a file of another version is stale, not trusted.
+CACHE_VERSION = "v2"
 
 
 def features_digest(query: np.ndarray, database: np.ndarray,
@@ -83,7 +86,7 @@ def user_cache_dir() -> Path | None:
 def cache_candidates(dataset_path: str | os.PathLike, digest: str) -> list[Path]:
     """Where the cache file of a dataset may be: next to it, then in the per-user cache."""
     dataset_path = Path(dataset_path).expanduser().absolute()
-    name = f"{dataset_path.name}.gt-{digest}.npy"
+    name = f"{dataset_path.name}.gt-{digest}.{CACHE_VERSION}.npz"
     user_dir = user_cache_dir()
     return [dataset_path.parent / name] + ([] if user_dir is None else [user_dir / name])
 
@@ -100,19 +103,31 @@ def _may_write(directory: Path) -> bool:
     )
 
 
-def _trusted(path: Path, query, database, k: int, similarity: str) -> np.ndarray | None:
+def ids_checksum(digest: str, ids: np.ndarray) -> str:
+    """BLAKE2b-128 of the features digest and the ids' shape and bytes."""
+    checksum = hashlib.blake2b(digest.encode(), digest_size=16)
+    checksum.update(f"|{ids.shape}|".encode())
+    checksum.update(np.ascontiguousarray(ids, np.int64).reshape(-1).view(np.uint8))
+    return checksum.hexdigest()
+
+
+def _trusted(path: Path, query, database, k: int, similarity: str,
+             digest: str) -> np.ndarray | None:
     """The cached ids of ``path`` if every check of the module doc passes, else None."""
     if not path.is_file():
         return None
     try:
-        ids = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as error:
+        with np.load(path, allow_pickle=False) as data:
+            ids, checksum = data["ids"], str(data["checksum"])
+    except (OSError, ValueError, EOFError, KeyError, AttributeError, zipfile.BadZipFile) as error:
         logger.warning("ground-truth cache %s is unreadable (%s); ignored", path, error)
         return None
     n_queries, n_database = len(query), len(database)
     problem = None
     if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 2:
         problem = f"expected a 2-D int64 array, found {getattr(ids, 'dtype', type(ids))}"
+    elif checksum != ids_checksum(digest, ids):
+        problem = "its checksum does not match its ids"
     elif ids.shape[0] != n_queries:
         problem = f"{ids.shape[0]} rows for {n_queries} queries"
     elif ids.shape[1] < k:  # a valid file for a smaller k: to be replaced, not a warning
@@ -125,30 +140,41 @@ def _trusted(path: Path, query, database, k: int, similarity: str) -> np.ndarray
     elif ids.shape[1] > 1 and (np.diff(np.sort(ids, axis=1), axis=1) == 0).any():
         problem = "a query lists the same id twice"
     else:
-        for row in np.linspace(0, n_queries - 1, min(_SAMPLED_QUERIES, n_queries)).astype(int):
-            items = take_rows(database, ids[row]).astype(np.float64)
-            if similarity == "inner_product":  # minus the products: should not decrease either
-                keys = -(items @ query[row].astype(np.float64))
-            else:
-                differences = items - query[row].astype(np.float64)
-                keys = np.einsum("ij,ij->i", differences, differences)
-            # Relative slack: the reference computed these same sums, perhaps in another order.
-            slack = 1e-9 * max(1.0, float(np.abs(keys).max()))
-            if (np.diff(keys) < -slack).any():
-                problem = f"query {row}'s neighbours are not in order of {similarity} similarity"
-                break
+        row = _first_row_out_of_order(query, database, ids[:, :k], similarity)
+        if row is not None:
+            problem = f"query {row}'s neighbours are not in order of {similarity} similarity"
     if problem is not None:
         logger.warning("ground-truth cache %s is not trusted (%s); ignored", path, problem)
         return None
     return ids[:, :k]
 
 
-def _write(path: Path, ids: np.ndarray) -> bool:
+def _first_row_out_of_order(query, database, ids: np.ndarray, similarity: str) -> int | None:
+    """The first query whose k neighbours' distances decrease along its row, or None."""
+    rows_per_block = max(1, (1 << 22) // max(1, ids.shape[1] * database.shape[1]))
+    for start in range(0, len(ids), rows_per_block):
+        block = ids[start : start + rows_per_block]
+        items = take_rows(database, block.reshape(-1)).astype(np.float64)
+        items = items.reshape(*block.shape, -1)
+        queries = np.asarray(query[start : start + len(block)], np.float64)[:, None, :]
+        if similarity == "inner_product":  # minus the products: should not decrease either
+            keys = -(items * queries).sum(axis=2)
+        else:
+            keys = np.square(items - queries).sum(axis=2)
+        # Relative slack: the reference computed these same sums, perhaps in another order.
+        slack = 1e-9 * np.maximum(1.0, np.abs(keys).max(axis=1, keepdims=True))
+        bad = np.flatnonzero((np.diff(keys, axis=1) < -slack).any(axis=1))
+        if bad.size:
+            return start + int(bad[0])
+    return None
+
+
+def _write(path: Path, ids: np.ndarray, digest: str) -> bool:
     if not _may_write(path.parent):
         return False
     try:
-        with atomic_file(path, suffix=".npy") as temporary:
-            np.save(temporary, ids, allow_pickle=False)
+        with atomic_file(path, suffix=".npz") as temporary:
+            np.savez(temporary, ids=ids, checksum=np.str_(ids_checksum(digest, ids)))
     except OSError as error:
         logger.info("cannot write the ground-truth cache %s (%s)", path, error)
         return False
@@ -189,14 +215,15 @@ def cached_exact_neighbours(
 
     if dataset_path is None:
         return compute(), exact
-    candidates = cache_candidates(dataset_path, features_digest(query, database, similarity))
+    digest = features_digest(query, database, similarity)
+    candidates = cache_candidates(dataset_path, digest)
     for path in candidates:
-        ids = _trusted(path, query, database, k, similarity)
+        ids = _trusted(path, query, database, k, similarity, digest)
         if ids is not None:
             return ids, f"{exact} earlier; read from the cache {path}"
     ids = compute()
     for path in candidates:
-        if _write(path, ids):
+        if _write(path, ids, digest):
             return ids, f"{exact}; cached in {path}"
     return ids, f"{exact} (no writable cache location)"
 
@@ -207,10 +234,16 @@ def split_ground_truth(
     """The split's neighbours by its similarity, and where they come from (a line for
     metrics.json).
 
-    The dataset's own if it has k of them per query; else computed exactly and cached next to
-    ``dataset_path`` (the dataset's file; None: not cached), see the module doc.
+    The dataset's own if it has k of them per query; else (with a warning when the dataset has
+    fewer) computed exactly and cached next to ``dataset_path`` (the dataset's file; None: not
+    cached), see the module doc.
     """
     if split.groundtruth is not None and split.groundtruth.shape[1] >= k:
         return split.groundtruth, "from the dataset file"
+    if split.groundtruth is not None:
+        logger.warning("the dataset's ground truth has %d neighbours per query, fewer than "
+                       "eval.recall_k=%d: computing the exact %d instead (eval.recall_k=%d "
+                       "uses the file's)", split.groundtruth.shape[1], k, k,
+                       split.groundtruth.shape[1])
     return cached_exact_neighbours(split.query, split.database, k, dataset_path,
                                    split.similarity)

@@ -1,6 +1,8 @@
 """The run directory: the only module that knows what a run writes, and under which names.
 
+    <run_dir>/.lock               who writes the run now (sgh.artifacts.run_lock): pid, host, since
     <run_dir>/config.yaml         the resolved configuration of this run
+    <run_dir>/inputs.json         its dataset files: path, size, mtime (sgh.artifacts.run_inputs)
     <run_dir>/train.log           Hydra's log of the run: progress lines, results table, warnings
     <run_dir>/tensorboard/        TensorBoard event files (losses, rate, validation, code health)
     <run_dir>/checkpoints/        TF checkpoints: model (with its normaliser), optimizer, step
@@ -12,28 +14,40 @@
     <run_dir>/eval.json           `sgh-eval run=<run_dir>`: the codes re-scored
 
 Every file is written atomically (`sgh.artifacts.atomic`): a crash never leaves a half-written
-file that looks complete.
+file that looks complete, and the next owner of the directory removes the temporaries a killed
+writer left (`remove_stray_temporaries`). Checkpoints are read back whole before they are used:
+a damaged one is skipped for the newest intact one beside it, with a warning
+(`resume_checkpoint`, `weights_of_step`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import yaml
 from omegaconf import OmegaConf
 
 from sgh.artifacts.atomic import atomic_file, write_json
 from sgh.artifacts.codes_file import write_codes
+from sgh.artifacts.run_inputs import InputFile, inputs_from_json
 from sgh.errors import UserInputError
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
+logger = logging.getLogger(__name__)
+
 CHECKPOINTS_KEPT = 2
+LOCK_FILE = ".lock"
 CONFIG_FILE = "config.yaml"
+INPUTS_FILE = "inputs.json"
 METRICS_FILE = "metrics.json"
 CODES_FILE = "codes.npz"
 ASYMMETRIC_FILE = "asymmetric.npz"
@@ -43,6 +57,18 @@ TENSORBOARD_DIR = "tensorboard"
 CHECKPOINTS_DIR = "checkpoints"
 BEST_DIR = "best"
 ENCODER_DIR = "encoder"
+CHECKPOINT_PREFIX = "ckpt"  # tf.train.CheckpointManager's: ckpt-<step>.index, .data-*
+CHECKPOINT_STATE = "checkpoint"  # TF's list of the kept checkpoints, written last
+# What a run writes atomically (`sgh.artifacts.atomic`; the lock: its write probe), and so may
+# leave as `.<name>.*.tmp*` when killed. Not eval.json: sgh-eval writes it without owning the
+# directory, so one of its temporaries may be in flight.
+ATOMICALLY_WRITTEN = (CONFIG_FILE, INPUTS_FILE, CODES_FILE, METRICS_FILE, ASYMMETRIC_FILE,
+                      ENCODER_DIR, LOCK_FILE)
+# TensorFlow's own temporaries in a checkpoint directory: a checkpoint's shards before they are
+# merged into place (`ckpt-<step>_temp/`), and the state file before its rename.
+_TF_TEMPORARY = re.compile(rf"^({CHECKPOINT_PREFIX}-\d+_temp|{CHECKPOINT_STATE}\.tmp[0-9a-f]+)$")
+# What to do when no intact checkpoint is left.
+_START_OVER = "delete {checkpoints} to train the run again, or choose a new hydra.run.dir"
 
 
 class RunDirectory:
@@ -64,8 +90,16 @@ class RunDirectory:
 
     # ---- names ------------------------------------------------------------------------------
     @property
+    def lock_file(self) -> Path:
+        return self.path / LOCK_FILE
+
+    @property
     def config_file(self) -> Path:
         return self.path / CONFIG_FILE
+
+    @property
+    def inputs_file(self) -> Path:
+        return self.path / INPUTS_FILE
 
     @property
     def codes(self) -> Path:
@@ -108,7 +142,30 @@ class RunDirectory:
         """The configuration a run in this directory was started with, if any."""
         if not self.config_file.is_file():
             return None
-        return OmegaConf.to_container(OmegaConf.load(self.config_file))
+        try:  # a hand-edited or damaged file: one line naming it, not a YAML traceback
+            loaded = OmegaConf.to_container(OmegaConf.load(self.config_file))
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            reason = " ".join(str(error).split())
+            raise UserInputError(f"{self.config_file}: not readable YAML ({reason}); it records "
+                                 "the settings of the run in this directory: restore it, or "
+                                 "choose another directory") from None
+        if not isinstance(loaded, dict):
+            raise UserInputError(f"{self.config_file}: holds a {type(loaded).__name__}, not the "
+                                 "settings of a run (a mapping); restore it, or choose another "
+                                 "directory")
+        return loaded
+
+    def previous_inputs(self) -> list[InputFile] | None:
+        """The dataset files a run in this directory started on (`write_inputs`), if recorded;
+        None for a run from before the record, or one whose record is unreadable (warned)."""
+        if not self.inputs_file.is_file():
+            return None
+        try:
+            return inputs_from_json(json.loads(self.inputs_file.read_text()))
+        except ValueError as error:
+            logger.warning("%s is unreadable (%s); the dataset files are not checked against "
+                           "the run's start", self.inputs_file, error)
+            return None
 
     def has_checkpoint(self) -> bool:
         # TF writes a checkpoint's data files first and its index ("checkpoint") last, so a
@@ -130,6 +187,27 @@ class RunDirectory:
     def write_config(self, config) -> None:
         with atomic_file(self.config_file) as temporary:
             temporary.write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+
+    def write_inputs(self, inputs: list[InputFile]) -> None:
+        write_json(self.inputs_file, {"files": [item.as_json() for item in inputs]})
+
+    def remove_stray_temporaries(self) -> list[Path]:
+        """Delete what a killed writer left half-written, and return it: the atomic writes'
+        temporaries of the run's own files, and TensorFlow's checkpoint temporaries. Only for
+        the directory's owner (`sgh.artifacts.run_lock`): another writer's are in flight."""
+        stray = [path for name in ATOMICALLY_WRITTEN for path in self.path.glob(f".{name}.*.tmp*")]
+        for directory in (self.checkpoints, self.best_checkpoints):
+            if directory.is_dir():
+                stray += [path for path in directory.iterdir() if _TF_TEMPORARY.match(path.name)]
+        for path in stray:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        if stray:
+            logger.info("removed what an interrupted writer left half-written in %s: %s",
+                        self.path, ", ".join(str(path.relative_to(self.path)) for path in stray))
+        return stray
 
     def write_metrics(self, metrics: dict) -> None:
         write_json(self.metrics, metrics)
@@ -155,24 +233,125 @@ class RunDirectory:
         import tensorflow as tf  # noqa: F811  (the runtime import of the type-checking name)
 
         directory = self.best_checkpoints if best else self.checkpoints
+        kept = 1 if best else CHECKPOINTS_KEPT
+        _rebuild_unreadable_state(directory, kept)
         return tf.train.CheckpointManager(checkpoint, str(directory),
-                                          max_to_keep=1 if best else CHECKPOINTS_KEPT)
+                                          max_to_keep=kept,
+                                          checkpoint_name=CHECKPOINT_PREFIX)
+
+    def resume_checkpoint(self, checkpoints: tf.train.CheckpointManager) -> str | None:
+        """The newest of the kept checkpoints that reads back whole; None when there is none.
+
+        A damaged one (truncated, overwritten, a file missing) is skipped for the one before it,
+        with a warning naming it: training resumes from there and makes the same steps again.
+
+        Raises:
+            UserInputError: checkpoints are listed, and none of them is intact.
+        """
+        listed = list(checkpoints.checkpoints)
+        if checkpoints.latest_checkpoint and checkpoints.latest_checkpoint not in listed:
+            listed.append(checkpoints.latest_checkpoint)
+        damaged = []
+        for prefix in reversed(listed):  # newest first
+            problem = checkpoint_damage(prefix)
+            if problem is None:
+                for name, why in damaged:
+                    logger.warning("checkpoint %s is damaged (%s); resuming from %s, the newest "
+                                   "intact one", name, why, prefix)
+                return prefix
+            damaged.append((prefix, problem))
+        if damaged:
+            raise UserInputError(
+                f"no intact checkpoint in {checkpoints.directory} ("
+                + "; ".join(f"{Path(name).name}: {why}" for name, why in damaged) + "); "
+                + _START_OVER.format(checkpoints=self.checkpoints))
+        return None
+
+    def weights_of_step(self, step: int) -> str:
+        """An intact checkpoint with the model weights of `step`: `checkpoints/best/ckpt-<step>`,
+        else the training checkpoint of the same step, which holds the same weights (both are
+        saved after the same compiled call). A damaged one is skipped with a warning.
+
+        Raises:
+            UserInputError: neither is there intact.
+        """
+        damaged = []
+        for directory in (self.best_checkpoints, self.checkpoints):
+            prefix = directory / f"{CHECKPOINT_PREFIX}-{step}"
+            if not _checkpoint_files(prefix):
+                continue
+            problem = checkpoint_damage(prefix)
+            if problem is None:
+                for name, why in damaged:
+                    logger.warning("checkpoint %s is damaged (%s); the weights of step %d come "
+                                   "from %s instead", name, why, step, prefix)
+                return str(prefix)
+            damaged.append((prefix, problem))
+        found = "; ".join(f"{name}: {why}" for name, why in damaged) or "none is kept"
+        raise UserInputError(
+            f"no intact checkpoint of step {step}, whose weights make the run's codes, in "
+            f"{self.best_checkpoints} or {self.checkpoints} ({found}); "
+            + _START_OVER.format(checkpoints=self.checkpoints))
 
     def final_checkpoint(self) -> str:
-        """The checkpoint whose weights gave the run's `codes.npz`.
+        """The checkpoint whose weights gave the run's `codes.npz` (`weights_of_step`).
 
-        With validation, the best validated weights (`checkpoints/best/`, step `best_step` in
-        metrics.json); otherwise, or when no validation point was reached, the last step's.
+        With validation, the best validated weights (step `best_step` in metrics.json, which is
+        the last step when no validation point was reached); otherwise the last step's.
         """
-        import tensorflow as tf
-
         metrics = self.read_metrics()
-        best = tf.train.latest_checkpoint(str(self.best_checkpoints))
-        if best is not None and "best_step" in metrics and best.endswith(
-                f"-{metrics['best_step']}"):
-            return best
-        last = tf.train.latest_checkpoint(str(self.checkpoints))
-        if last is None or not last.endswith(f"-{metrics.get('steps')}"):
-            raise UserInputError(f"run={self.path}: no checkpoint of the run's final step "
-                                 f"({metrics.get('steps')}) in {self.checkpoints}")
-        return last
+        step = metrics.get("best_step", metrics.get("steps"))
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise UserInputError(f"run={self.path}: {METRICS_FILE} has no integer 'steps'; "
+                                 "expected the metrics of an SGH run")
+        return self.weights_of_step(step)
+
+
+def _checkpoint_files(prefix: Path) -> list[Path]:
+    """The files of the checkpoint `prefix` (`<prefix>.index`, `<prefix>.data-*`) on disk."""
+    return sorted(prefix.parent.glob(f"{prefix.name}.*")) if prefix.parent.is_dir() else []
+
+
+def checkpoint_damage(prefix: str | os.PathLike) -> str | None:
+    """Why the checkpoint `prefix` cannot be restored, in a few words; None if it is intact.
+
+    Intact means: its index reads, and every tensor it lists reads back from the data files
+    with the checksum it was saved with (TensorFlow checks a CRC32C per tensor), so a truncated,
+    overwritten or missing file is found before anything is restored from it.
+    """
+    import tensorflow as tf
+
+    prefix = Path(prefix)
+    if not prefix.with_name(f"{prefix.name}.index").is_file():
+        return f"no {prefix.name}.index"
+    try:
+        reader = tf.train.load_checkpoint(str(prefix))
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    # The reader reports damage as OpError subclasses, but a short read as IndexError: any
+    # failure to read the checkpoint back means it is damaged.
+    except Exception as error:  # noqa: BLE001
+        lines = str(error).strip().splitlines()
+        return (lines[0] if lines else type(error).__name__)[:200]
+    return None
+
+
+def _rebuild_unreadable_state(directory: Path, kept: int) -> None:
+    """A state file TensorFlow cannot parse (it would ignore it and start from step 0): list
+    the newest checkpoints found on disk instead, with a warning."""
+    import tensorflow as tf
+
+    state = directory / CHECKPOINT_STATE
+    if not state.is_file() or tf.train.get_checkpoint_state(str(directory)) is not None:
+        return
+    found = sorted((int(match.group(1)), str(directory / f"{CHECKPOINT_PREFIX}-{match.group(1)}"))
+                   for path in directory.glob(f"{CHECKPOINT_PREFIX}-*.index")
+                   if (match := re.fullmatch(rf"{CHECKPOINT_PREFIX}-(\d+)\.index", path.name)))
+    newest = [prefix for _, prefix in found[-kept:]]
+    logger.warning("%s is unreadable; listing the checkpoints found beside it instead: %s", state,
+                   ", ".join(Path(prefix).name for prefix in newest) or "none")
+    if newest:
+        tf.compat.v1.train.update_checkpoint_state(str(directory), newest[-1],
+                                                   all_model_checkpoint_paths=newest)
+    else:
+        state.unlink()

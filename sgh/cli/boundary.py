@@ -1,19 +1,27 @@
 """The command-line boundary: how errors become one line on stderr and an exit status.
 
     0    success
-    2    bad input (`UserInputError`): one line naming the file, key or value, and what is accepted
+    2    bad input (`UserInputError`): one line naming the file, key or value, and what is accepted;
+         also Hydra's own errors (`sgh.cli.hydra_errors`) and a full, read-only or forbidden
+         place to write (`OSError` ENOSPC, EDQUOT, EROFS, EACCES, ...), named by its path
     3    training diverged (`TrainingDiverged`): the step and what to change
-    130  interrupted (`TrainingInterrupted`, as for Ctrl-C in a shell): a checkpoint was saved
+    130  interrupted (SIGINT or SIGTERM, as for Ctrl-C in a shell), at any phase: the line says
+         how to resume; files are written whole or not at all (`sgh.artifacts.atomic`)
 
-`SGH_DEBUG=1` (any value but empty or 0) prints the traceback of a user error too.
+`SGH_DEBUG=1` (any value but empty or 0) prints the traceback above the line too. Every other
+exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
 import sys
+import threading
 import traceback
 from contextlib import contextmanager
+from pathlib import Path
 
 from sgh.errors import TrainingDiverged, TrainingInterrupted, UserInputError
 
@@ -21,32 +29,155 @@ USAGE_ERROR_EXIT_CODE = 2
 DIVERGED_EXIT_CODE = 3
 INTERRUPTED_EXIT_CODE = 130
 
+# The errors of a place to write (or read) that are the user's to fix, not bugs: what each
+# means and what to do ("write elsewhere" gets the command's output setting appended).
+_DISK_ERRORS = {
+    errno.ENOSPC: "no space left on device; free some space, or write elsewhere",
+    errno.EDQUOT: "disk quota exceeded; free some space, or write elsewhere",
+    errno.EROFS: "read-only file system; write elsewhere",
+    # Reading or writing: no "write elsewhere" (and no output setting) for these.
+    errno.EACCES: "permission denied; change its permissions, or use another path",
+    errno.EPERM: "operation not permitted; change its permissions, or use another path",
+    errno.ENAMETOOLONG: "file name too long (at most 255 bytes a name); choose a shorter path",
+    errno.ENOTDIR: "a part of this path is a file, not a directory; choose another path",
+}
+# TensorFlow's file system raises its own errors (tf.errors.*), which carry only the text.
+_DISK_ERROR_TEXTS = {
+    "No space left on device": errno.ENOSPC,
+    "Disk quota exceeded": errno.EDQUOT,
+    "Read-only file system": errno.EROFS,
+    "Permission denied": errno.EACCES,
+}
+
 
 def debug_requested() -> bool:
     return os.environ.get("SGH_DEBUG", "") not in ("", "0")
 
 
+def _report(program: str, line: str, status: int):
+    if debug_requested():
+        traceback.print_exc()
+    print(f"{program}: {line}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
+def _causes(error: BaseException):
+    """The error and what it was raised from or during, innermost last (a bounded walk)."""
+    seen = []
+    while error is not None and len(seen) < 16 and all(error is not e for e in seen):
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    return seen
+
+
+def disk_error_line(error: BaseException, output_key: str | None = None,
+                    output_path: str | os.PathLike | None = None) -> str | None:
+    """One line for a full, read-only or forbidden place anywhere in `error`'s chain, else None.
+
+    The path is the error's own file name, or `output_path` (where the command writes) when the
+    error has none (a `write` that hits a full disk names no file); `output_key` is the setting
+    that chooses another place (`hydra.run.dir`, `out`, `--out`).
+    """
+    for cause in _causes(error):
+        code, path = None, None
+        if isinstance(cause, OSError) and cause.errno in _DISK_ERRORS:
+            code, path = cause.errno, cause.filename
+        elif isinstance(cause, OSError) and cause.errno == errno.EEXIST and cause.filename \
+                and Path(cause.filename).is_file():  # os.makedirs onto a file
+            return (f"{cause.filename}: is a file, where a directory is needed; choose another "
+                    "path" + (f" ({output_key}=...)" if output_key else ""))
+        elif type(cause).__module__.startswith("tensorflow"):
+            code = next((value for text, value in _DISK_ERROR_TEXTS.items()
+                         if text in str(cause)), None)
+        if code is None:
+            continue
+        advice = _DISK_ERRORS[code]
+        if output_key is not None and advice.endswith("write elsewhere"):
+            advice += f" ({output_key}=...)"
+        return f"{path or output_path or 'the output'}: {advice}"
+    return None
+
+
+def check_writable_place(setting: str, path: str | os.PathLike, directory_wanted: bool) -> None:
+    """Refuse, before any work, a place a command could not write: a file where a directory is
+    wanted (or the reverse), a path through a file, a read-only or forbidden directory, a name
+    beyond the 255-byte limit. `setting` is the key that chose it (`hydra.run.dir`, `out`)."""
+    path = Path(path)
+    for part in path.parts:
+        if len(os.fsencode(part)) > 255:
+            raise UserInputError(f"{setting}={path}: the name {part[:24]!r}... is "
+                                 f"{len(os.fsencode(part))} bytes; a file name may have at most "
+                                 "255 bytes, choose a shorter one")
+    if path.exists():
+        if directory_wanted and not path.is_dir():
+            raise UserInputError(f"{setting}={path} is a file; accepted: a directory (a new one, "
+                                 "or an earlier run's to resume it)")
+        if not directory_wanted and path.is_dir():
+            raise UserInputError(f"{setting}={path} is a directory; accepted: a file name")
+    existing = path if directory_wanted and path.is_dir() else path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise UserInputError(f"{setting}={path}: {existing} is a file, so nothing can be made "
+                             "below it; choose another path")
+    # access() answers for the real user and read-only mounts (root included: EROFS).
+    if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+        raise UserInputError(f"{setting}={path}: {existing} is not writable (read-only or "
+                             f"permission denied); choose a place you can write ({setting}=...)")
+
+
 @contextmanager
-def exit_on_user_error(program: str):
-    """A `UserInputError` inside the block becomes one line on stderr and exit status 2."""
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt, as SIGINT does, so that both end the same way (130 and
+    the resume line) at any phase, not only inside training (which handles both itself,
+    `sgh.training.signals`). A handler someone else installed is left alone."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(_number, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
-    except UserInputError as error:
-        if debug_requested():
-            traceback.print_exc()
-        print(f"{program}: error: {error}", file=sys.stderr)
-        sys.exit(USAGE_ERROR_EXIT_CODE)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextmanager
-def exit_on_failure(program: str):
-    """`exit_on_user_error`, plus a diverged (3) or interrupted (130) training run."""
+def exit_on_failure(program: str, *, output_key: str | None = None,
+                    output_path: str | os.PathLike | None = None,
+                    interrupted: str = "interrupted; nothing was left half-written: run the "
+                                       "same command again"):
+    """Every way a command ends early, as one line on stderr and an exit status (module doc).
+
+    `output_key` / `output_path`: the setting and the place the command writes, named by a
+    disk error without a file name of its own; `interrupted`: the line of an interruption
+    outside training (what to run to go on).
+    """
     try:
-        with exit_on_user_error(program):
+        with _sigterm_as_interrupt():
             yield
+    except UserInputError as error:
+        _report(program, f"error: {error}", USAGE_ERROR_EXIT_CODE)
     except TrainingDiverged as divergence:
-        print(f"{program}: error: {divergence}", file=sys.stderr)
-        sys.exit(DIVERGED_EXIT_CODE)
+        _report(program, f"error: {divergence}", DIVERGED_EXIT_CODE)
     except TrainingInterrupted as interruption:
-        print(f"{program}: {interruption}", file=sys.stderr)
-        sys.exit(INTERRUPTED_EXIT_CODE)
+        _report(program, str(interruption), INTERRUPTED_EXIT_CODE)
+    except KeyboardInterrupt:
+        _report(program, interrupted, INTERRUPTED_EXIT_CODE)
+    except Exception as error:  # noqa: BLE001  only the user's kinds are reported, bugs re-raised
+        line = disk_error_line(error, output_key, output_path)
+        if line is None and type(error).__module__.split(".")[0] in ("hydra", "omegaconf"):
+            from sgh.cli.hydra_errors import hydra_error_line
+
+            line = hydra_error_line(error)
+        if line is None:
+            raise
+        _report(program, f"error: {line}", USAGE_ERROR_EXIT_CODE)
+
+
+# The earlier name, which sgh-export uses: the same boundary.
+exit_on_user_error = exit_on_failure

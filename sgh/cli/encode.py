@@ -6,8 +6,11 @@
 `input` is `.npy`, `.npz` / `.mat` (`key` names the array; optional if there is one), `.fvecs`
 or `.bvecs` (`sgh.data.vector_files`). The features are converted exactly as at training
 (`as_float32_features`: uint8 / 255, other integers as they are), so the codes of a run's own
-data equal its `codes.npz` bit for bit. `out` is an `.npy` of packed uint8 codes (n,
-ceil(bits/8)), `np.packbits(bits, axis=1)` layout.
+data equal its `codes.npz` bit for bit. Input stored unlike the run's training features (its
+metrics.json `feature_conversion`) is refused, as `sgh-train` refuses such a mix of splits:
+uint8 for a run trained on other dtypes, or floats beyond [0, 1] for a run trained on uint8 /
+255 (floats already divided by 255 are its encoder's input). `out` is an `.npy` of packed
+uint8 codes (n, ceil(bits/8)), `np.packbits(bits, axis=1)` layout.
 
 Streaming: `batch_size` rows are read, encoded and appended to the output at a time, so memory is
 bounded by the batch, not the file (`.npy`, `.fvecs`, `.bvecs`; `.npz` and `.mat` cannot be read
@@ -17,6 +20,7 @@ the end: an existing `out` is replaced only by a complete file.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -25,10 +29,12 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import atomic_file
-from sgh.cli.boundary import exit_on_user_error
+from sgh.artifacts.run_directory import RunDirectory
+from sgh.cli.boundary import check_writable_place, exit_on_failure
+from sgh.cli.hydra_command import run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import EncodeCommandConfig
-from sgh.data.vector_files import as_float32_features, open_vectors
+from sgh.data.vector_files import UINT8_CONVERSION, as_float32_features, open_vectors
 from sgh.errors import UserInputError
 from sgh.quiet_tensorflow import import_tensorflow
 
@@ -51,12 +57,69 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
     if not (isinstance(config.batch_size, int) and config.batch_size >= 1):
         raise UserInputError(f"batch_size={config.batch_size!r} is impossible; accepted: an "
                              "integer >= 1")
+    check_writable_place("out", config.out, directory_wanted=False)
+
+
+def _training_conversion(config: EncodeCommandConfig) -> tuple[str, str] | None:
+    """(how the run's training features became float32, e.g. 'uint8 / 255'; where that is
+    recorded), from the run's metrics.json (an exported encoder inside a run directory: its
+    run's); None when nothing records it (an encoder copied elsewhere, an older run)."""
+    run_dir = Path(config.run) if config.run is not None else Path(config.encoder).parent
+    metrics = RunDirectory(run_dir, create=False).metrics
+    try:
+        recorded = json.loads(metrics.read_text())
+        conversion, similarity = recorded.get("feature_conversion"), recorded.get("similarity")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if similarity == "angular":  # the encoder unit-normalises each row: no scale to mismatch
+        return None
+    return (conversion, f"run={run_dir}") if isinstance(conversion, str) else None
+
+
+def _refuse_another_scale(vectors, training: tuple[str, str] | None) -> None:
+    """uint8 input is divided by 255 and any other dtype is not (`as_float32_features`), so
+    input stored unlike the training features would be encoded at 255 times (or 1/255 of)
+    the scale the encoder learnt: refused, as `sgh-train` refuses a mix of its splits."""
+    if training is None:
+        return
+    conversion, run = training
+    if vectors.dtype == np.uint8 and conversion != UINT8_CONVERSION:
+        raise UserInputError(
+            f"{vectors.where} is uint8 (converted as '{UINT8_CONVERSION}') but {run} was trained "
+            f"on features converted as '{conversion}'; store the input with the training "
+            "features' kind of dtype (uint8 is divided by 255, other types are not)")
+
+
+def _needs_unit_range(training: tuple[str, str] | None, stored) -> bool:
+    return training is not None and training[0] == UINT8_CONVERSION and stored != np.uint8
+
+
+def _refuse_unscaled_rows(features: np.ndarray, stored, training, where: str,
+                          first_row: int) -> None:
+    """Float input for a run trained on uint8 / 255 features is accepted already divided by
+    255 (the encoder's input), so in [0, 1]; a value beyond is raw pixels, 255 times too large."""
+    if not _needs_unit_range(training, stored):
+        return
+    outside = np.argwhere((features < 0) | (features > 1))
+    if len(outside):
+        row, column = outside[0]
+        raise UserInputError(
+            f"{where} has values outside [0, 1] (first at row {first_row + row}, column "
+            f"{column}: {features[row, column]:g}) but {training[1]} was trained on uint8 "
+            "features divided by 255; store the input as uint8, or divide it by 255 first")
 
 
 def encode_file(config: EncodeCommandConfig) -> dict:
     """Encode `config.input` to `config.out`; print and return a summary."""
     _check_arguments(config)
     vectors = open_vectors(config.input, config.key)
+    training = _training_conversion(config)
+    _refuse_another_scale(vectors, training)
+    if _needs_unit_range(training, vectors.dtype):
+        # The first batch now, before the TensorFlow import; every batch as it is encoded.
+        rows = vectors.read(0, min(len(vectors), config.batch_size))
+        _refuse_unscaled_rows(as_float32_features(rows, vectors.path, vectors.key)[0],
+                              vectors.dtype, training, vectors.where, 0)
     # TensorFlow is imported only now, so that bad arguments and files fail in a fraction of a
     # second rather than after its several-second import.
     import_tensorflow()
@@ -74,7 +137,7 @@ def encode_file(config: EncodeCommandConfig) -> dict:
                              f"{encoder_path} takes {encoder.dim}; encode features of the kind "
                              "the run was trained on")
     started = time.perf_counter()
-    conversion = _stream_codes(vectors, encoder, out, config.batch_size)
+    conversion = _stream_codes(vectors, encoder, out, config.batch_size, training)
     seconds = time.perf_counter() - started
     summary = {"n": n, "dim": dim, "bits": encoder.bits, "conversion": conversion,
                "seconds": seconds, "vectors_per_second": n / seconds if seconds > 0 else None,
@@ -85,7 +148,7 @@ def encode_file(config: EncodeCommandConfig) -> dict:
     return summary
 
 
-def _stream_codes(vectors, encoder, out: Path, batch_size: int) -> str:
+def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None) -> str:
     """Read, convert, encode and append `batch_size` rows at a time; return the conversion.
 
     The `.npy` header is written first and the codes appended through a plain file handle (not
@@ -103,18 +166,22 @@ def _stream_codes(vectors, encoder, out: Path, batch_size: int) -> str:
             stop = min(start + batch_size, n)
             features, conversion = as_float32_features(
                 vectors.read(start, stop), vectors.path, vectors.key, first_row=start)
+            _refuse_unscaled_rows(features, vectors.dtype, training, vectors.where, start)
             handle.write(encoder.encode_batch(features).tobytes())
     return conversion
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="encode")
 def _hydra_main(cfg: DictConfig) -> None:
-    with exit_on_user_error("sgh-encode"):
+    with exit_on_failure("sgh-encode", output_key="out", output_path=cfg.out,
+                         interrupted=f"interrupted; out={cfg.out} was not written (or left as "
+                                     "it was): run the same command again"):
         encode_file(OmegaConf.to_object(cfg))
 
 
 def main() -> None:
-    _hydra_main()
+    run_hydra_command("sgh-encode", "encode", _hydra_main, output_key="out",
+                      check=lambda composed: [_check_arguments(job) for job in composed.jobs])
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from sgh.artifacts.atomic import write_json
 from sgh.artifacts.codes_file import load_codes
 from sgh.artifacts.run_directory import RunDirectory
-from sgh.cli.boundary import exit_on_user_error
+from sgh.cli.boundary import check_writable_place, exit_on_failure
+from sgh.cli.hydra_command import run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import EvalCommandConfig, EvalConfig, dataset_config_from, validate_eval
 from sgh.data import load_split
@@ -33,10 +34,7 @@ register_configs()
 
 def evaluate_codes(config: EvalCommandConfig) -> dict:
     """Score the configured codes, write the JSON (if any), print the table; return metrics."""
-    if (config.codes is None) == (config.run is None):
-        raise UserInputError("give exactly one of codes=FILE (a codes.npz) or run=DIR "
-                             "(an sgh-train run directory)")
-    validate_eval(config.eval)
+    _check_arguments(config)
     if config.run is not None:
         run = RunDirectory(config.run, create=False)
         if not run.codes.is_file():
@@ -45,6 +43,8 @@ def evaluate_codes(config: EvalCommandConfig) -> dict:
         codes_path, out = run.codes, config.out or run.eval_file
     else:
         codes_path, out = Path(config.codes), config.out
+    if out is not None:  # before the scoring, which may take minutes
+        _check_output(Path(out), codes_path)
     codes = load_codes(codes_path)
     ranking, similarity = None, None
     if config.eval.ranking != "hamming":
@@ -64,6 +64,21 @@ def evaluate_codes(config: EvalCommandConfig) -> dict:
     if out is not None:
         print(f"[sgh] wrote {out}")
     return metrics
+
+
+def _check_arguments(config: EvalCommandConfig) -> None:
+    if (config.codes is None) == (config.run is None):
+        raise UserInputError("give exactly one of codes=FILE (a codes.npz) or run=DIR "
+                             "(an sgh-train run directory)")
+    validate_eval(config.eval)
+
+
+def _check_output(out: Path, codes_path: Path) -> None:
+    """`out` can take the JSON, and is not the codes file (which it would overwrite)."""
+    if out.exists() and codes_path.exists() and out.resolve() == codes_path.resolve():
+        raise UserInputError(f"out={out} is the codes file, which the JSON would overwrite; "
+                             "accepted: another path, e.g. out=scores.json")
+    check_writable_place("out", out, directory_wanted=False)
 
 
 def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
@@ -108,12 +123,16 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
 def _hydra_main(cfg: DictConfig) -> None:
-    with exit_on_user_error("sgh-eval"):
+    out = cfg.out or (None if cfg.run is None else RunDirectory(cfg.run, create=False).eval_file)
+    with exit_on_failure("sgh-eval", output_key="out", output_path=out,
+                         interrupted=f"interrupted; {out or 'nothing'} was not written (or "
+                                     "left as it was): run the same command again"):
         evaluate_codes(OmegaConf.to_object(cfg))
 
 
 def main() -> None:
-    _hydra_main()
+    run_hydra_command("sgh-eval", "evaluate", _hydra_main, output_key="out",
+                      check=lambda composed: [_check_arguments(job) for job in composed.jobs])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """`sgh-export RUN_DIR`: export the encoder of a finished run that has none yet.
 
 Runs trained before training exported its encoder (or whose `encoder/` was deleted) get
-`<run_dir>/encoder/` rebuilt from `config.yaml` and the checkpoint that made `codes.npz`.
+`<run_dir>/encoder/` rebuilt from `config.yaml` and the checkpoint that made `codes.npz` (read
+back whole first; damaged best weights come from the training checkpoint of the same step). It
+owns the run directory meanwhile, so it is refused while sgh-train writes there.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ so a misspelt key fails when the configuration is composed, not somewhere in the
 
 from __future__ import annotations
 
+import hashlib
+
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
@@ -25,10 +27,21 @@ from sgh.resources import BUNDLED_DATA_DIR, CONFIG_DIR
 CONFIG_PATH = str(CONFIG_DIR)
 
 
+def short_id(text: str) -> str:
+    """8 hex digits of `text`'s SHA-256: a sweep job's directory name from its overrides
+    (`hydra.sweep.subdir: ${hydra.job.num}_${sgh_short_id:${hydra.job.override_dirname}}`),
+    short and flat whatever the overrides hold (a `dataset.path` with `/`, a name beyond the
+    255-byte limit); the overrides themselves are in the job's `.hydra/overrides.yaml`."""
+    return hashlib.sha256(str(text).encode()).hexdigest()[:8]
+
+
 def register_configs() -> None:
-    """Register the schemas and the `${sgh_bundled_data_dir:}` resolver (idempotent)."""
+    """Register the schemas and the `${sgh_bundled_data_dir:}` and `${sgh_short_id:TEXT}`
+    resolvers (idempotent)."""
     if not OmegaConf.has_resolver("sgh_bundled_data_dir"):
         OmegaConf.register_new_resolver("sgh_bundled_data_dir", lambda: str(BUNDLED_DATA_DIR))
+    if not OmegaConf.has_resolver("sgh_short_id"):
+        OmegaConf.register_new_resolver("sgh_short_id", short_id)
     store = ConfigStore.instance()
     store.store(name="config_schema", node=Config)
     store.store(name="eval_command_schema", node=EvalCommandConfig)

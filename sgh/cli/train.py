@@ -4,25 +4,26 @@
     sgh-train dataset=cifar10_gist model.bits=64
     sgh-train -m model=sgh,itq model.bits=16,32,64     a sweep, one directory per job
 
-`main` checks the config-group options, Hydra composes the configuration, and `run` gets it as
-typed dataclasses (`OmegaConf.to_object`): Hydra is not seen below this module.
+`main` checks the command line and the run directory first (`sgh.cli.hydra_command`: every
+mistake is one line, exit 2), Hydra composes the configuration, and `run` gets it as typed
+dataclasses (`OmegaConf.to_object`): Hydra is not seen below this module.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from sgh.cli.boundary import exit_on_failure, exit_on_user_error
-from sgh.cli.group_choices import check_group_choices
+from sgh.artifacts.run_directory import RunDirectory
+from sgh.cli.boundary import check_writable_place, exit_on_failure
+from sgh.cli.hydra_command import Composed, run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
+from sgh.config import validate
 from sgh.pipeline import run
-from sgh.resources import CONFIG_DIR
 
 register_configs()
 logger = logging.getLogger(__name__)
@@ -32,14 +33,37 @@ logger = logging.getLogger(__name__)
 def _hydra_main(cfg: DictConfig) -> float | None:
     """One run; returns its `optimized_metric` (what a sweeper such as Optuna maximises)."""
     run_dir = HydraConfig.get().runtime.output_dir
+    swept = HydraConfig.get().mode == RunMode.MULTIRUN
     # TensorFlow's absl INFO lines and collective all-reduce INFO lines are noise here.
     logging.getLogger("absl").setLevel(logging.WARNING)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
-    with exit_on_failure("sgh-train"):
+    # Interrupted outside the training loop (loading the data, evaluating, writing): what was
+    # written is whole (sgh.artifacts.atomic) and the same command picks the run up again.
+    interrupted = (f"interrupted in the job {run_dir} of the sweep; run the same command with "
+                   f"hydra.sweep.dir={HydraConfig.get().sweep.dir} to resume the sweep" if swept
+                   else "interrupted before the run finished; run the same command with "
+                        f"hydra.run.dir={run_dir} to resume")
+    with exit_on_failure("sgh-train", output_key="hydra.sweep.dir" if swept else "hydra.run.dir",
+                         output_path=run_dir, interrupted=interrupted):
         config = OmegaConf.to_object(cfg)
         metrics = run(config, run_dir)
-        swept = HydraConfig.get().mode == RunMode.MULTIRUN
         return optimized_value(metrics, config.optimized_metric, warn=swept)
+
+
+def _check_before_hydra(composed: Composed) -> None:
+    """Before Hydra creates the run directory: every job's values (`sgh.config.validate`,
+    which `run` applies again), and the run (or sweep) directory can be made and written, and
+    an earlier run's config.yaml there is readable (a resumed run compares its settings)."""
+    for job in composed.jobs:
+        validate(job)
+    key = "hydra.sweep.dir" if composed.multirun else "hydra.run.dir"
+    try:
+        directory = OmegaConf.select(composed.config, key, throw_on_missing=True)
+    except Exception:  # noqa: BLE001  resolved from what only the job knows: Hydra checks it
+        return
+    check_writable_place(key, directory, directory_wanted=True)
+    if not composed.multirun:
+        RunDirectory(directory, create=False).previous_config()
 
 
 def optimized_value(metrics: dict, key: str, warn: bool = True) -> float | None:
@@ -55,9 +79,8 @@ def optimized_value(metrics: dict, key: str, warn: bool = True) -> float | None:
 
 
 def main() -> None:
-    with exit_on_user_error("sgh-train"):  # before Hydra, which reports these in many lines
-        check_group_choices(sys.argv[1:], CONFIG_DIR)
-    _hydra_main()
+    run_hydra_command("sgh-train", "train", _hydra_main, check=_check_before_hydra,
+                      output_key="hydra.run.dir")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sgh.config import FileDatasetConfig, SyntheticDatasetConfig
 from sgh.data import npz_file
-from sgh.data.ann_files import has_texmex_name, load_ann_files
+from sgh.data.ann_files import SETTINGS, companion_paths, has_texmex_name, load_ann_files
 from sgh.data.hdf5_files import HDF5_SUFFIXES, load_hdf5_split
 from sgh.data.similarity import conversion_with, normalise_in_place, resolve_similarity
 from sgh.data.split import (
@@ -21,7 +21,7 @@ from sgh.data.synthetic import gaussian_clusters
 from sgh.data.vector_files import list_keys, require_same_scaling
 from sgh.errors import UserInputError
 
-__all__ = ["RetrievalSplit", "load_split"]
+__all__ = ["RetrievalSplit", "input_files", "load_split"]
 
 
 def load_split(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> RetrievalSplit:
@@ -49,6 +49,26 @@ def load_split(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> Retrieval
                 "(validation.every, on by default) or dataset.streaming=never")
         split = validation_split(split, dataset.n_queries)
     return split
+
+
+def input_files(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> dict[str, Path]:
+    """The files `load_split(dataset)` reads, by the setting that names them (a texmex sibling
+    under the setting it stands in for): `dataset.path`, and for a database holding one array
+    its `dataset.query_path`, `dataset.groundtruth_path`, `dataset.learn_path`. Empty for
+    synthetic data. Call it after `load_split`, which reports missing files."""
+    if isinstance(dataset, SyntheticDatasetConfig):
+        return {}
+    path = Path(dataset.path).expanduser()
+    files = {"dataset.path": path}
+    suffix = path.suffix.lower()
+    # The dispatch of `_load_file`: HDF5 files and named .npz/.mat layouts hold every split.
+    if not path.is_dir() and (suffix in HDF5_SUFFIXES or (
+            suffix in (".npz", ".mat") and npz_file.match_layout(list_keys(path)) is not None)):
+        return files
+    for role, companion in companion_paths(dataset, path).items():
+        if companion is not None:
+            files[SETTINGS[role]] = companion
+    return files
 
 
 def _load_file(dataset: FileDatasetConfig) -> RetrievalSplit:

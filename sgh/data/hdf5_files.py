@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgh.data.npz_file import require_distinct_ids
 from sgh.data.similarity import (
     conversion_with,
     normalise_in_place,
@@ -371,13 +372,7 @@ def _checked_neighbours(path: Path, n_queries: int, n_database: int) -> np.ndarr
         row, column = outside[0]
         raise UserInputError(f"{where} row {row} has the id {ids[row, column]}, outside "
                              f"0..{n_database - 1}; ids index the rows of 'train' from 0")
-    ordered = np.sort(ids, axis=1)
-    repeated = np.argwhere(np.diff(ordered, axis=1) == 0)
-    if repeated.size:
-        row, column = repeated[0]
-        raise UserInputError(f"{where} row {row} lists the id {ordered[row, column]} more than "
-                             "once; each row lists distinct rows of 'train', nearest first")
-    return ids
+    return require_distinct_ids(where, ids, "'train'")
 
 
 def load_hdf5_split(dataset, path: Path) -> RetrievalSplit:

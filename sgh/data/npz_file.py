@@ -116,4 +116,17 @@ def groundtruth(path: Path, array: np.ndarray, n_queries: int, n_database: int,
     if ids.size and (ids.min() < 0 or ids.max() >= n_database):
         raise UserInputError(f"{where} has ids outside 0..{n_database - 1} (min {ids.min()}, "
                              f"max {ids.max()}); ids index the database rows from 0")
+    return require_distinct_ids(where, ids, "the database")
+
+
+def require_distinct_ids(where: str, ids: np.ndarray, database: str) -> np.ndarray:
+    """`ids` if no row lists an id twice, else one line naming the row. A repeated id would
+    let Recall K@N count one neighbour twice (a ground truth of 10 ids, 9 distinct, scored 0.9
+    at best), so it is refused rather than scored."""
+    ordered = np.sort(ids, axis=1)
+    repeated = np.argwhere(np.diff(ordered, axis=1) == 0)
+    if repeated.size:
+        row, column = repeated[0]
+        raise UserInputError(f"{where} row {row} lists the id {ordered[row, column]} more than "
+                             f"once; each row lists distinct rows of {database}, nearest first")
     return ids

@@ -48,7 +48,7 @@ class DecoderRescorer:
         candidates = np.asarray(candidates, np.int64)
         dim = int(self.model.mean.shape[0])
         queries = check_queries(queries, dim).astype(np.float64)
-        D = np.full(candidates.shape, np.inf, np.float32)
+        D = np.full(candidates.shape, np.inf, np.float64)  # float32 overflows at large scales
         step = max(1, BLOCK_VALUES // max(1, candidates.shape[1] * dim))
         for q0 in range(0, len(candidates), step):
             block = candidates[q0 : q0 + step]

@@ -33,6 +33,7 @@ from omegaconf import OmegaConf
 
 from sgh.artifacts.atomic import atomic_directory
 from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_lock import run_lock
 from sgh.config import ENCODE_BATCH_SIZE, ModelConfig
 from sgh.errors import UserInputError
 from sgh.methods import METHODS
@@ -199,7 +200,12 @@ def restore_run_model(run_dir: str | os.PathLike) -> SGH:
 
 
 def export_run(run_dir: str | os.PathLike) -> Path:
-    """Export a finished run's encoder to `<run_dir>/encoder`."""
+    """Export a finished run's encoder to `<run_dir>/encoder`, owning the directory meanwhile
+    (`sgh.artifacts.run_lock`): not while sgh-train writes it."""
     run = RunDirectory(run_dir, create=False)
     angular = run.read_metrics().get("similarity") == "angular"
-    return export_encoder(restore_run_model(run_dir), run.encoder, unit_normalise=angular)
+    with run_lock(run.path, program="sgh-export",
+                  if_busy="wait for it to finish, then export again",
+                  if_read_only="make it writable to export into it"):
+        run.remove_stray_temporaries()  # e.g. a killed export's half SavedModel
+        return export_encoder(restore_run_model(run_dir), run.encoder, unit_normalise=angular)

@@ -48,6 +48,9 @@ class AsymmetricScore:
         query_offset: ``a``, ``(bits,)`` float32.
         code_templates: ``B``, ``(bits, dim_b)`` float32, or None (no per-item term).
         form: one line saying which form this is (goes into results files).
+        unit: the score is stored divided by this positive constant (1 unless the features'
+            scale would overflow float32: then the largest term), which changes no ranking;
+            ``D * unit`` is the score in input units.
     """
 
     bits: int
@@ -55,6 +58,7 @@ class AsymmetricScore:
     query_offset: np.ndarray
     code_templates: np.ndarray | None
     form: str
+    unit: float = 1.0
 
     @property
     def dim(self) -> int:
@@ -92,7 +96,8 @@ class AsymmetricScore:
     def save(self, path: str | os.PathLike) -> None:
         """Write the score as an ``.npz`` of plain arrays (no pickles)."""
         arrays = {"bits": np.int64(self.bits), "query_projection": self.query_projection,
-                  "query_offset": self.query_offset, "form": np.str_(self.form)}
+                  "query_offset": self.query_offset, "form": np.str_(self.form),
+                  "unit": np.float64(self.unit)}
         if self.code_templates is not None:
             arrays["code_templates"] = self.code_templates
         with open(path, "wb") as file:
@@ -111,18 +116,45 @@ class AsymmetricScore:
             if key not in arrays:
                 raise ValueError(f"{path}: missing key {key!r} (an asymmetric score holds bits, "
                                  "query_projection, query_offset, form[, code_templates])")
-        return make_score(int(arrays["bits"]), arrays["query_projection"],
-                          arrays["query_offset"], arrays.get("code_templates"),
-                          str(arrays["form"]), where=str(path))
+        score = make_score(int(arrays["bits"]), arrays["query_projection"],
+                           arrays["query_offset"], arrays.get("code_templates"),
+                           str(arrays["form"]), where=str(path), rescale=False)
+        unit = float(arrays.get("unit", 1.0))
+        if not (np.isfinite(unit) and unit > 0):
+            raise ValueError(f"{path}: key 'unit' must be a positive number, got {unit!r}")
+        return AsymmetricScore(score.bits, score.query_projection, score.query_offset,
+                               score.code_templates, score.form, unit)
 
 
 # _BYTE_BITS[t, v] = bit t (0 = most significant) of byte value v.
 _BYTE_BITS = ((np.arange(256)[None, :] >> (7 - np.arange(8)[:, None])) & 1).astype(np.float32)
 
 
+# Terms beyond this (float64, before the float32 cast) are rescaled: float32 ends at 3.4e38,
+# and a score's terms are products of two feature-scale numbers.
+_LARGEST_PLAIN_TERM = 1e18
+
+
 def make_score(bits: int, query_projection, query_offset, code_templates, form: str,
-               where: str = "the asymmetric score") -> AsymmetricScore:
-    """An `AsymmetricScore` with its shapes checked (ValueError naming ``where``)."""
+               where: str = "the asymmetric score", rescale: bool = True) -> AsymmetricScore:
+    """An `AsymmetricScore` with its shapes checked (ValueError naming ``where``).
+
+    With ``rescale``, terms too large for float32 (features of scale >~1e9) are divided by
+    their largest magnitude first (in float64), which no ranking notices (`AsymmetricScore.unit`).
+    """
+    unit = 1.0
+    if rescale:
+        offset64 = np.asarray(query_offset, np.float64)
+        largest = float(np.abs(offset64).max(initial=0.0))
+        if code_templates is not None:
+            largest = max(largest, float(np.square(np.asarray(code_templates, np.float64))
+                                         .sum(axis=1).max(initial=0.0)))
+        if np.isfinite(largest) and largest > _LARGEST_PLAIN_TERM:
+            unit = largest
+            query_projection = np.asarray(query_projection, np.float64) / unit
+            query_offset = offset64 / unit
+            if code_templates is not None:
+                code_templates = np.asarray(code_templates, np.float64) / np.sqrt(unit)
     query_projection = np.asarray(query_projection, np.float32)
     query_offset = np.asarray(query_offset, np.float32)
     if query_projection.ndim != 2 or query_projection.shape[1] != bits:
@@ -139,7 +171,7 @@ def make_score(bits: int, query_projection, query_offset, code_templates, form: 
                         ("code_templates", code_templates)):
         if array is not None and not np.isfinite(array).all():
             raise ValueError(f"{where}: {name} holds NaN or infinite values")
-    return AsymmetricScore(bits, query_projection, query_offset, code_templates, form)
+    return AsymmetricScore(bits, query_projection, query_offset, code_templates, form, unit)
 
 
 def decoder_score(templates: np.ndarray, offset: np.ndarray, similarity: str) -> AsymmetricScore:

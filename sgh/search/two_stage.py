@@ -124,12 +124,12 @@ def exact_rescore(queries: np.ndarray, vectors, candidates: np.ndarray, similari
     """Exact scores of each query's candidate ids (``-1``: padding), sorted by (score, id).
 
     ``vectors`` is an ``(n, dim)`` array or streamed features; each distinct candidate row is
-    read once. Scores are float64 arithmetic rounded to float32 for the result.
+    read once. Scores are float64 (a squared distance of large features overflows float32).
     """
     candidates = np.asarray(candidates, np.int64)
     dim = vectors.shape[1]
     queries = check_queries(queries, dim).astype(np.float64)
-    D = np.full(candidates.shape, np.inf, np.float32)
+    D = np.full(candidates.shape, np.inf, np.float64)
     per_row = max(1, candidates.shape[1])
     rows_per_block = max(1, _EXACT_BLOCK_VALUES // (per_row * max(dim, 1)))
     for q0 in range(0, len(candidates), rows_per_block):

@@ -114,7 +114,12 @@ def carve(train: Features, config: ValidationConfig, recall_k: int,
             query_labels=labels[held_out], database_labels=labels[sample],
             convention=f"validation mAP@all, tie-aware, relevant = same label; {size}")
     else:
-        k = min(recall_k, len(sample))
+        if recall_k > len(sample):  # a smaller K would select on another metric than asked
+            raise UserInputError(
+                f"eval.recall_k={recall_k} is more than the {len(sample)} validation database "
+                f"items of {name}; accepted: eval.recall_k <= {len(sample)}, or "
+                "validation.metric=map, or validation.every=0")
+        k = recall_k
         validation = ValidationSet(
             metric=f"recall{k}@{RECALL_CUTOFF}", query=query, database=database,
             groundtruth=exact_neighbours(query, database, k, similarity), k=k,

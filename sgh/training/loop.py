@@ -23,6 +23,7 @@ all-reduce and the optimizer update run outside XLA, which cannot span devices.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from sgh.errors import TrainingDiverged, UserInputError
 from sgh.model.sgh_model import LOSS_TERMS, SGH
 from sgh.training.batches import batch_ids, call_plan, streamed_blocks
 from sgh.training.devices import Workers, is_multi_worker
+
+logger = logging.getLogger(__name__)
 
 # TF1's AdamOptimizer default, which the released demo used (Keras' default is 1e-7).
 ADAM_EPSILON = 1e-8
@@ -111,6 +114,7 @@ class Trainer:
             self._check_replicas()
         self.n_train = len(x_train)
         self.term_names = LOSS_TERMS[model.config.objective]
+        self._warned_overflow = False
         self.gradient_names = () if self.replicated else tuple(
             variable.name.split(":")[0].split("/")[-1]
             for variable in model.trainable_variables) + ("global",)
@@ -287,9 +291,13 @@ class Trainer:
                                           strict=True)),
                            gradient_norms=dict(zip(self.gradient_names,
                                                    means[n_terms:].tolist(), strict=True)))
-            # The gradient norms too: a non-finite gradient leaves non-finite weights even when
-            # this call's mean loss is finite, and those must not reach a checkpoint.
-            if not np.all(np.isfinite(means)):
+            # The objective and the gradient norms: a non-finite gradient leaves non-finite
+            # weights even when this call's mean loss is finite, and those must not reach a
+            # checkpoint. The other terms only monitor: objective `paper` trains on normalised
+            # features, so its input-unit `reconstruction` may overflow float32 (features of
+            # scale >~1e19) while training is sound; it is then reported as inf, once warned.
+            watched = [self.term_names.index("total"), *range(n_terms, len(means))]
+            if not np.all(np.isfinite(means[watched])):
                 good = self.last_finite_log
                 last = (f"last finite loss {good.terms['total']:.6g} (mean of steps "
                         f"{good.step - good.steps + 1}-{good.step})" if good
@@ -299,6 +307,14 @@ class Trainer:
                     f"{last}; the checkpoints hold only finite states. Lower "
                     f"trainer.learning_rate (now {self.config.learning_rate:g}), or check the "
                     "features' scale")
+            if not np.all(np.isfinite(means[:n_terms])) and not self._warned_overflow:
+                self._warned_overflow = True
+                overflowing = [name for name, value in log.terms.items()
+                               if not np.isfinite(value)]
+                logger.warning("the monitoring term(s) %s exceed float32's range in input units "
+                               "(features of a very large scale); they show as inf, and "
+                               "training, which works on normalised features, is unaffected",
+                               ", ".join(overflowing))
             logs.append(log)
             self.last_finite_log = log
             if on_chunk is not None:

@@ -3,12 +3,16 @@
 The selection's state (best score, its step, validation points since it) lives in TF variables
 that ride in the training checkpoint, so a resumed run makes exactly the decisions an
 uninterrupted one makes. The best weights are a separate one-slot checkpoint,
-`<run>/checkpoints/best/`; they give the run's final codes.
+`<run>/checkpoints/best/`; they give the run's final codes. In a run directory they are read
+back whole before use, and a damaged one is replaced by the training checkpoint of the same step
+when it is still kept (`RunDirectory.weights_of_step`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -38,13 +42,17 @@ class ValidationPoint:
 
 class ModelSelection:
     """`best`: a one-slot manager of `tf.train.Checkpoint(model=model)` for the best weights
-    (`RunDirectory.checkpoint_manager(..., best=True)`)."""
+    (`RunDirectory.checkpoint_manager(..., best=True)`). `weights_of_step`: in a run directory,
+    `RunDirectory.weights_of_step`, which finds an intact checkpoint of a step's weights (or
+    says in one line that there is none); None: the latest of `best`, unverified (in memory)."""
 
     def __init__(self, model: SGH, validation: ValidationSet, patience: int,
-                 best: tf.train.CheckpointManager):
+                 best: tf.train.CheckpointManager,
+                 weights_of_step: Callable[[int], str] | None = None):
         self.model, self.validation, self.patience = model, validation, patience
         self.state = SelectionState()
         self._best = best
+        self._weights_of_step = weights_of_step
 
     def evaluate(self, step: int) -> ValidationPoint:
         """Encode the validation split with the current weights, score it, keep the best."""
@@ -73,10 +81,31 @@ class ModelSelection:
     def should_stop(self) -> bool:
         return self.patience > 0 and int(self.state.points_since_best.numpy()) >= self.patience
 
+    def require_best_weights(self) -> None:
+        """On resume: fail now, not after training, if the best weights so far are lost.
+
+        Not when `best` already holds a later step's: the run was stopped after saving that
+        but before the training checkpoint, and makes the same choice again as it resumes.
+        """
+        saved = self._best.latest_checkpoint
+        if self._weights_of_step is None or self.best_step < 0 or (
+                saved is not None and int(saved.rsplit("-", 1)[1]) > self.best_step):
+            return
+        self._weights_of_step(self.best_step)
+
     def restore_best(self) -> bool:
         """Load the best weights into the model; False if no validation point was reached."""
-        if self.best_step < 0 or self._best.latest_checkpoint is None:
+        if self.best_step < 0:
             return False
-        tf.train.Checkpoint(model=self.model).restore(
-            self._best.latest_checkpoint).assert_existing_objects_matched()
+        if self._weights_of_step is None:
+            source = self._best.latest_checkpoint
+            if source is None:
+                return False
+        else:
+            source = self._weights_of_step(self.best_step)
+        # A training checkpoint holds the model too, beside the optimizer and step: partial.
+        tf.train.Checkpoint(model=self.model).restore(source).expect_partial() \
+            .assert_existing_objects_matched()
+        if Path(source).parent != Path(self._best.directory):
+            self._best.save(checkpoint_number=self.best_step)  # checkpoints/best/ whole again
         return True

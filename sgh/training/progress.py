@@ -71,12 +71,17 @@ class ValidationPoints:
 
 
 class PeriodicCheckpoints:
+    """`last_saved`: the step of the latest checkpoint saved here (None before the first), so
+    that the end of training knows whether its step is already saved."""
+
     def __init__(self, checkpoints: tf.train.CheckpointManager, every: int):
         self.checkpoints, self.every = checkpoints, every
+        self.last_saved: int | None = None
 
     def __call__(self, log: ChunkLog) -> None:
         if crossed_multiple(log, self.every):
             self.checkpoints.save(checkpoint_number=log.step)
+            self.last_saved = log.step
 
 
 class ConsoleProgress:

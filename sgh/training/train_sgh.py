@@ -114,15 +114,21 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
             else:  # in memory: the best weights wait in a directory that goes with the fit
                 scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="sgh-best-"))
                 best = tf.train.CheckpointManager(best_weights, scratch, max_to_keep=1)
-            selection = ModelSelection(model, validation, config.validation.patience, best)
+            selection = ModelSelection(
+                model, validation, config.validation.patience, best,
+                weights_of_step=run_directory.weights_of_step if run_directory else None)
         checkpoint = trainer.checkpoint(**({"selection": selection.state} if selection else {}))
         checkpoints = None
         if run_directory is not None:
             checkpoints = run_directory.checkpoint_manager(checkpoint)
-            if checkpoints.latest_checkpoint:
-                checkpoint.restore(checkpoints.latest_checkpoint).assert_consumed()
-                logger.info("resuming from step %d (%s)", int(trainer.step.numpy()),
-                            checkpoints.latest_checkpoint)
+            # The newest checkpoint that reads back whole (a damaged one is skipped, warned).
+            resumed_from, resumed_step = run_directory.resume_checkpoint(checkpoints), None
+            if resumed_from:
+                checkpoint.restore(resumed_from).assert_consumed()
+                resumed_step = int(trainer.step.numpy())
+                logger.info("resuming from step %d (%s)", resumed_step, resumed_from)
+                if selection is not None:  # now, not after the whole run: the best weights
+                    selection.require_best_weights()
             stack.enter_context(run_directory.summary_writer().as_default())
             signals = stack.enter_context(stop_on_signals())
         else:
@@ -132,17 +138,19 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
                       ValidationPoints(selection, config.validation.every, config.trainer.steps))
         console = ConsoleProgress(config.trainer.steps, int(trainer.step.numpy()), validating)
         after_each_call = [TrainingScalars(), *([validating] if validating else []), console]
+        periodic = None
         if checkpoints is not None:
-            after_each_call.append(PeriodicCheckpoints(checkpoints,
-                                                       config.trainer.checkpoint_every))
+            periodic = PeriodicCheckpoints(checkpoints, config.trainer.checkpoint_every)
+            after_each_call.append(periodic)
         logs = trainer.fit(lambda log: [step(log) for step in after_each_call],
                            stop_requested=lambda: bool(signals) or (
                                selection is not None and selection.should_stop()))
         train_seconds = time.perf_counter() - console.started
         step = int(trainer.step.numpy())
         if checkpoints is not None:
-            if checkpoints.latest_checkpoint is None or not (
-                    checkpoints.latest_checkpoint.endswith(f"-{step}")):
+            # Unless this step's checkpoint is known intact: resumed from, or saved just now. A
+            # damaged one listed for this step is replaced.
+            if step not in (periodic.last_saved, resumed_step):
                 checkpoints.save(checkpoint_number=step)
             if signals or trainer.stopped_by_another_worker:  # a Ctrl-C on any worker stops all
                 raise TrainingInterrupted(

@@ -39,7 +39,7 @@ def counting_calls(monkeypatch):
 
 
 def cache_files(folder):
-    return sorted(path.name for path in folder.glob("*.gt-*.npy"))
+    return sorted(path.name for path in folder.glob("*.gt-*.npz"))
 
 
 def test_cache_hit_returns_identical_ids_without_recomputing(dataset, monkeypatch):
@@ -62,7 +62,7 @@ def test_cache_hit_returns_identical_ids_without_recomputing(dataset, monkeypatc
     # A larger k is computed and replaces the file.
     cache.cached_exact_neighbours(query, database, 20, path)
     assert calls == [10, 20] and cache_files(path.parent) == [name]
-    assert np.load(path.parent / name).shape == (12, 20)
+    assert np.load(path.parent / name)["ids"].shape == (12, 20)
 
 
 def test_changed_features_or_queries_get_another_cache_file(dataset, monkeypatch):
@@ -111,7 +111,7 @@ def test_no_writable_location_just_computes(dataset, monkeypatch):
     def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cache.np, "save", full_disk)
+    monkeypatch.setattr(cache.np, "savez", full_disk)
     ids, source = cache.cached_exact_neighbours(query, database, 4, path)
     assert "no writable cache location" in source and cache_files(path.parent) == []
 
@@ -126,18 +126,19 @@ def test_no_writable_location_just_computes(dataset, monkeypatch):
         "id out of range",
         "repeated id",
         "shuffled row",
+        "plausible wrong row",
         "not numpy",
     ],
 )
 def test_corrupt_cache_is_recomputed_never_trusted(dataset, monkeypatch, caplog, corruption):
     path, query, database = dataset
     good, _ = cache.cached_exact_neighbours(query, database, 6, path)
-    [cached] = path.parent.glob("*.gt-*.npy")
+    [cached] = path.parent.glob("*.gt-*.npz")
     bad = good.copy()
     if corruption == "truncated":
         cached.write_bytes(cached.read_bytes()[:100])
     elif corruption == "pickled object":
-        np.save(cached, np.array([{"ids": good}], dtype=object), allow_pickle=True)
+        np.savez(cached, ids=np.array([{"ids": good}], dtype=object), checksum="x")
     elif corruption == "not numpy":
         cached.write_text("hello")
     else:
@@ -149,17 +150,24 @@ def test_corrupt_cache_is_recomputed_never_trusted(dataset, monkeypatch, caplog,
             bad[3, 2] = len(database)
         elif corruption == "repeated id":
             bad[5, 4] = bad[5, 0]
-        elif corruption == "shuffled row":  # query 0 is among the sampled rows
+        elif corruption == "plausible wrong row":  # in order, distinct, in range: only wrong
+            bad[7] = np.sort(bad[7] + 1) % len(database)
+            assert len(set(bad[7])) == bad.shape[1]
+        elif corruption == "shuffled row":
             bad[0] = bad[0, ::-1]
             assert not np.array_equal(bad[0], good[0])
-        np.save(cached, bad)
+        # The ids changed, the checksum kept (a tampered or damaged file), except where noted.
+        checksum = np.load(cached)["checksum"]
+        if corruption == "shuffled row":  # with a fresh checksum: the order check finds it
+            checksum = cache.ids_checksum(cache.features_digest(query, database), bad)
+        np.savez(cached, ids=bad, checksum=checksum)
     calls = counting_calls(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="sgh.artifacts.ground_truth_cache"):
         ids, source = cache.cached_exact_neighbours(query, database, 6, path)
     assert calls == [6] and "cached in" in source
     assert str(cached) in caplog.text
     np.testing.assert_array_equal(ids, good)
-    np.testing.assert_array_equal(np.load(cached), good)  # the bad file was replaced
+    np.testing.assert_array_equal(np.load(cached)["ids"], good)  # the bad file was replaced
 
 
 def test_ground_truth_prefers_the_dataset_file_and_caches_otherwise(dataset, monkeypatch):
@@ -216,7 +224,9 @@ def test_the_cache_is_keyed_by_similarity(dataset, monkeypatch):
                     if cache.features_digest(query, database, "inner_product") in name]
     reversed_rows = inner.copy()
     reversed_rows[0] = reversed_rows[0, ::-1]
-    np.save(path.parent / inner_file, reversed_rows)
+    digest = cache.features_digest(query, database, "inner_product")
+    np.savez(path.parent / inner_file, ids=reversed_rows,
+             checksum=cache.ids_checksum(digest, reversed_rows))
     ids, source = cache.cached_exact_neighbours(query, database, 8, path, "inner_product")
     assert calls == [8, 8, 8] and "cached in" in source
     np.testing.assert_array_equal(ids, inner)
@@ -236,3 +246,15 @@ def test_split_ground_truth_follows_the_split_similarity(dataset):
     np.testing.assert_array_equal(ids, euclidean_neighbours(query, database, 5))
     with pytest.raises(ValueError, match="similarity must be one of"):
         cache.cached_exact_neighbours(query, database, 5, path, "auto")
+
+
+def test_a_dataset_ground_truth_too_short_for_k_is_recomputed_with_a_warning(dataset, caplog):
+    path, query, database = dataset
+    exact = euclidean_neighbours(query, database, 5)
+    shipped = RetrievalSplit(name="points", protocol="test", train=database, database=database,
+                             query=query, groundtruth=exact[:, :3].copy())
+    with caplog.at_level(logging.WARNING, logger="sgh.artifacts.ground_truth_cache"):
+        ids, source = split_ground_truth(shipped, 5, path)
+    assert "has 3 neighbours per query, fewer than eval.recall_k=5" in caplog.text
+    assert source.startswith("exact Euclidean neighbours")
+    np.testing.assert_array_equal(ids, exact)

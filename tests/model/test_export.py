@@ -147,3 +147,15 @@ def test_a_deep_encoder_exports_and_gives_the_models_codes(tmp_path):
     names = {name.split("/")[0] for name, _ in tf.train.list_variables(
         str(tmp_path / "encoder" / "variables" / "variables")) if not name.startswith("_")}
     assert names == {"mean", "scale", "encoder"}  # the decoder stays behind
+
+
+def test_an_angular_runs_encoder_normalises_its_input(tmp_path):
+    # Trained on unit vectors (dataset.similarity=angular): the served graph divides each row
+    # by its norm, so raw features give the codes of their unit vectors.
+    model, x = _model()
+    unit = (x / np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)).astype(np.float32)
+    encoder = load_encoder(export_encoder(model, tmp_path / "encoder", unit_normalise=True))
+    agree = np.mean(encoder.encode_packed(x * 7.0) == encode_packed(model, unit))
+    assert agree > 0.999  # float32 norm in the graph vs float64 normalisation of the data
+    metadata = tf.saved_model.load(str(tmp_path / "encoder")).signatures[METADATA_SIGNATURE]()
+    assert bool(metadata["unit_normalise"])

@@ -135,3 +135,23 @@ def test_queries_and_forms_are_checked():
         decoder_score(np.eye(3), np.zeros(3), "cosine")
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
         AsymmetricIndex(score).search(np.zeros((1, 3)), 0)
+
+
+def test_scores_of_huge_features_are_rescaled_not_overflowed(tmp_path):
+    rng = np.random.default_rng(5)
+    templates, offset = _decoder(12, 4)
+    codes = pack_bits(rng.integers(0, 2, (400, 12)))
+    queries = rng.normal(size=(6, 4))
+    plain = decoder_score(templates, offset, "euclidean")
+    huge = decoder_score(templates * 1e30, offset * 1e30, "euclidean")
+    assert plain.unit == 1.0 and huge.unit > 1e59
+    huge.save(tmp_path / "huge.npz")
+    assert AsymmetricScore.load(tmp_path / "huge.npz").unit == huge.unit
+    results = []
+    for score, x in ((plain, queries), (huge, queries * 1e30)):
+        index = AsymmetricIndex(score)
+        index.add(codes)
+        results.append(index.search(x, 50))
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    np.testing.assert_allclose(results[1][0].astype(np.float64) * huge.unit,
+                               results[0][0].astype(np.float64) * 1e60, rtol=1e-4)

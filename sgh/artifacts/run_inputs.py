@@ -1,0 +1,75 @@
+"""What a run read: its dataset files, recorded when it starts, so a resume on other data is
+refused instead of silently mixing two datasets in one model.
+
+Each file is recorded by the setting that names it (`dataset.path`, `dataset.query_path`, ...,
+texmex siblings under the setting they stand in for) with its resolved path, size in bytes and
+modification time in nanoseconds. That costs one `stat` per file, nothing like a content hash of
+gigabytes; a file rewritten with the same size within the same nanosecond goes unnoticed, and a
+file merely touched is reported as modified (its contents may have changed: the record cannot
+tell).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class InputFile:
+    setting: str  # the setting that names the file, e.g. dataset.path
+    path: str  # resolved
+    size: int  # bytes
+    mtime_ns: int
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def describe_inputs(files: dict[str, Path]) -> list[InputFile]:
+    """The record of `files` (setting -> path, as `sgh.data.input_files` gives them), now."""
+    described = []
+    for setting, path in files.items():
+        resolved = Path(path).expanduser().resolve()
+        status = resolved.stat()
+        described.append(InputFile(setting, str(resolved), status.st_size, status.st_mtime_ns))
+    return described
+
+
+def inputs_from_json(payload) -> list[InputFile]:
+    """The record read back from `inputs.json`; ValueError if it is not one."""
+    try:
+        return [InputFile(str(item["setting"]), str(item["path"]), int(item["size"]),
+                          int(item["mtime_ns"])) for item in payload["files"]]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"not a record of input files ({error!r})") from None
+
+
+def changed_inputs(recorded: list[InputFile], current: list[InputFile]) -> list[str]:
+    """What differs between the record of a run's start and the files now, one phrase each,
+    e.g. `/data/x.npz (dataset.path): size 1200 -> 1300 bytes`; empty when nothing did."""
+    before = {item.setting: item for item in recorded}
+    now = {item.setting: item for item in current}
+    changes = []
+    for setting in sorted(before.keys() | now.keys()):
+        old, new = before.get(setting), now.get(setting)
+        if new is None:
+            changes.append(f"{old.path} ({setting}) is no longer read")
+        elif old is None:
+            changes.append(f"{new.path} ({setting}) is read now and was not then")
+        elif old.path != new.path:
+            changes.append(f"{setting} is {new.path} now, {old.path} then")
+        elif old.size != new.size:
+            changes.append(f"{new.path} ({setting}): size {old.size} -> {new.size} bytes")
+        elif old.mtime_ns != new.mtime_ns:
+            changes.append(f"{new.path} ({setting}): modified at {_when(new.mtime_ns)}, "
+                           f"recorded {_when(old.mtime_ns)}")
+    return changes
+
+
+def _when(mtime_ns: int) -> str:
+    """Local time to the nanosecond, as recorded: `2026-12-01 11:19:03.123456789`."""
+    seconds, nanoseconds = divmod(mtime_ns, 10**9)
+    return f"{datetime.fromtimestamp(seconds):%Y-%m-%d %H:%M:%S}.{nanoseconds:09d}"
+

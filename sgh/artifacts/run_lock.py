@@ -1,0 +1,111 @@
+"""Who owns a run directory: one writer at a time, taken atomically, released when it dies.
+
+`run_lock(run_dir)` holds an exclusive `flock` on `<run_dir>/.lock` for as long as the block
+runs. The kernel drops the lock when its process exits in any way, `kill -9` included, so a lock
+whose process is gone is simply taken by the next run; nothing has to be cleaned up by hand. The
+holder writes its pid, host and start time into the file, so that a second writer is refused in
+one line saying who holds the directory and what to do.
+
+`flock` locks an open file, not a process: a second `run_lock` on the same directory is refused
+inside one process too (a sweep runs its jobs one after the other, each in its own directory).
+On NFS, Linux emulates `flock` with byte-range locks, which the server arbitrates between hosts.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+from sgh.artifacts.run_directory import LOCK_FILE
+from sgh.errors import UserInputError
+
+TRAIN_IF_BUSY = "wait for it to finish, or choose another hydra.run.dir"
+TRAIN_IF_READ_ONLY = "make it writable, or choose another hydra.run.dir"
+
+# The holder writes its details right after taking the lock: a refused writer that reads the
+# file in between waits this long for them before saying they are unknown.
+_HOLDER_WAIT_SECONDS = 0.5
+
+
+@contextmanager
+def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
+             if_busy: str = TRAIN_IF_BUSY, if_read_only: str = TRAIN_IF_READ_ONLY
+             ) -> Iterator[Path]:
+    """Own `run_dir` (created if missing) for the block; yield its lock file.
+
+    Args:
+        run_dir: the run directory to write.
+        program: who holds it, for the message a second writer gets (`sgh-train`, `sgh-export`).
+        if_busy: what the refused writer should do, ending the one-line refusal.
+        if_read_only: what to do when the directory cannot be written.
+
+    Raises:
+        UserInputError: another process holds the directory (the message names its pid, host
+            and start time), or the directory cannot be created or written.
+    """
+    run_dir = Path(run_dir)
+    lock_file = run_dir / LOCK_FILE
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as error:
+        raise _not_writable(run_dir, error, if_read_only) from None
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserInputError(f"{run_dir} is in use by {_holder(descriptor)}; "
+                                 f"{if_busy}") from None
+        holder = {"program": program, "pid": os.getpid(), "host": socket.gethostname(),
+                  "since": datetime.now().astimezone().isoformat(timespec="seconds")}
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, (json.dumps(holder) + "\n").encode(), 0)
+        _require_writable(run_dir, if_read_only)  # the lock file may predate a chmod
+        try:
+            yield lock_file
+        finally:
+            # No stale details for the next reader; the lock itself goes with the descriptor.
+            os.ftruncate(descriptor, 0)
+    finally:
+        os.close(descriptor)
+
+
+def _holder(descriptor: int) -> str:
+    """`sgh-train (pid 123 on host, since 2026-12-01T11:19:03+00:00)`, as the holder wrote it."""
+    deadline = time.monotonic() + _HOLDER_WAIT_SECONDS
+    while True:
+        try:
+            holder = json.loads(os.pread(descriptor, 4096, 0) or b"null")
+        except ValueError:  # being written this instant
+            holder = None
+        if isinstance(holder, dict) or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    if not isinstance(holder, dict):
+        return "another process (its pid is not written yet)"
+    return (f"{holder.get('program', 'another process')} (pid {holder.get('pid', '?')} on "
+            f"{holder.get('host', '?')}, since {holder.get('since', '?')})")
+
+
+def _require_writable(run_dir: Path, if_read_only: str) -> None:
+    try:  # a real write: permission bits, ACLs and read-only mounts all answer the same way
+        # Named as `sgh.artifacts.atomic` names temporaries: a killed run's is cleared.
+        descriptor, probe = tempfile.mkstemp(prefix=f".{LOCK_FILE}.", suffix=".tmp",
+                                             dir=run_dir)
+    except OSError as error:
+        raise _not_writable(run_dir, error, if_read_only) from None
+    os.close(descriptor)
+    os.unlink(probe)
+
+
+def _not_writable(run_dir: Path, error: OSError, if_read_only: str) -> UserInputError:
+    return UserInputError(f"cannot write the run directory {run_dir} "
+                          f"({error.strerror or error}); {if_read_only}")
