@@ -26,7 +26,7 @@ _EXPORTS = {
     "UserInputError": "sgh.errors",
     # data
     "RetrievalSplit": "sgh.data", "load_split": "sgh.data",
-    "euclidean_neighbours": "sgh.data.neighbours",
+    "euclidean_neighbours": "sgh.data.neighbours", "exact_neighbours": "sgh.data.neighbours",
     # SGH as building blocks (TensorFlow): the estimator, the Keras layers, the model
     "SGHHasher": "sgh.training.estimator", "DoublySN": "sgh.model.layers",
     "StraightThroughSign": "sgh.model.layers", "GradientReversal": "sgh.model.layers",

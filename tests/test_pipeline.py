@@ -184,13 +184,17 @@ def test_a_deep_model_runs_resumes_and_exports_through_the_pipeline(tmp_path, ca
     with caplog.at_level(logging.INFO, logger="sgh"):
         again = run(_config(*DEEP), tmp_path)  # the same command: resumed, nothing to train
     assert "resuming from step 60" in caplog.text and again["map"] == metrics["map"]
+
+
+@pytest.mark.slow
+def test_a_deep_model_rescores_its_shortlist_by_decoding_it(tmp_path):
     # No per-bit tables, but the shortlist is rescored by decoding it, in sgh-train and sgh-eval
-    # alike (the evaluation settings may change on resume).
+    # alike.
     from sgh.cli.evaluate import evaluate_codes
     from sgh.config import EvalCommandConfig, EvalConfig
 
-    assert not (tmp_path / "asymmetric.npz").exists()
     rescored = run(_config(*DEEP, "eval.ranking=rerank", "eval.shortlist=40"), tmp_path)
+    assert not (tmp_path / "asymmetric.npz").exists()
     assert rescored["ranking"].startswith("rerank: shortlist = Hamming top 40 (ties by id), "
                                           "rescored by the decoder (mlp)")
     again = evaluate_codes(EvalCommandConfig(run=str(tmp_path), eval=EvalConfig(
@@ -264,6 +268,7 @@ def test_a_ranking_the_method_cannot_give_is_refused_before_training(tmp_path, o
         assert metrics["ranking"].startswith("rerank")
 
 
+@pytest.mark.slow
 def test_any_feature_scale_gives_the_same_codes_and_scores(tmp_path, caplog):
     # x 1e30: squared distances overflow float32 (ground truth, exact rescoring, the
     # input-unit reconstruction term), which must not change a code, a rank or a score.

@@ -109,3 +109,26 @@ def _require_writable(run_dir: Path, if_read_only: str) -> None:
 def _not_writable(run_dir: Path, error: OSError, if_read_only: str) -> UserInputError:
     return UserInputError(f"cannot write the run directory {run_dir} "
                           f"({error.strerror or error}); {if_read_only}")
+
+
+def refuse_if_busy(run_dir: str | os.PathLike, if_busy: str = TRAIN_IF_BUSY) -> None:
+    """Refuse now, as `run_lock` would, if another process holds `run_dir`; take nothing.
+
+    `sgh-train` asks before Hydra writes `.hydra/` and `train.log` into the directory, so a
+    second command refused for a busy directory leaves the running one's files untouched (two
+    commands started in the same instant can both pass; then `run_lock` refuses one of them).
+    """
+    lock_file = Path(run_dir) / LOCK_FILE
+    try:
+        descriptor = os.open(lock_file, os.O_RDONLY)
+    except OSError:  # no lock file (a new directory), or unreadable: `run_lock` will say
+        return
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserInputError(f"{Path(run_dir)} is in use by {_holder(descriptor)}; "
+                                 f"{if_busy}") from None
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+    finally:
+        os.close(descriptor)

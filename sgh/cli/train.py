@@ -19,6 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_lock import refuse_if_busy
 from sgh.cli.boundary import check_writable_place, exit_on_failure
 from sgh.cli.hydra_command import Composed, run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
@@ -63,6 +64,7 @@ def _check_before_hydra(composed: Composed) -> None:
         return
     check_writable_place(key, directory, directory_wanted=True)
     if not composed.multirun:
+        refuse_if_busy(directory)  # before Hydra writes .hydra/ and train.log into it
         RunDirectory(directory, create=False).previous_config()
 
 

@@ -116,10 +116,18 @@ class AsymmetricScore:
             if key not in arrays:
                 raise ValueError(f"{path}: missing key {key!r} (an asymmetric score holds bits, "
                                  "query_projection, query_offset, form[, code_templates])")
-        score = make_score(int(arrays["bits"]), arrays["query_projection"],
+        bits = arrays["bits"]
+        if bits.shape != () or bits.dtype.kind not in "iu" or bits < 1:
+            raise ValueError(f"{path}: key 'bits' must be a positive integer, got {bits!r}")
+        for key in ("query_projection", "query_offset", "code_templates"):
+            if key in arrays and arrays[key].dtype.kind not in "fiu":
+                raise ValueError(f"{path}: key {key!r} must hold numbers, got dtype "
+                                 f"{arrays[key].dtype}")
+        score = make_score(int(bits), arrays["query_projection"],
                            arrays["query_offset"], arrays.get("code_templates"),
                            str(arrays["form"]), where=str(path), rescale=False)
-        unit = float(arrays.get("unit", 1.0))
+        unit = arrays.get("unit", np.float64(1.0))
+        unit = float(unit) if unit.shape == () and unit.dtype.kind in "fiu" else float("nan")
         if not (np.isfinite(unit) and unit > 0):
             raise ValueError(f"{path}: key 'unit' must be a positive number, got {unit!r}")
         return AsymmetricScore(score.bits, score.query_projection, score.query_offset,

@@ -65,6 +65,28 @@ def test_a_second_writer_is_refused_in_one_line_naming_the_holder(tmp_path):
         holder.wait()
 
 
+def test_sgh_train_refuses_a_busy_directory_before_hydra_writes_into_it(tmp_path):
+    from sgh.artifacts.run_lock import refuse_if_busy
+
+    refuse_if_busy(tmp_path / "new")  # no lock file yet: nothing to refuse
+    holder = _holder(tmp_path)
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- model.bits=32\n")
+    try:
+        with pytest.raises(UserInputError, match=f"is in use by sgh-train \\(pid {holder.pid}"):
+            refuse_if_busy(tmp_path)
+        command = subprocess.run(
+            [sys.executable, "-m", "sgh.cli.train", "dataset=synthetic", "model.bits=16",
+             f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert command.returncode == 2 and f"pid {holder.pid}" in command.stderr
+        # The running command's Hydra files are untouched.
+        assert (tmp_path / ".hydra" / "overrides.yaml").read_text() == "- model.bits=32\n"
+    finally:
+        holder.kill()
+        holder.wait()
+    refuse_if_busy(tmp_path)  # free again
+
+
 def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path):
     holder = _holder(tmp_path)
     holder.send_signal(signal.SIGKILL)  # no cleanup runs: the kernel drops the lock

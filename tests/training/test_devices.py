@@ -116,6 +116,8 @@ def mirrored_runs(tmp_path_factory):
     return _python(MIRRORED_AGAINST_ONE_DEVICE, args=[str(path)])
 
 
+# Slow: the module's mirrored runs are two processes training three models (~25 s).
+@pytest.mark.slow
 def test_mirrored_training_streams_too(mirrored_runs):
     streamed, in_memory = mirrored_runs["from_file/streamed"], mirrored_runs["from_file/in_memory"]
     assert streamed["replicas"] == in_memory["replicas"] == 2
@@ -123,6 +125,7 @@ def test_mirrored_training_streams_too(mirrored_runs):
     assert streamed["W"] == in_memory["W"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["paper", "released", "deep"])
 def test_mirrored_on_two_logical_cpus_equals_one_device(mirrored_runs, objective):
     mirrored = mirrored_runs[f"{objective}/mirrored"]
@@ -140,6 +143,7 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(mirrored_runs, objective
     assert codes_agree > 0.999
 
 
+@pytest.mark.slow
 def test_mirrored_refuses_an_uneven_batch_and_an_unmirrored_model(mirrored_runs):
     assert mirrored_runs["uneven_batch_error"] == (
         "trainer.batch_size=99 does not split evenly over 2 replicas; accepted: a multiple of 2")

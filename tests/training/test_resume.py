@@ -84,6 +84,7 @@ def _assert_same_codes(run_dir, reference):
         np.testing.assert_array_equal(codes[key], reference[1][key])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SIGNALS)
 def test_an_interrupted_run_resumes_to_identical_codes(runs, name):
     stopped, run_dir = runs["stopped"][name], runs["dirs"][name]
@@ -104,6 +105,7 @@ def test_an_interrupted_run_resumes_to_identical_codes(runs, name):
     _assert_same_codes(run_dir, runs["reference"])
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_not_retrained_and_another_config_is_refused(runs):
     run_dir, codes = runs["reference"]
     assert len(np.unique(codes["database"], axis=0)) > 1  # distinct codes: not a collapsed run
