@@ -59,11 +59,7 @@ def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
     except OSError as error:
         raise _not_writable(run_dir, error, if_read_only) from None
     try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserInputError(f"{run_dir} is in use by {_holder(descriptor)}; "
-                                 f"{if_busy}") from None
+        _take_or_refuse(descriptor, run_dir, if_busy)
         holder = {"program": program, "pid": os.getpid(), "host": socket.gethostname(),
                   "since": datetime.now().astimezone().isoformat(timespec="seconds")}
         os.ftruncate(descriptor, 0)
@@ -124,11 +120,16 @@ def refuse_if_busy(run_dir: str | os.PathLike, if_busy: str = TRAIN_IF_BUSY) -> 
     except OSError:  # no lock file (a new directory), or unreadable: `run_lock` will say
         return
     try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserInputError(f"{Path(run_dir)} is in use by {_holder(descriptor)}; "
-                                 f"{if_busy}") from None
+        _take_or_refuse(descriptor, Path(run_dir), if_busy)
         fcntl.flock(descriptor, fcntl.LOCK_UN)
     finally:
         os.close(descriptor)
+
+
+def _take_or_refuse(descriptor: int, run_dir: Path, if_busy: str) -> None:
+    """Take the exclusive lock on the open lock file, or refuse naming who holds it."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UserInputError(f"{run_dir} is in use by {_holder(descriptor)}; {if_busy}") \
+            from None

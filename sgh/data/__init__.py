@@ -6,7 +6,13 @@ from pathlib import Path
 
 from sgh.config import FileDatasetConfig, SyntheticDatasetConfig
 from sgh.data import npz_file
-from sgh.data.ann_files import SETTINGS, companion_paths, has_texmex_name, load_ann_files
+from sgh.data.ann_files import (
+    SETTINGS,
+    companion_paths,
+    has_texmex_name,
+    load_ann_files,
+    refuse_companion_paths,
+)
 from sgh.data.hdf5_files import HDF5_SUFFIXES, load_hdf5_split
 from sgh.data.similarity import conversion_with, normalise_in_place, resolve_similarity
 from sgh.data.split import (
@@ -99,12 +105,7 @@ def _load_file(dataset: FileDatasetConfig) -> RetrievalSplit:
                              "read whole; store the database (and training set) as single-array "
                              ".npy, .fvecs or .bvecs files (or an ann-benchmarks .hdf5 file), "
                              "or use dataset.streaming=auto")
-    for setting, value in (("dataset.query_path", dataset.query_path),
-                           ("dataset.groundtruth_path", dataset.groundtruth_path),
-                           ("dataset.learn_path", dataset.learn_path)):
-        if value is not None:
-            raise UserInputError(f"{setting}={value} applies when dataset.path holds one array; "
-                                 f"{path} holds the {layout} layout ({', '.join(keys)})")
+    refuse_companion_paths(dataset, f"{path} holds the {layout} layout ({', '.join(keys)})")
     return _load_named_arrays(dataset, path, layout, similarity)
 
 

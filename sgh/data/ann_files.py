@@ -38,6 +38,16 @@ SETTINGS = {"query": "dataset.query_path", "groundtruth": "dataset.groundtruth_p
             "learn": "dataset.learn_path"}
 
 
+def refuse_companion_paths(dataset, what: str) -> None:
+    """The `dataset.*_path` settings name the companions of a single-array database; refuse
+    them, in one line, for a file that holds its queries itself (`what` says what it holds)."""
+    for role, setting in SETTINGS.items():
+        value = getattr(dataset, f"{role}_path", None)
+        if value is not None:
+            raise UserInputError(f"{setting}={value} applies when dataset.path holds one array; "
+                                 f"{what}")
+
+
 def has_texmex_name(path: Path) -> bool:
     """Whether the file is named `<name>_base<ext>`, the texmex database."""
     return path.stem.endswith(TEXMEX_BASE_SUFFIX)

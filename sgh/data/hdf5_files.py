@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgh.data.ann_files import refuse_companion_paths
 from sgh.data.npz_file import require_distinct_ids
 from sgh.data.similarity import (
     conversion_with,
@@ -380,12 +381,7 @@ def load_hdf5_split(dataset, path: Path) -> RetrievalSplit:
     `test`, ground truth = `neighbors` if present; the similarity from `dataset.similarity` and
     the file's `distance` attribute (`sgh.data.similarity.resolve_similarity`). Every header is
     checked before any data is read."""
-    for setting, value in (("dataset.query_path", dataset.query_path),
-                           ("dataset.groundtruth_path", dataset.groundtruth_path),
-                           ("dataset.learn_path", dataset.learn_path)):
-        if value is not None:
-            raise UserInputError(f"{setting}={value} applies when dataset.path holds one array; "
-                                 f"{path} is {_ANN_FILE}")
+    refuse_companion_paths(dataset, f"{path} is {_ANN_FILE}")
     with _opened(path, _ANN_FILE) as file:
         names = _member_names(file, path)
         for key in ("train", "test"):

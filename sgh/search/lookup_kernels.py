@@ -13,7 +13,9 @@ Two kernels, both ``nogil`` so that callers run query blocks on several threads:
 * :func:`scan_scores` writes every score of a block of queries (evaluation ranks whole databases).
 
 The database is walked in tiles of :data:`TILE_ITEMS` codes, which every query of the block
-passes over while they are in cache.
+passes over while they are in cache. The two kernels spell out the same four-query body on
+purpose: factored into a compiled helper returning the four sums, the top-k scan measured
+10-40% slower (three runs side by side, 64 queries x 1M 32-bit codes).
 """
 
 from __future__ import annotations
