@@ -18,3 +18,13 @@ class TrainingInterrupted(Exception):
 
 class TrainingDiverged(Exception):
     """The loss became NaN/Inf; the message says where and what to change."""
+
+
+def one_line(value: object, limit: int = 200) -> str:
+    """`value` as text on one line, for messages that must stay one line: an exception's text,
+    or an array by its shape and dtype (its repr spans lines)."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and shape != ():
+        return f"an array of shape {shape} and dtype {value.dtype}"
+    text = " ".join(str(value.item() if shape == () else value).split()) or type(value).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -47,12 +47,11 @@ from sgh.data.streamed_features import StreamedFeatures, choose_streaming
 from sgh.data.vector_files import (
     MAT_NUMERIC_CLASSES,
     VectorFile,
-    _reason,
     _where,
     read_float32,
     require_same_scaling,
 )
-from sgh.errors import UserInputError
+from sgh.errors import UserInputError, one_line
 
 HDF5_SUFFIXES = (".hdf5", ".h5")
 # ann-benchmarks' `distance` attribute -> dataset.similarity. Its binary datasets (hamming,
@@ -88,7 +87,7 @@ def _hdf5_errors(where: str, what: str, advice: str = "") -> Iterator[None]:
     # at this boundary each means a damaged file.
     except Exception as error:  # noqa: BLE001
         advice = f"; {advice}" if advice else ""
-        raise UserInputError(f"{where}: {what} ({_reason(error)}){advice}") from None
+        raise UserInputError(f"{where}: {what} ({one_line(error)}){advice}") from None
 
 
 @contextlib.contextmanager

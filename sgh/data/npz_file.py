@@ -9,14 +9,13 @@ those shapes and as whole-valued floats.
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
-from sgh.data.vector_files import as_float32_features, read_mat_arrays
-from sgh.errors import UserInputError
+from sgh.data.vector_files import MALFORMED_FILE_ERRORS, as_float32_features, read_mat_arrays
+from sgh.errors import UserInputError, one_line
 
 LAYOUTS = {
     "labelled": ("X_train", "y_train", "X_test", "y_test"),
@@ -35,16 +34,31 @@ def open_npz(path: Path) -> dict[str, np.ndarray]:
         raise UserInputError(f"{path}: is a directory; expected an .npz file")
     if path.suffix != ".npz":
         raise UserInputError(f"{path}: unknown extension {path.suffix!r}; accepted: .npz")
+    return read_npz_arrays(path)
+
+
+def read_npz_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an `.npz` archive, read with `allow_pickle=False`; whatever numpy, zipfile
+    or zlib raise on damaged bytes (a flipped bit can make zipfile see encryption or an
+    unknown compression) becomes one `UserInputError` line naming the file."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        archive = np.load(path, allow_pickle=False)
+        if not hasattr(archive, "files"):  # numpy reads a .npy file as a bare array
+            raise UserInputError(f"{path}: an .npy array, not an .npz archive")
+        with archive:
             return {key: archive[key] for key in archive.files}
+    except UserInputError:
+        raise
+    except FileNotFoundError:
+        raise UserInputError(f"{path}: no such file") from None
     except ValueError as error:
         if "pickle" in str(error).lower():
             raise UserInputError(f"{path}: holds object (pickled) arrays, which are refused; "
                                  "save plain numeric arrays") from None
-        raise UserInputError(f"{path}: not a readable .npz file ({error})") from None
-    except (zipfile.BadZipFile, OSError, EOFError) as error:
-        raise UserInputError(f"{path}: corrupt or truncated .npz file ({error})") from None
+        raise UserInputError(f"{path}: not a readable .npz file ({one_line(error)})") from None
+    except (*MALFORMED_FILE_ERRORS, AttributeError) as error:
+        raise UserInputError(f"{path}: corrupt or truncated .npz file ({one_line(error)})") \
+            from None
 
 
 def open_container(path: Path) -> Mapping[str, np.ndarray]:

@@ -33,7 +33,7 @@ import numpy as np
 
 from sgh.data.mat5_structure import MalformedMat, check_mat5_structure, is_mat_v4
 from sgh.data.positioned_reads import read_runs
-from sgh.errors import UserInputError
+from sgh.errors import UserInputError, one_line
 
 ACCEPTED_SUFFIXES = (".npy", ".npz", ".fvecs", ".bvecs", ".ivecs", ".mat", ".hdf5", ".h5")
 # Formats of several named arrays, where `key` chooses one.
@@ -46,8 +46,10 @@ MAT_NUMERIC_CLASSES = ("double", "single", "logical", "int8", "uint8", "int16", 
                        "int32", "uint32", "int64", "uint64")
 # Everything numpy's .npy/.npz readers raise on malformed bytes: the header is a Python literal
 # (tokenize, ast), the archive a zip (zipfile, zlib).
-_MALFORMED = (ValueError, SyntaxError, TypeError, KeyError, EOFError, OSError, OverflowError,
-              tokenize.TokenError, zipfile.BadZipFile, zlib.error, NotImplementedError)
+# A flipped bit can also make zipfile see encryption (RuntimeError) or an unknown compression.
+MALFORMED_FILE_ERRORS = (ValueError, SyntaxError, TypeError, KeyError, EOFError, OSError,
+                         OverflowError, tokenize.TokenError, zipfile.BadZipFile, zlib.error,
+                         NotImplementedError, RuntimeError)
 
 
 class VectorFile:
@@ -163,8 +165,8 @@ class NpyVectors(VectorFile):
                                else np.lib.format.read_array_header_2_0)
                 shape, self.fortran_order, dtype = read_header(handle)
                 self.data_offset = handle.tell()
-        except _MALFORMED as error:
-            raise UserInputError(f"{path}: not a valid .npy file ({_reason(error)})") from None
+        except MALFORMED_FILE_ERRORS as error:
+            raise UserInputError(f"{path}: not a valid .npy file ({one_line(error)})") from None
         super().__init__(path, None, shape, dtype)
         expected = self.data_offset + math.prod(self.shape) * self.dtype.itemsize
         if os.path.getsize(path) < expected:
@@ -259,8 +261,8 @@ def list_keys(path: Path) -> list[str]:
     try:
         with zipfile.ZipFile(path) as archive:
             return [name[: -len(".npy")] for name in archive.namelist() if name.endswith(".npy")]
-    except _MALFORMED as error:
-        raise UserInputError(f"{path}: corrupt or truncated .npz file ({_reason(error)})"
+    except MALFORMED_FILE_ERRORS as error:
+        raise UserInputError(f"{path}: corrupt or truncated .npz file ({one_line(error)})"
                              ) from None
 
 
@@ -304,8 +306,8 @@ class NpzVectors(WholeArrayVectors):
                     read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                                    else np.lib.format.read_array_header_2_0)
                     shape, _, dtype = read_header(member)
-        except _MALFORMED as error:
-            raise UserInputError(f"{path}: corrupt or truncated .npz file ({_reason(error)})"
+        except MALFORMED_FILE_ERRORS as error:
+            raise UserInputError(f"{path}: corrupt or truncated .npz file ({one_line(error)})"
                                  ) from None
         super().__init__(path, key, shape, dtype)
 
@@ -313,9 +315,9 @@ class NpzVectors(WholeArrayVectors):
         try:
             with zipfile.ZipFile(self.path) as archive, archive.open(self.key + ".npy") as member:
                 return np.lib.format.read_array(member, allow_pickle=False)
-        except _MALFORMED as error:
+        except MALFORMED_FILE_ERRORS as error:
             raise UserInputError(f"{self.where} is corrupt or truncated in the .npz file "
-                                 f"({_reason(error)})") from None
+                                 f"({one_line(error)})") from None
 
 
 class MatVectors(WholeArrayVectors):
@@ -368,7 +370,7 @@ def _whosmat(path: Path) -> list[tuple[str, tuple[int, ...], str]]:
     # scipy's MAT parser raises many types on arbitrary bytes (struct.error, zlib.error,
     # UnicodeDecodeError, MatReadError, ...): at this boundary each means "corrupt file".
     except Exception as error:  # noqa: BLE001
-        raise UserInputError(f"{path}: corrupt or unreadable .mat file ({_reason(error)})"
+        raise UserInputError(f"{path}: corrupt or unreadable .mat file ({one_line(error)})"
                              ) from None
     return [(name, shape, kind) for name, shape, kind in variables if not name.startswith("__")]
 
@@ -393,7 +395,7 @@ def read_mat_arrays(path: Path, names: list[str] | None = None):
     try:
         variables = scipy.io.loadmat(path, variable_names=names, mat_dtype=True)
     except Exception as error:  # noqa: BLE001  (see _whosmat)
-        raise UserInputError(f"{path}: corrupt or unreadable .mat file ({_reason(error)})"
+        raise UserInputError(f"{path}: corrupt or unreadable .mat file ({one_line(error)})"
                              ) from None
     return {name: value for name, value in variables.items() if not name.startswith("__")}
 
@@ -401,12 +403,6 @@ def read_mat_arrays(path: Path, names: list[str] | None = None):
 def _where(path, key: str | None) -> str:
     """The file (and key) at fault, as every message starts: `data.npz: key 'X'`."""
     return f"{path}" + ("" if key is None else f": key {key!r}")
-
-
-def _reason(error: Exception) -> str:
-    """The exception's text on one line, for messages that must stay one line."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def open_vectors(path, key: str | None = None) -> VectorFile:

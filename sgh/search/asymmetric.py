@@ -24,13 +24,14 @@ one number per database item (``||h B||^2``, stored with the codes). The forms:
 from __future__ import annotations
 
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sgh.codes import unpack_bits, validate_codes
+from sgh.data.npz_file import read_npz_arrays
+from sgh.errors import one_line
 
 SIMILARITIES = ("euclidean", "angular", "inner_product")
 # Rows of database codes unpacked at a time for the item norms: 65,536 x 64 bits of float32 is
@@ -108,17 +109,18 @@ class AsymmetricScore:
         """Read a score written by :meth:`save`; ValueError naming the file and key if invalid."""
         path = Path(path)
         try:
-            with np.load(path, allow_pickle=False) as data:
-                arrays = {key: data[key] for key in data.files}
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile, AttributeError) as error:
-            raise ValueError(f"{path}: not a readable asymmetric-score .npz ({error})") from error
+            arrays = read_npz_arrays(path)
+        except ValueError as error:  # damaged bytes, pickles, a .npy
+            raise ValueError(f"{path}: not a readable asymmetric-score .npz "
+                             f"({str(error).removeprefix(f'{path}: ')})") from None
         for key in ("bits", "query_projection", "query_offset", "form"):
             if key not in arrays:
                 raise ValueError(f"{path}: missing key {key!r} (an asymmetric score holds bits, "
                                  "query_projection, query_offset, form[, code_templates])")
         bits = arrays["bits"]
         if bits.shape != () or bits.dtype.kind not in "iu" or bits < 1:
-            raise ValueError(f"{path}: key 'bits' must be a positive integer, got {bits!r}")
+            raise ValueError(f"{path}: key 'bits' must be a positive integer, got "
+                             f"{one_line(bits)}")
         for key in ("query_projection", "query_offset", "code_templates"):
             if key in arrays and arrays[key].dtype.kind not in "fiu":
                 raise ValueError(f"{path}: key {key!r} must hold numbers, got dtype "
@@ -129,7 +131,7 @@ class AsymmetricScore:
         unit = arrays.get("unit", np.float64(1.0))
         unit = float(unit) if unit.shape == () and unit.dtype.kind in "fiu" else float("nan")
         if not (np.isfinite(unit) and unit > 0):
-            raise ValueError(f"{path}: key 'unit' must be a positive number, got {unit!r}")
+            raise ValueError(f"{path}: key 'unit' must be a positive number, got {one_line(unit)}")
         return AsymmetricScore(score.bits, score.query_projection, score.query_offset,
                                score.code_templates, score.form, unit)
 

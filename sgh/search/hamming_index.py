@@ -31,13 +31,15 @@ Conventions:
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
 from sgh.artifacts.atomic import atomic_file
 from sgh.codes import as_words, popcount, validate_codes
+from sgh.data.npz_file import read_npz_arrays
+from sgh.errors import one_line
 from sgh.search.faiss_files import read_binary_index, write_binary_index
 
 # Pairs (query, database item) per distance block. Each pair costs one XOR word (<= 8 bytes) and
@@ -317,22 +319,16 @@ class HammingIndex:
     @classmethod
     def load(cls, path: str | os.PathLike) -> HammingIndex:
         """Read an index written by :meth:`save`; ValueError naming the file and key if invalid."""
-        try:
-            data = np.load(path, allow_pickle=False)
-            if not hasattr(data, "files"):  # a .npy file loads as a bare array
-                raise ValueError("an .npy array, not an .npz archive")
-            with data:
-                arrays = {key: data[key] for key in ("bits", "codes", "ids") if key in data.files}
-        except FileNotFoundError:
-            raise
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
-            raise ValueError(f"{path}: not a readable .npz index file ({error})") from error
+        if not Path(path).exists():
+            raise FileNotFoundError(path)
+        arrays = read_npz_arrays(Path(path))  # one-line ValueError (UserInputError) if damaged
         for key in ("bits", "codes"):
             if key not in arrays:
                 raise ValueError(f"{path}: missing key {key!r} (expected 'bits' and 'codes')")
         bits = arrays["bits"]
         if bits.shape != () or bits.dtype.kind not in "iu" or bits < 1:
-            raise ValueError(f"{path}: key 'bits' must be a positive integer, got {bits!r}")
+            raise ValueError(f"{path}: key 'bits' must be a positive integer, got "
+                             f"{one_line(bits)}")
         index = cls(int(bits))
         try:
             codes = validate_codes(arrays["codes"], index.bits, "codes")

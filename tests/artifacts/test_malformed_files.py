@@ -2,6 +2,7 @@
 consistently, never another exception (the readers of datasets are fuzzed in tests/data/)."""
 
 import io
+import os
 import tempfile
 import zipfile
 from pathlib import Path
@@ -15,7 +16,9 @@ from sgh.errors import UserInputError
 from sgh.search import HammingIndex
 from sgh.search.asymmetric import AsymmetricScore, decoder_score
 
-FUZZ = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# SGH_FUZZ_EXAMPLES=N runs more examples (a longer hunt); CI runs the default.
+FUZZ = settings(max_examples=int(os.environ.get("SGH_FUZZ_EXAMPLES", 30)), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow])
 
 
 def _valid_archives() -> dict[str, bytes]:
