@@ -107,6 +107,7 @@ def _cli(*args, cwd):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # two real sgh-train jobs through Hydra's launcher (~12 s)
 def test_cli_runs_a_sweep_one_directory_per_job_with_the_table_printed_and_logged(tmp_path):
     result = _cli("-m", *QUICK[:-1], "model.bits=8,12", f"hydra.sweep.dir={tmp_path / 'sweep'}",
                   cwd=tmp_path)

@@ -809,7 +809,9 @@ def test_kernels_still_compile_where_no_cache_can_be_written():
     assert type(compiled._cache).__name__ == "NullCache"
 
 
-@pytest.mark.parametrize("bits", [8, 64, 100])
+# ~5 s each: one code length in the default suite, the others (one word, several) in the slow.
+@pytest.mark.parametrize("bits", [pytest.param(8, marks=pytest.mark.slow), 64,
+                                  pytest.param(100, marks=pytest.mark.slow)])
 def test_a_database_scanned_in_shards_gives_the_same_metrics(bits, monkeypatch):
     # Large databases are scanned shard by shard (histograms summed, stable ranks carried over):
     # every metric, tie-aware and tie-broken, must be exactly that of one scan.
