@@ -37,6 +37,7 @@ from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score
 from sgh.quiet_tensorflow import import_tensorflow
 from sgh.reports.results_table import collapse_warning, results_table, run_title
+from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
 from sgh.search.rankings import evaluation_ranking
 
 logger = logging.getLogger(__name__)
@@ -159,8 +160,8 @@ def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
         # An mlp decoder rescores a shortlist by decoding it, but has no per-bit tables for a
         # scan of the whole database.
         reason = (None if config.model.decoder == "linear" or config.eval.ranking == "rerank"
-                  else "model.decoder=mlp has no per-bit form (eval.ranking=rerank decodes "
-                       "the shortlist instead)")
+                  else f"{ASYMMETRIC_NEEDS_LINEAR_DECODER} (eval.ranking=rerank decodes the "
+                       "shortlist instead)")
     else:
         from sgh.baselines.fitting import estimator_class
         from sgh.hasher import BinaryHasher

@@ -35,3 +35,29 @@ def hamming_distances(query_packed: np.ndarray, database_packed: np.ndarray) -> 
     if query_bits.shape[1] != database_bits.shape[1]:
         raise ValueError("query and database codes have different widths")
     return (query_bits[:, None, :] != database_bits[None, :, :]).sum(axis=2)
+
+
+def assert_same_split(split, expected) -> None:
+    """Two `RetrievalSplit`s hold the same arrays (dtype and values), protocol, feature
+    conversion and similarity: the same dataset read through two formats."""
+    for field in ("train", "database", "query", "groundtruth", "database_labels",
+                  "query_labels"):
+        got, want = getattr(split, field), getattr(expected, field)
+        assert (got is None) == (want is None), field
+        if want is not None:
+            assert got.dtype == want.dtype, field
+            np.testing.assert_array_equal(got, want, err_msg=field)
+    assert (split.protocol, split.feature_conversion, split.similarity) == (
+        expected.protocol, expected.feature_conversion, expected.similarity)
+
+
+def damage(path: Path, position: float, flip: int, cut: bool) -> None:
+    """Damage a file in place as a bad disk or copy would: cut it at the relative `position`,
+    or XOR the byte there with `flip`."""
+    data = bytearray(Path(path).read_bytes())
+    at = min(int(position * len(data)), len(data) - 1)
+    if cut:
+        del data[at:]
+    else:
+        data[at] ^= flip
+    Path(path).write_bytes(bytes(data))

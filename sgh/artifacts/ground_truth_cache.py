@@ -43,7 +43,7 @@ import numpy as np
 
 from sgh.artifacts.atomic import atomic_file
 from sgh.data.neighbours import exact_neighbours
-from sgh.data.similarity import NEIGHBOUR_LABELS
+from sgh.data.similarity import NEIGHBOUR_LABELS, nearness
 from sgh.data.split import RetrievalSplit
 from sgh.data.streamed_features import StreamedFeatures, take_rows
 
@@ -157,10 +157,7 @@ def _first_row_out_of_order(query, database, ids: np.ndarray, similarity: str) -
         items = take_rows(database, block.reshape(-1)).astype(np.float64)
         items = items.reshape(*block.shape, -1)
         queries = np.asarray(query[start : start + len(block)], np.float64)[:, None, :]
-        if similarity == "inner_product":  # minus the products: should not decrease either
-            keys = -(items * queries).sum(axis=2)
-        else:
-            keys = np.square(items - queries).sum(axis=2)
+        keys = nearness(items, queries, similarity)  # should not decrease along a row
         # Relative slack: the reference computed these same sums, perhaps in another order.
         slack = 1e-9 * np.maximum(1.0, np.abs(keys).max(axis=1, keepdims=True))
         bad = np.flatnonzero((np.diff(keys, axis=1) < -slack).any(axis=1))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.data.similarity import SIMILARITIES
+from sgh.data.similarity import SIMILARITIES, nearness
 
 # Approximate distances of one block of queries against the whole database (float64).
 _BLOCK_BYTES = 1 << 26
@@ -170,11 +170,8 @@ def _nearest(query, database, k: int, block_size: int | None,
         for part in range(0, candidates.size, rows_per_chunk):
             piece = slice(part, part + rows_per_chunk)
             items = database[candidates[piece]].astype(np.float64)
-            if maximum:
-                exact[piece] = -np.einsum("ij,ij->i", items, block_query[rows_idx[piece]])
-            else:
-                diff = items - block_query[rows_idx[piece]]
-                exact[piece] = np.einsum("ij,ij->i", diff, diff)
+            exact[piece] = nearness(items, block_query[rows_idx[piece]],
+                                    "inner_product" if maximum else "euclidean")
         order = np.lexsort((candidates, exact, rows_idx))
         per_query = np.bincount(rows_idx, minlength=block_query.shape[0])
         first = np.cumsum(per_query) - per_query

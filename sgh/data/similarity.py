@@ -83,3 +83,15 @@ def normalise_in_place(features: np.ndarray, where: str) -> np.ndarray:
         features[start:stop] = unit_normalised(features[start:stop], where,
                                                 np.arange(start, stop))
     return features
+
+
+def nearness(items: np.ndarray, queries: np.ndarray, similarity: str) -> np.ndarray:
+    """The exact key that ranks ``items`` for ``queries`` under a similarity, smaller = nearer:
+    the squared L2 distance (euclidean; angular on unit vectors), or minus the inner product.
+    Row by row over the last axis (the shapes broadcast), in the arrays' precision: callers pass
+    float64 for exact keys. The one definition the ground truth, its cache check and exact
+    rescoring share."""
+    if similarity == "inner_product":
+        return -np.einsum("...j,...j->...", items, queries)
+    difference = items - queries
+    return np.einsum("...j,...j->...", difference, difference)

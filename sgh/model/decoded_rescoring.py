@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgh.codes import unpack_bits
+from sgh.data.similarity import nearness
 from sgh.search.asymmetric import check_queries
 from sgh.search.lookup_kernels import sorted_heaps
 
@@ -57,10 +58,5 @@ class DecoderRescorer:
                                        return_inverse=True)
             decoded = self._decode(codes).astype(np.float64)[inverse.reshape(-1)]
             owners = queries[np.nonzero(valid)[0] + q0]
-            if self.similarity == "inner_product":
-                scores = -np.einsum("ij,ij->i", decoded, owners)
-            else:
-                difference = decoded - owners
-                scores = np.einsum("ij,ij->i", difference, difference)
-            D[q0 : q0 + step][valid] = scores
+            D[q0 : q0 + step][valid] = nearness(decoded, owners, self.similarity)
         return sorted_heaps(D, np.where(candidates >= 0, candidates, -1))

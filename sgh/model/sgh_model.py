@@ -46,10 +46,6 @@ from sgh.search.asymmetric import AsymmetricScore, decoder_score
 # is reproducible for a given trainer.jit_compile; the two settings give different valid streams.
 RNG_ALGORITHM = "philox"
 
-# Why a deep SGH has no asymmetric score (the refusal's wording).
-ASYMMETRIC_NEEDS_LINEAR_DECODER = ("model.decoder=mlp has no per-bit form: its reconstruction "
-                                   "is not a sum over the bits")
-
 LOSS_TERMS = {
     # reconstruction: 1/2 ||x - x^||^2 per item in the input space, comparable across objectives
     # and with the released demo's "Monitor Loss".

@@ -31,9 +31,13 @@ import numpy as np
 
 from sgh.codes import unpack_bits, validate_codes
 from sgh.data.npz_file import read_npz_arrays
+from sgh.data.similarity import SIMILARITIES
 from sgh.errors import one_line
 
-SIMILARITIES = ("euclidean", "angular", "inner_product")
+# Why a deep SGH has no asymmetric score (the refusals' wording; its shortlist can still be
+# rescored by decoding it, `sgh.model.decoded_rescoring`).
+ASYMMETRIC_NEEDS_LINEAR_DECODER = ("model.decoder=mlp has no per-bit form: its reconstruction "
+                                   "is not a sum over the bits")
 # Rows of database codes unpacked at a time for the item norms: 65,536 x 64 bits of float32 is
 # 16 MB, and the product with B (bits x dim) stays a GEMM of useful size.
 _NORM_ROWS = 1 << 16

@@ -44,7 +44,11 @@ def hamming_distances(query_codes: np.ndarray, database_codes: np.ndarray) -> np
 
 def hamming_order(query_codes: np.ndarray, database_codes: np.ndarray, depth: int) -> np.ndarray:
     """The first ``depth`` ids of each query's Hamming ranking, ties by id, ``(nq, depth)``."""
-    distances = hamming_distances(query_codes, database_codes)
+    return order_of_distances(hamming_distances(query_codes, database_codes), depth)
+
+
+def order_of_distances(distances: np.ndarray, depth: int) -> np.ndarray:
+    """The first ``depth`` ids of each row of integer distances, ties by id."""
     if depth >= distances.shape[1]:
         return np.argsort(distances, axis=1, kind="stable")  # radix sort of uint16
     keys = distances.astype(np.int64) * distances.shape[1] + np.arange(distances.shape[1])
@@ -94,11 +98,11 @@ class RerankRanking:
         step = block_queries(n, reach)
         for q0 in range(0, len(self.queries), step):
             q1 = min(q0 + step, len(self.queries))
-            order = hamming_order(self.query_codes[q0:q1], database, reach)
+            distances = hamming_distances(self.query_codes[q0:q1], database)
+            order = order_of_distances(distances, reach)
             if self.radius is None:
                 lengths = np.full(q1 - q0, min(self.shortlist, n))
             else:
-                distances = hamming_distances(self.query_codes[q0:q1], database)
                 lengths = (distances <= self.radius).sum(axis=1)
             width = int(lengths.max(initial=0))
             candidates = np.where(np.arange(width) < lengths[:, None], order[:, :width], -1)

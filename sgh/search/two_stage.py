@@ -22,8 +22,9 @@ import numpy as np
 
 from sgh.codes import validate_codes
 from sgh.config import RESCORE_RULES
+from sgh.data.similarity import SIMILARITIES, nearness
 from sgh.data.streamed_features import take_rows
-from sgh.search.asymmetric import SIMILARITIES, AsymmetricScore, check_queries
+from sgh.search.asymmetric import AsymmetricScore, check_queries
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.hamming_index import HammingIndex
 from sgh.search.lookup_kernels import sorted_heaps
@@ -138,11 +139,5 @@ def exact_rescore(queries: np.ndarray, vectors, candidates: np.ndarray, similari
         distinct, inverse = np.unique(block[valid], return_inverse=True)
         rows = take_rows(vectors, distinct).astype(np.float64)[inverse]
         owners = np.nonzero(valid)[0] + q0
-        if similarity == "inner_product":
-            scores = -np.einsum("ij,ij->i", rows, queries[owners])
-        else:
-            difference = rows - queries[owners]
-            scores = np.einsum("ij,ij->i", difference, difference)
-        block_scores = D[q0 : q0 + rows_per_block]
-        block_scores[valid] = scores
+        D[q0 : q0 + rows_per_block][valid] = nearness(rows, queries[owners], similarity)
     return sorted_heaps(D, np.where(candidates >= 0, candidates, -1))

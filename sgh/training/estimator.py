@@ -38,8 +38,8 @@ from sgh.config import (
 from sgh.errors import UserInputError
 from sgh.hasher import BinaryHasher
 from sgh.model.encoding import encode_bit_matrix, encode_packed
-from sgh.model.sgh_model import ASYMMETRIC_NEEDS_LINEAR_DECODER, SGH
-from sgh.search.asymmetric import AsymmetricScore
+from sgh.model.sgh_model import SGH
+from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore
 from sgh.training.train_sgh import fit_sgh, hold_out
 
 # (parameter, configuration section, key in it): every parameter but n_bits and random_state.

@@ -30,7 +30,8 @@ from sgh.methods import EncodedSplit
 from sgh.model.decoded_rescoring import DecoderRescorer
 from sgh.model.encoding import encode_packed
 from sgh.model.export import export_encoder
-from sgh.model.sgh_model import ASYMMETRIC_NEEDS_LINEAR_DECODER, SGH
+from sgh.model.sgh_model import SGH
+from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
 from sgh.training.batches import BLOCKS_IN_MEMORY, block_bytes
 from sgh.training.holdout import ValidationSet, carve, split_training_labels
 from sgh.training.loop import Trainer, median_ms_per_step

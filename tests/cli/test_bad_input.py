@@ -11,7 +11,6 @@ printed before the line.
 import os
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -193,29 +192,9 @@ def sgh_train(*args, cwd, debug=False):
 
 
 @pytest.fixture
-def sgh_train_here(capsys, monkeypatch):
-    """`sgh-train` in this process: (returncode, stdout, stderr) like `subprocess.run`."""
-    from sgh.cli.train import main
-
-    # Hydra's logging set-up stays out of it: it closes every existing handler (those of the
-    # test session's capture too), and the errors are printed, not logged.
-    for module in ("hydra._internal.hydra", "hydra.core.utils"):
-        monkeypatch.setattr(f"{module}.configure_log", lambda *args, **kwargs: None)
-
-    def call(*args, cwd):
-        monkeypatch.chdir(cwd)
-        monkeypatch.delenv("SGH_DEBUG", raising=False)
-        monkeypatch.setattr(sys, "argv", ["sgh-train", *QUICK, *args])
-        capsys.readouterr()
-        try:
-            main()
-            returncode = 0
-        except SystemExit as exit_:
-            returncode = exit_.code
-        captured = capsys.readouterr()
-        return SimpleNamespace(returncode=returncode, stdout=captured.out, stderr=captured.err)
-
-    return call
+def sgh_train_here(command_here):
+    """`sgh-train` (with the quick settings) in this process, like `subprocess.run`."""
+    return lambda *args, cwd: command_here("train", [*QUICK, *args], cwd)
 
 
 def _arguments(tmp_path, build, overrides):

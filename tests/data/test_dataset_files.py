@@ -10,7 +10,7 @@ import scipy.io
 from sgh.config import FileDatasetConfig
 from sgh.data import load_split
 from sgh.errors import UserInputError
-from tests.helpers import SHARED_DATA
+from tests.helpers import SHARED_DATA, assert_same_split
 from tests.helpers_vector_files import write_texmex
 
 SIFTSMALL = SHARED_DATA / "siftsmall"
@@ -20,23 +20,11 @@ def _dataset(path, **overrides):
     return FileDatasetConfig(**{"name": "test", "path": str(path), **overrides})
 
 
-def _assert_same_split(split, expected):
-    for field in ("train", "database", "query", "groundtruth", "database_labels",
-                  "query_labels"):
-        got, want = getattr(split, field), getattr(expected, field)
-        assert (got is None) == (want is None), field
-        if want is not None:
-            assert got.dtype == want.dtype, field
-            np.testing.assert_array_equal(got, want, err_msg=field)
-    assert split.protocol == expected.protocol
-    assert split.feature_conversion == expected.feature_conversion
-
-
 @pytest.mark.skipif(not SIFTSMALL.is_dir(), reason="needs ../shared/data/siftsmall")
 def test_siftsmall_fvecs_route_gives_the_npz_split():
     from_texmex = load_split(_dataset(SIFTSMALL / "siftsmall_base.fvecs"))
     from_npz = load_split(_dataset(SIFTSMALL / "siftsmall.npz"))
-    _assert_same_split(from_texmex, from_npz)
+    assert_same_split(from_texmex, from_npz)
     assert from_texmex.groundtruth.shape == (100, 100)  # the sibling .ivecs was found
 
 
@@ -96,7 +84,7 @@ def test_mat_file_of_named_arrays_gives_the_npz_split(tmp_path):
     # MATLAB keeps labels as double column vectors: accepted as whole-valued ids.
     scipy.io.savemat(tmp_path / "d.mat", {**arrays, "y_train": arrays["y_train"][:, None] * 1.0,
                                           "y_test": arrays["y_test"][None, :] * 1.0})
-    _assert_same_split(load_split(_dataset(tmp_path / "d.mat", n_queries=5)),
+    assert_same_split(load_split(_dataset(tmp_path / "d.mat", n_queries=5)),
                        load_split(_dataset(tmp_path / "d.npz", n_queries=5)))
 
 

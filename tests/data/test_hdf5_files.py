@@ -17,6 +17,7 @@ from sgh.data import load_split
 from sgh.data.streamed_features import StreamedFeatures
 from sgh.data.vector_files import list_keys, open_vectors, read_float32
 from sgh.errors import UserInputError
+from tests.helpers import assert_same_split, damage
 
 RNG = np.random.default_rng(0)
 TRAIN = RNG.normal(1.0, 2.0, (300, 6)).astype(np.float32)
@@ -270,29 +271,17 @@ LABELLED = {"X_train": RNG.normal(size=(40, 6)), "y_train": RNG.integers(0, 3, (
             "X_test": RNG.normal(size=(12, 6)), "y_test": RNG.integers(0, 3, (1, 12)) * 1.0}
 
 
-def _assert_same_split(split, expected):
-    for field in ("train", "database", "query", "groundtruth", "database_labels",
-                  "query_labels"):
-        got, want = getattr(split, field), getattr(expected, field)
-        assert (got is None) == (want is None), field
-        if want is not None:
-            assert got.dtype == want.dtype, field
-            np.testing.assert_array_equal(got, want, err_msg=field)
-    assert (split.protocol, split.feature_conversion, split.similarity) == (
-        expected.protocol, expected.feature_conversion, expected.similarity)
-
-
 def test_mat73_named_arrays_give_the_v5_split(tmp_path):
     scipy.io.savemat(tmp_path / "v5.mat", LABELLED)
     v73 = write_mat73(tmp_path / "v73.mat", {**LABELLED, "note": _char_variable})
     assert open(v73, "rb").read(10) == b"MATLAB 7.3"
     # The char variable is not part of the layout: never read, so never refused.
-    _assert_same_split(load_split(_dataset(v73, n_queries=5)),
+    assert_same_split(load_split(_dataset(v73, n_queries=5)),
                        load_split(_dataset(tmp_path / "v5.mat", n_queries=5)))
     ann = {"base": TRAIN.astype(np.float64), "query": TEST.astype(np.float64),
            "groundtruth": NEIGHBORS.astype(np.float64)}  # MATLAB's doubles, as in v5
     scipy.io.savemat(tmp_path / "ann5.mat", ann)
-    _assert_same_split(load_split(_dataset(write_mat73(tmp_path / "ann73.mat", ann))),
+    assert_same_split(load_split(_dataset(write_mat73(tmp_path / "ann73.mat", ann))),
                        load_split(_dataset(tmp_path / "ann5.mat")))
 
 
@@ -418,13 +407,7 @@ def test_damaged_files_are_read_consistently_or_refused(matlab, position, flip, 
         else:
             path = write_ann(Path(folder) / "x.hdf5", train=TRAIN[:20],
                              fixed_length_attribute=True)
-        data = bytearray(path.read_bytes())
-        at = min(int(position * len(data)), len(data) - 1)
-        if cut:
-            del data[at:]
-        else:
-            data[at] ^= flip
-        path.write_bytes(bytes(data))
+        damage(path, position, flip, cut)
         _open_and_read_all(path, "train")
         if not matlab:
             try:

@@ -26,6 +26,7 @@ from sgh.data.vector_files import (
     require_same_scaling,
 )
 from sgh.errors import UserInputError
+from tests.helpers import damage
 from tests.helpers_vector_files import TEXMEX_DTYPES, write_texmex
 
 
@@ -522,11 +523,5 @@ def test_corrupted_valid_files_are_refused_or_read_consistently(suffix, position
     array = (np.arange(40).reshape(8, 5) % 13).astype(TEXMEX_DTYPES.get(suffix, np.float32))
     with tempfile.TemporaryDirectory() as folder:
         path = write_any(Path(folder) / f"x{suffix}", array)
-        data = bytearray(path.read_bytes())
-        at = min(int(position * len(data)), len(data) - 1)
-        if cut:
-            del data[at:]
-        else:
-            data[at] ^= flip
-        path.write_bytes(bytes(data))
+        damage(path, position, flip, cut)
         _open_and_read_all(path, "X" if suffix in (".npz", ".mat") else None)

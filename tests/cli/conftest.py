@@ -1,0 +1,40 @@
+"""What the command tests share: running a command's `main` in this process."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+PROGRAMS = {"train": ("sgh-train", "sgh.cli.train"), "eval": ("sgh-eval", "sgh.cli.evaluate"),
+            "encode": ("sgh-encode", "sgh.cli.encode"),
+            "compare": ("sgh-compare", "sgh.cli.compare")}
+
+
+@pytest.fixture
+def command_here(capsys, monkeypatch):
+    """A command's `main` in this process: (returncode, stdout, stderr) like `subprocess.run`."""
+    # Hydra's logging set-up stays out of it: it closes every existing handler (those of the
+    # test session's capture too), and the errors are printed, not logged.
+    for module in ("hydra._internal.hydra", "hydra.core.utils"):
+        monkeypatch.setattr(f"{module}.configure_log", lambda *args, **kwargs: None)
+
+    def call(command: str, arguments: list[str], cwd: Path):
+        program, module = PROGRAMS[command]
+        main = importlib.import_module(module).main
+        monkeypatch.chdir(cwd)
+        monkeypatch.delenv("SGH_DEBUG", raising=False)
+        monkeypatch.setattr(sys, "argv", [program, *arguments])
+        capsys.readouterr()
+        try:
+            main(arguments) if command == "compare" else main()
+            returncode = 0
+        except SystemExit as exit_:
+            returncode = exit_.code
+        captured = capsys.readouterr()
+        return SimpleNamespace(returncode=returncode, stdout=captured.out, stderr=captured.err)
+
+    return call
