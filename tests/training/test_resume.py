@@ -109,10 +109,13 @@ def test_an_interrupted_run_resumes_to_identical_codes(runs, name):
 def test_a_finished_run_is_not_retrained_and_another_config_is_refused(runs):
     run_dir, codes = runs["reference"]
     assert len(np.unique(codes["database"], axis=0)) > 1  # distinct codes: not a collapsed run
-    again, other = _start(run_dir), _start(run_dir, "trainer.seed=5")
+    # One after the other: side by side, the second would (rightly) be refused as "in use"
+    # by the run lock before it read the directory's configuration.
+    again = _start(run_dir)
     out, err = again.communicate(timeout=300)  # the same command: nothing left to train
     assert again.returncode == 0, err[-3000:]
     assert "resuming from step 2000" in out
+    other = _start(run_dir, "trainer.seed=5")
     _, err = other.communicate(timeout=120)
     assert other.returncode == 2 and "holds a run with another configuration" in err
     _assert_same_codes(run_dir, runs["reference"])
