@@ -11,8 +11,12 @@ the tf.data pipeline, encoding the database, exact ground truth over database ch
 evaluation; its peak RSS (the child's own VmHWM, read at its exit) is the figure, against the
 float32 copy of the data it never makes; (3) the speed side by side on a `--compare-n` dataset
 of the same kind (default 1,000,000 vectors, which fit in memory): median ms per training step
-of the in-memory path (batches gathered on the device) and of the streamed path, each in its
-own process, alternating for `--rounds` rounds.
+of the in-memory path (batches gathered on the device) and of the streamed path with each row
+reader (`dataset.stream_reader`: mmap, the default, and pread), each run in its own process,
+alternating for `--rounds` rounds; `compare.streamed_over_in_memory` (mmap) and
+`compare.streamed_over_in_memory_pread` are the streamed medians over the in-memory one. The
+time of one call's gather (`steps_per_call` x `batch_size` rows as float32) by each reader is
+measured in this process too (`compare.gather_ms_per_call`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_encode import write_rows  # noqa: E402
 
+from sgh.config import TrainerConfig  # noqa: E402
+from sgh.data.streamed_features import STREAM_READERS, StreamedFeatures  # noqa: E402
+from sgh.data.vector_files import open_vectors  # noqa: E402
+
 # Runs sgh-train in this child and prints its own peak RSS at exit (VmHWM: see bench_encode).
 CHILD = """
 import atexit, sys
@@ -46,6 +54,12 @@ from sgh.cli.train import main
 main()
 """
 QUERIES, DIM = 1000, 128
+# The compared paths: dataset.streaming and the extra overrides of each.
+COMPARED = {"in_memory": ("never", []),
+            "streamed": ("always", ["dataset.stream_reader=mmap"]),
+            "streamed_pread": ("always", ["dataset.stream_reader=pread"])}
+# sgh-train's defaults, which the comparison runs keep: one compiled call's batch rows.
+BATCH_SIZE, STEPS_PER_CALL = TrainerConfig.batch_size, TrainerConfig.steps_per_call
 
 
 def train(base: Path, run_dir: Path, streaming: str, steps: int, extra: list[str]) -> dict:
@@ -88,6 +102,24 @@ def write_structured_bvecs(path: Path, n: int, seed: int) -> None:
     write_rows(path, n, DIM, draw)
 
 
+def gather_ms_per_call(base: Path, repeats: int = 15) -> dict[str, float]:
+    """Median ms of one compiled call's `StreamedFeatures.take` (STEPS_PER_CALL x BATCH_SIZE
+    uniform rows as float32) by each reader, the file in the page cache (just written)."""
+    rng = np.random.default_rng(0)
+    medians = {}
+    for reader in STREAM_READERS:
+        rows = StreamedFeatures(open_vectors(base), reader=reader)
+        rows.take(np.arange(2))  # the mapping and the compiled read loop, made once
+        times = []
+        for _ in range(repeats):
+            ids = rng.integers(0, len(rows), STEPS_PER_CALL * BATCH_SIZE)
+            started = time.perf_counter()
+            rows.take(ids)
+            times.append((time.perf_counter() - started) * 1e3)
+        medians[reader] = float(np.median(times))
+    return medians
+
+
 def write_dataset(folder: Path, n: int) -> Path:
     write_structured_bvecs(folder / "toy_base.bvecs", n, seed=0)
     write_structured_bvecs(folder / "toy_query.bvecs", QUERIES, seed=1)
@@ -106,40 +138,63 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    report: dict = {"cpu_count": os.cpu_count(), "dim": DIM, "queries": QUERIES}
+    # The 1-minute load average before and after: on shared cores, other work's load changes
+    # every figure, the streamed/in-memory ratio most (the reads compete with training).
+    report: dict = {"cpu_count": os.cpu_count(), "dim": DIM, "queries": QUERIES,
+                    "load_average_1min": {"start": os.getloadavg()[0]}}
     with tempfile.TemporaryDirectory(prefix="bench_stream.", dir=args.workdir) as workdir:
         workdir = Path(workdir)
         if args.compare_n:
             small = workdir / "small"
             small.mkdir()
             base = write_dataset(small, args.compare_n)
-            times: dict[str, list[float]] = {"never": [], "always": []}
+            gathers = gather_ms_per_call(base)
+            times: dict[str, list[float]] = {name: [] for name in COMPARED}
             peaks: dict[str, int] = {}
             for round_ in range(args.rounds):
-                for streaming in times:  # side by side: load drifts over time
-                    result = train(base, workdir / f"compare-{streaming}-{round_}", streaming,
-                                   args.compare_steps, ["validation.every=0"])
-                    times[streaming].append(result["metrics"]["ms_per_step"])
-                    peaks[streaming] = max(peaks.get(streaming, 0), result["peak_rss_bytes"])
+                # Side by side, as load drifts over time; each round starts one path later, so
+                # no path always runs first.
+                names = list(COMPARED)
+                names = names[round_ % len(names):] + names[:round_ % len(names)]
+                for name in names:
+                    streaming, extra = COMPARED[name]
+                    result = train(base, workdir / f"compare-{name}-{round_}", streaming,
+                                   args.compare_steps, ["validation.every=0", *extra])
+                    times[name].append(result["metrics"]["ms_per_step"])
+                    peaks[name] = max(peaks.get(name, 0), result["peak_rss_bytes"])
             medians = {key: float(np.median(value)) for key, value in times.items()}
             report["compare"] = {
                 "n": args.compare_n, "steps": args.compare_steps, "rounds": args.rounds,
-                "in_memory_ms_per_step": medians["never"],
-                "streamed_ms_per_step": medians["always"],
-                "streamed_over_in_memory": medians["always"] / medians["never"],
+                "in_memory_ms_per_step": medians["in_memory"],
+                "streamed_ms_per_step": medians["streamed"],
+                "streamed_pread_ms_per_step": medians["streamed_pread"],
+                "streamed_over_in_memory": medians["streamed"] / medians["in_memory"],
+                "streamed_over_in_memory_pread": medians["streamed_pread"] / medians["in_memory"],
+                "gather_ms_per_call": gathers,
                 "runs_ms_per_step": times,
-                "in_memory_peak_rss_bytes": peaks["never"],
-                "streamed_peak_rss_bytes": peaks["always"],
+                "in_memory_peak_rss_bytes": peaks["in_memory"],
+                "streamed_peak_rss_bytes": peaks["streamed"],
+                "streamed_pread_peak_rss_bytes": peaks["streamed_pread"],
                 "convention": ("median over runs of metrics.json ms_per_step (median over "
                                "compiled calls of wall time / steps, first call excluded); "
-                               "32 bits, batch 500, steps_per_call 100, no validation"),
+                               f"32 bits, batch {BATCH_SIZE}, steps_per_call {STEPS_PER_CALL}, "
+                               "no validation; streamed = dataset.stream_reader=mmap (the "
+                               "default), streamed_pread = pread; peak RSS = VmHWM, which "
+                               "counts the file pages an mmap gather touched; gathers: median "
+                               f"of 15 takes of {STEPS_PER_CALL * BATCH_SIZE} uniform rows"),
             }
             c = report["compare"]
+            mib = 2**20
             print(f"[bench] {args.compare_n:,} x {DIM}: in memory {c['in_memory_ms_per_step']:.2f}"
-                  f" ms/step (peak RSS {c['in_memory_peak_rss_bytes'] / 2**20:,.0f} MiB), "
-                  f"streamed {c['streamed_ms_per_step']:.2f} ms/step (peak RSS "
-                  f"{c['streamed_peak_rss_bytes'] / 2**20:,.0f} MiB): "
-                  f"{c['streamed_over_in_memory']:.2f}x the time per step", flush=True)
+                  f" ms/step (peak RSS {c['in_memory_peak_rss_bytes'] / mib:,.0f} MiB); streamed "
+                  f"mmap {c['streamed_ms_per_step']:.2f} ms/step, "
+                  f"{c['streamed_over_in_memory']:.2f}x (peak RSS "
+                  f"{c['streamed_peak_rss_bytes'] / mib:,.0f} MiB, gather "
+                  f"{gathers['mmap']:.1f} ms/call); streamed pread "
+                  f"{c['streamed_pread_ms_per_step']:.2f} ms/step, "
+                  f"{c['streamed_over_in_memory_pread']:.2f}x (peak RSS "
+                  f"{c['streamed_pread_peak_rss_bytes'] / mib:,.0f} MiB, gather "
+                  f"{gathers['pread']:.1f} ms/call)", flush=True)
         if args.n:
             big = workdir / "big"
             big.mkdir()
@@ -170,6 +225,7 @@ def main() -> None:
                   f" peak RSS {s['peak_rss_bytes'] / 2**20:,.0f} MiB (the float32 copy would be "
                   f"{s['float32_bytes'] / 2**30:.1f} GiB); Recall10@100 {s['recall10@100']:.4f}",
                   flush=True)
+    report["load_average_1min"]["end"] = os.getloadavg()[0]
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 

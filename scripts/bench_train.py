@@ -1,6 +1,6 @@
 """Protocol A benchmark: the default recipe and the released preset at 16/32/64 bits, and speed.
 
-    python scripts/bench_train.py [--bits 16 32 64] [--cifar] [--json PATH]
+    python scripts/bench_train.py [--bits 16 32 64] [--cifar] [--skip-accuracy] [--json PATH]
 
 1. Trains and scores each recipe at each bit count through `sgh.pipeline.run` (the same code path
    as `sgh-train`): mAP@all (label relevance, tie-aware), Recall10@100 (Euclidean 10-NN,
@@ -12,6 +12,13 @@
    *plain port*: the same model and loss, one `tf.function` call per step, each batch drawn in
    numpy and fed from the host. Blocks of 200 steps alternate between the two; medians of the
    per-block ms/step are reported with their ratio (target: ours <= 0.7x plain).
+4. The step against its GEMM floor, in the same process: the default recipe's training step
+   (batch 500, MNIST's 784 dimensions) at 16, 32 and 64 bits and the deep model's (mlp encoder
+   and decoder, 32 bits), each against the same step's matrix products timed alone with
+   numpy's BLAS at the same shapes and layouts (`step_products`). Blocks alternate between
+   the step and its products; `step_over_gemm_floor` is the ratio of the medians (target
+   <= 1.2 at 32 bits). What the products leave out (the gather, the neuron's noise, the
+   elementwise terms, the reductions, Adam) is exactly what the ratio measures.
 """
 
 from __future__ import annotations
@@ -122,16 +129,117 @@ def speed_comparison():
                            f"alternating blocks of {BLOCK_STEPS} steps, after warm-up")}
 
 
+def step_products(model: SGH, batch: int) -> list[tuple[str, int, int, int, bool, bool]]:
+    """The (name, m, k, n, transpose_a, transpose_b) matrix products of one training step.
+
+    Each dense map of kernel (i, o) costs a forward product (B, i) @ (i, o), its kernel's
+    gradient x^T dY, (i, B) @ (B, o), and the gradient of its input dY K^T, (B, o) @ (o, i) --
+    except the encoder's first map, whose input is the data. Linear SGH: encoder forward,
+    decoder forward, the decoder's gradient, the code's gradient, the encoder's gradient (five
+    B x d x l products). The unbiased estimator with an mlp decoder adds its finite
+    differences: the decoder forward on 2 l codes per item."""
+    encoder = model.encoder.kernels if model.config.encoder == "mlp" else [model.W]
+    decoder = model.decoder.kernels if model.config.decoder == "mlp" else [model.U]
+    products = []
+    for part, kernels in (("encoder", encoder), ("decoder", decoder)):
+        for index, kernel in enumerate(kernels):
+            fan_in, fan_out = kernel.shape
+            name = f"{part}[{index}]"
+            products.append((f"{name} forward", batch, fan_in, fan_out, False, False))
+            products.append((f"{name} kernel gradient", fan_in, batch, fan_out, True, False))
+            if part == "decoder" or index > 0:
+                products.append((f"{name} input gradient", batch, fan_out, fan_in, False, True))
+    if model.config.estimator == "unbiased" and model.config.decoder == "mlp":
+        rows = batch * 2 * model.bits
+        products += [(f"decoder[{index}] finite differences", rows, *kernel.shape, False, False)
+                     for index, kernel in enumerate(decoder)]
+    return products
+
+
+def gemm_floor_comparison(cases: dict[str, list[str]]) -> dict:
+    """Each case's step (the trainer's own compiled calls) against its products alone."""
+    x_train = load_split(_compose([]).dataset).train
+    rng = np.random.default_rng(0)
+    timers = {}
+    for case, overrides in cases.items():
+        config = _compose([*overrides, "trainer.strategy=one_device"])
+        model = SGH.from_training_data(config.model, x_train, seed=0)
+        trainer = Trainer(model, x_train, config.trainer)
+        calls = max(1, BLOCK_STEPS // config.trainer.steps_per_call)
+        products = step_products(model, config.trainer.batch_size)
+        operands = []
+        for _, m, k, n, transpose_a, transpose_b in products:
+            a = rng.standard_normal((k, m) if transpose_a else (m, k), dtype=np.float32)
+            b = rng.standard_normal((n, k) if transpose_b else (k, n), dtype=np.float32)
+            operands.append((a.T if transpose_a else a, b.T if transpose_b else b))
+
+        def time_step(trainer=trainer, calls=calls, n=config.trainer.steps_per_call):
+            started = time.perf_counter()
+            for _ in range(calls):
+                trainer._run(tf.constant(n)).numpy()
+            return 1e3 * (time.perf_counter() - started) / (calls * n)
+
+        def time_products(operands=operands, repeats=BLOCK_STEPS):
+            started = time.perf_counter()
+            for _ in range(repeats):
+                for a, b in operands:
+                    np.matmul(a, b)
+            return 1e3 * (time.perf_counter() - started) / repeats
+
+        time_step(), time_products()  # compile and warm up
+        flops = sum(2 * m * k * n for _, m, k, n, _, _ in products)
+        timers[case] = (time_step, time_products, flops, products)
+    step_ms = {case: [] for case in cases}
+    floor_ms = {case: [] for case in cases}
+    for _ in range(BLOCKS):
+        for case, (time_step, time_products, _, _) in timers.items():
+            # A pause before each block: TensorFlow's and OpenBLAS's thread pools spin for a
+            # while after their work, and would otherwise take the cores from each other.
+            time.sleep(0.05)
+            step_ms[case].append(time_step())
+            time.sleep(0.05)
+            floor_ms[case].append(time_products())
+    results = {}
+    for case, (_, _, flops, products) in timers.items():
+        step, floor = float(np.median(step_ms[case])), float(np.median(floor_ms[case]))
+        results[case] = {
+            "overrides": cases[case], "step_ms": step, "gemm_floor_ms": floor,
+            "step_over_gemm_floor": step / floor, "gflop_per_step": flops / 1e9,
+            "step_gflops_per_s": flops / step / 1e6, "floor_gflops_per_s": flops / floor / 1e6,
+            "products": [f"{name}: ({m} x {k}) @ ({k} x {n})"
+                         for name, m, k, n, _, _ in products],
+            "step_blocks_ms": step_ms[case], "floor_blocks_ms": floor_ms[case]}
+    results["convention"] = (
+        f"MNIST (60,000 x 784), batch 500, the trainer's compiled calls of steps_per_call steps "
+        f"(XLA, data on the device); floor: the step's products alone, numpy {np.__version__} "
+        f"BLAS ({threadpool_summary()}), float32; medians of {BLOCKS} alternating blocks of "
+        f"{BLOCK_STEPS} steps")
+    return results
+
+
+def threadpool_summary() -> str:
+    config = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    return f"{config.get('name', '?')} {config.get('version', '')}".strip()
+
+
+GEMM_FLOOR_CASES = {"linear/16": ["model.bits=16"], "linear/32": ["model.bits=32"],
+                    "linear/64": ["model.bits=64"],
+                    "deep/32": ["model.bits=32", "model.encoder=mlp", "model.decoder=mlp"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bits", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--cifar", action="store_true", help="also protocol B at 32 bits")
+    parser.add_argument("--skip-accuracy", action="store_true",
+                        help="speed only: the plain port and the GEMM floor (no training runs)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
+    floor = gemm_floor_comparison(GEMM_FLOOR_CASES)
     speed = speed_comparison()
-    rows = accuracy_table(args.bits)
-    if args.cifar:
+    rows = [] if args.skip_accuracy else accuracy_table(args.bits)
+    if args.cifar and not args.skip_accuracy:
         rows += accuracy_table([32], dataset="cifar10_gist")
     print("\nProtocol A (mnist: 1,000 test queries, 69,000 database items) and B (cifar10_gist: "
           "100 test queries per class, 59,000 database items). mAP@all: label relevance, "
@@ -150,8 +258,19 @@ def main() -> None:
           f"{speed['plain_port_ms_per_step']:.2f} ms/step\n  ours ({'XLA'}, data on device): "
           f"{speed['ours_ms_per_step']:.2f} ms/step\n  ratio ours / plain: "
           f"{speed['ratio_ours_to_plain']:.2f} (target <= 0.70)")
+    print(f"\nThe step against its GEMM floor ({floor['convention']}):")
+    print(f"  {'case':<11}{'step ms':>9}{'floor ms':>10}{'ratio':>7}{'GFLOP/s':>9}"
+          f"{'floor GFLOP/s':>15}")
+    for case in GEMM_FLOOR_CASES:
+        r = floor[case]
+        print(f"  {case:<11}{r['step_ms']:>9.3f}{r['gemm_floor_ms']:>10.3f}"
+              f"{r['step_over_gemm_floor']:>7.2f}{r['step_gflops_per_s']:>9.1f}"
+              f"{r['floor_gflops_per_s']:>15.1f}")
+    print(f"  step_over_gemm_floor at 32 bits: {floor['linear/32']['step_over_gemm_floor']:.2f} "
+          "(target <= 1.2)")
     if args.json:
-        args.json.write_text(json.dumps({"runs": rows, "speed": speed}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"runs": rows, "speed": speed, "gemm_floor": floor},
+                                        indent=2) + "\n")
         print(f"wrote {args.json}")
 
 

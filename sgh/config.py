@@ -55,6 +55,11 @@ class FileDatasetConfig:
     # (sgh/data/streamed_features.py): auto = when their float32 copies would exceed 4 GiB;
     # always; never. Single-array .npy/.fvecs/.bvecs/.ivecs files only; same results either way.
     streaming: str = "auto"
+    # How streamed .npy/texmex rows are gathered by index (training batches, validation items;
+    # sgh/data/mapped_rows.py): mmap = through a memory map of the file, fast, and the pages it
+    # touches count in RSS as reclaimable page cache; pread = positioned reads, slower, resident
+    # memory stays the batches (for limits that count RSS). Same rows either way.
+    stream_reader: str = "mmap"
     # What neighbours are (sgh/data/similarity.py): auto (an HDF5 file's `distance` attribute,
     # else euclidean) | euclidean | angular (rows unit-normalised when read) | inner_product.
     similarity: str = "auto"
@@ -232,6 +237,7 @@ CHOICES = {
     "dataset.query_selection": ("random", "per_class"),
     "dataset.split": ("test", "validation"),
     "dataset.streaming": ("auto", "always", "never"),
+    "dataset.stream_reader": ("mmap", "pread"),
     "dataset.similarity": ("auto", "euclidean", "angular", "inner_product"),
     "validation.metric": ("recall", "map"),
 }
@@ -253,7 +259,7 @@ def validate(config: Config) -> Config:
     dataset = config.dataset
     keys = ["dataset.query_selection", "dataset.split", "dataset.similarity"]
     if isinstance(dataset, FileDatasetConfig):
-        keys.append("dataset.streaming")
+        keys += ["dataset.streaming", "dataset.stream_reader"]
     for key in keys:
         _check_choice(key, getattr(dataset, key.split(".")[1]))
     _check_range("dataset.n_queries", dataset.n_queries, 1)

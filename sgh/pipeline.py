@@ -108,7 +108,7 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
         codes["query_labels"] = split.query_labels
     run_directory.write_codes(**codes)
     run_directory.write_metrics(metrics)
-    with run_directory.summary_writer().as_default():
+    with run_directory.summary_writer():
         write_run_summary(config, metrics, split, codes)
 
     # The results table as one record, shown as it is (sgh.cli.logs: "plain").

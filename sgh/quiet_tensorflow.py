@@ -3,7 +3,9 @@
 TensorFlow >= 2.16 prints C++ INFO lines (oneDNN notice, missing CUDA drivers) before absl
 logging is initialised, where TF_CPP_MIN_LOG_LEVEL is not yet honoured, and device discovery
 logs a failed CUDA initialisation on machines without a GPU. Entry points call
-`import_tensorflow()` first; the lines are captured and shown only if the import fails.
+`import_tensorflow()` first; the lines are captured and shown only if the import fails. It
+also points XLA's compilation cache at the user's cache (`sgh.compile_cache`), which must be
+set before TensorFlow starts.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ def import_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # honoured once absl is initialised
     if "tensorflow" in sys.modules:
         return
+    from sgh import compile_cache
+
+    compile_cache.enable()
     sys.stderr.flush()
     saved_stderr = os.dup(2)
     with tempfile.TemporaryFile() as captured:

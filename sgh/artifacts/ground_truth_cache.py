@@ -35,7 +35,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import stat
 import zipfile
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from sgh.data.neighbours import exact_neighbours
 from sgh.data.similarity import NEIGHBOUR_LABELS, nearness
 from sgh.data.split import RetrievalSplit
 from sgh.data.streamed_features import StreamedFeatures, take_rows
+from sgh.user_cache import may_write, user_cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -72,35 +72,12 @@ def features_digest(query: np.ndarray, database: np.ndarray,
     return digest.hexdigest()
 
 
-def user_cache_dir() -> Path | None:
-    """``$XDG_CACHE_HOME/sgh``, or ``~/.cache/sgh``; None if there is no home directory."""
-    base = os.environ.get("XDG_CACHE_HOME")
-    if not base:
-        try:
-            base = Path.home() / ".cache"
-        except RuntimeError:  # no HOME and no password-database entry
-            return None
-    return Path(base) / "sgh"
-
-
 def cache_candidates(dataset_path: str | os.PathLike, digest: str) -> list[Path]:
     """Where the cache file of a dataset may be: next to it, then in the per-user cache."""
     dataset_path = Path(dataset_path).expanduser().absolute()
     name = f"{dataset_path.name}.gt-{digest}.{CACHE_VERSION}.npz"
     user_dir = user_cache_dir()
     return [dataset_path.parent / name] + ([] if user_dir is None else [user_dir / name])
-
-
-def _may_write(directory: Path) -> bool:
-    """Whether to try writing in ``directory`` (created if missing) — see the module doc."""
-    existing = directory
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        return False
-    return bool(existing.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) and (
-        os.access(existing, os.W_OK)
-    )
 
 
 def ids_checksum(digest: str, ids: np.ndarray) -> str:
@@ -167,7 +144,7 @@ def _first_row_out_of_order(query, database, ids: np.ndarray, similarity: str) -
 
 
 def _write(path: Path, ids: np.ndarray, digest: str) -> bool:
-    if not _may_write(path.parent):
+    if not may_write(path.parent):
         return False
     try:
         with atomic_file(path, suffix=".npz") as temporary:

@@ -22,6 +22,7 @@ a damaged one is skipped for the newest intact one beside it, with a warning
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -221,10 +222,18 @@ class RunDirectory:
             score.save(temporary)
 
     # TensorFlow is imported where it is needed, so that sgh-eval (numpy only) starts fast.
+    @contextlib.contextmanager
     def summary_writer(self):
+        """The run's TensorBoard writer as the default one; closed (so flushed) on exit, which
+        a process ending without its final garbage collection (`sgh.cli.boundary`) needs."""
         import tensorflow as tf
 
-        return tf.summary.create_file_writer(str(self.tensorboard))
+        writer = tf.summary.create_file_writer(str(self.tensorboard))
+        try:
+            with writer.as_default():
+                yield writer
+        finally:
+            writer.close()
 
     def checkpoint_manager(self, checkpoint: tf.train.Checkpoint,
                            best: bool = False) -> tf.train.CheckpointManager:

@@ -113,8 +113,10 @@ def load_ann_files(dataset, base_path: Path, similarity: str = "euclidean") -> R
     stored = [base] + ([features["learn"]] if "learn" in features else [])
     conversion = conversion_with(conversion_of(base.dtype), similarity)
     if choose_streaming(dataset.streaming, stored):
-        base_features = StreamedFeatures(base, unit_normalise=angular)
-        learn = (StreamedFeatures(features["learn"], unit_normalise=angular)
+        base_features = StreamedFeatures(base, unit_normalise=angular,
+                                         reader=dataset.stream_reader)
+        learn = (StreamedFeatures(features["learn"], unit_normalise=angular,
+                                  reader=dataset.stream_reader)
                  if "learn" in features else None)
     else:
         base_features = loaded(base)

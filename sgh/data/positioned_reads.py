@@ -1,7 +1,10 @@
 """Many small reads at scattered file offsets, as fast as the system call allows.
 
 A streamed training batch (`sgh.data.streamed_features`) is thousands of rows at random
-positions: one `pread` per run of consecutive rows. In a Python loop each call costs about as
+positions. By default they are gathered through a memory map (`sgh.data.mapped_rows`, several
+times faster); with `dataset.stream_reader=pread`, for limits that count the mapped pages in
+resident memory, they are read here instead: one `pread` per run of consecutive rows, into the
+result alone. `VectorFile.take` reads this way too. In a Python loop each call costs about as
 much again in interpreter overhead as the system call itself; compiled with numba, calling the C
 library's `pread` through ctypes, the loop costs the system calls alone (measured: 48,000 rows of
 132 bytes from the page cache in 44 ms instead of 90 ms) and holds no GIL, so the tf.data reader

@@ -5,9 +5,13 @@ is never loaded whole. `StreamedFeatures` stands where an in-memory float32 arra
 every consumer reads it in one of two ways:
 
 - `chunks()`: consecutive row ranges of `CHUNK_BYTES` as float32 (statistics, hashing,
-  loading);
-- `take(ids)`: rows at arbitrary indices (training batches, validation samples), read with one
-  positioned read per run of consecutive rows.
+  loading), one read system call per chunk;
+- `take(ids)`: rows at arbitrary indices (training batches, validation samples), gathered
+  through a memory map of the file (`reader="mmap"`, the default: `sgh.data.mapped_rows`) or
+  with one positioned read per run of consecutive rows (`reader="pread"`, for limits on
+  resident memory: `sgh.data.positioned_reads`). `dataset.stream_reader` chooses; both give the
+  same rows. HDF5 and Fortran-order `.npy` files have no fixed row stride to map and are read
+  by their own `take` with either reader.
 
 Rows are converted exactly as loading the file whole converts them (`as_float32_features`,
 NaN/Inf refused with the row's position; with `unit_normalise`, dataset.similarity=angular,
@@ -21,11 +25,13 @@ rows left, in file order, exactly as `array[kept]` does in memory.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from sgh.data.mapped_rows import mapped_rows
 from sgh.data.similarity import unit_normalised
 from sgh.data.vector_files import (
     VectorFile,
@@ -42,6 +48,8 @@ STREAM_ABOVE_BYTES = 4 << 30
 # Rows per chunk of `chunks` / `iter_chunks` by default: 32 MiB as float32 (65,536 rows of 128
 # dimensions, 8,738 of GIST's 960), whatever the dimension.
 CHUNK_BYTES = 1 << 25
+# How `take` reads rows (`dataset.stream_reader`): a memory map, or positioned reads.
+STREAM_READERS = ("mmap", "pread")
 
 
 def default_chunk_rows(dim: int) -> int:
@@ -50,21 +58,29 @@ def default_chunk_rows(dim: int) -> int:
 
 class StreamedFeatures:
     """The float32 features of a `VectorFile`, read on demand (see the module doc);
-    `unit_normalise`: every row divided by its L2 norm as it is read (angular)."""
+    `unit_normalise`: every row divided by its L2 norm as it is read (angular); `reader`: how
+    `take` reads rows, one of `STREAM_READERS`."""
 
-    def __init__(self, vectors: VectorFile, hidden: np.ndarray | None = None,
-                 unit_normalise: bool = False):
+    def __init__(self, vectors: VectorFile, unit_normalise: bool = False, reader: str = "mmap"):
         if isinstance(vectors, WholeArrayVectors):
             raise ValueError(f"{vectors.where}: .npz and v4/v5 .mat files cannot be read by rows")
+        if reader not in STREAM_READERS:
+            raise ValueError(f"reader={reader!r}; accepted: {', '.join(STREAM_READERS)}")
         self.vectors = vectors
-        # Sorted file rows that are not part of these features; shifted[j] = hidden[j] - j is
-        # how many visible rows precede hidden row j, which maps visible index -> file row.
-        self.hidden = np.zeros(0, np.int64) if hidden is None else np.asarray(hidden, np.int64)
-        self._shifted = self.hidden - np.arange(len(self.hidden))
-        self.shape = (vectors.shape[0] - len(self.hidden), vectors.shape[1])
         self.dtype = np.dtype(np.float32)
         self.conversion = conversion_of(vectors.dtype)
         self.unit_normalise = unit_normalise
+        self.reader = reader
+        # None: positioned reads (reader=pread, or a format without a row stride to map).
+        self._mapped = mapped_rows(vectors) if reader == "mmap" else None
+        self._hide(np.zeros(0, np.int64))
+
+    def _hide(self, hidden: np.ndarray) -> None:
+        # Sorted file rows that are not part of these features; shifted[j] = hidden[j] - j is
+        # how many visible rows precede hidden row j, which maps visible index -> file row.
+        self.hidden = hidden
+        self._shifted = self.hidden - np.arange(len(self.hidden))
+        self.shape = (self.vectors.shape[0] - len(self.hidden), self.vectors.shape[1])
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -85,8 +101,9 @@ class StreamedFeatures:
 
     def without(self, rows: np.ndarray) -> StreamedFeatures:
         """These features minus the items at indices `rows` (indices into these features)."""
-        hidden = np.union1d(self.hidden, self.file_rows(np.unique(rows)))
-        return StreamedFeatures(self.vectors, hidden, self.unit_normalise)
+        view = copy.copy(self)  # shares the memory map: one mapping for all views of a file
+        view._hide(np.union1d(self.hidden, self.file_rows(np.unique(rows))))
+        return view
 
     def file_rows(self, ids: np.ndarray) -> np.ndarray:
         """The file row of each visible index in `ids`."""
@@ -98,6 +115,12 @@ class StreamedFeatures:
     def take(self, ids: np.ndarray) -> np.ndarray:
         """Rows at indices `ids` (any order, repeats allowed) as float32 (len(ids), d)."""
         ids = np.asarray(ids, np.int64)
+        if self._mapped is not None:
+            # Gathered in the order asked: sorting first for page locality, then un-permuting,
+            # measured 4x slower (19 ms against 4.7 ms for 50,000 rows of 128 uint8).
+            rows = self.file_rows(ids)
+            return self._convert(self._mapped.take(rows), rows)
+        # Positioned reads take sorted, distinct rows (one read per run of consecutive rows).
         unique, inverse = np.unique(ids, return_inverse=True)
         rows = self.file_rows(unique)
         features = self._convert(self.vectors.take(rows), rows)
@@ -136,10 +159,11 @@ class StreamedFeatures:
             features = as_float32_features(stored, self.vectors.path, self.vectors.key)[0]
         except UserInputError:
             # Name the offending row by its position in the file, which the message above
-            # cannot know for scattered rows: find it and convert it alone.
-            for stored_row, file_row in zip(stored, file_rows, strict=True):
-                as_float32_features(stored_row[np.newaxis], self.vectors.path, self.vectors.key,
-                                    first_row=int(file_row))
+            # cannot know for scattered rows: find it and convert it alone, the first in file
+            # order whatever order the rows came in, so both readers name the same row.
+            for position in np.argsort(file_rows, kind="stable"):
+                as_float32_features(stored[position][np.newaxis], self.vectors.path,
+                                    self.vectors.key, first_row=int(file_rows[position]))
             raise
         if self.unit_normalise:
             features = unit_normalised(features, self.vectors.where, file_rows)

@@ -93,7 +93,7 @@ class VectorFile:
             return self.read(0, 0)
         if rows[0] < 0 or rows[-1] >= len(self):
             raise ValueError(f"rows outside 0..{len(self)}")
-        layout = self._stride_layout()
+        layout = self.stride_layout()
         if layout is None:
             return self._take_unstrided(rows)
         offset, record = layout
@@ -107,13 +107,15 @@ class VectorFile:
         if short >= 0:
             raise UserInputError(f"{self.where} is truncated (expected {sizes[short]} bytes at "
                                  f"offset {offsets[short]}, found {got})")
-        return self._from_records(records, rows)
+        return self.from_records(records, rows)
 
-    def _stride_layout(self) -> tuple[int, np.dtype] | None:
+    def stride_layout(self) -> tuple[int, np.dtype] | None:
         """(byte offset of row 0, dtype of one stored row) for fixed-stride formats, else None."""
         return None
 
-    def _from_records(self, records: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def from_records(self, records: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The stored rows `rows` (file row numbers, for messages) from their raw records, as
+        `take` returns them (a texmex record's dimension header checked and dropped)."""
         return records
 
     def _take_unstrided(self, rows: np.ndarray) -> np.ndarray:
@@ -174,7 +176,7 @@ class NpyVectors(VectorFile):
                                  f"its header says shape {self.shape} {self.dtype}, "
                                  f"{expected} bytes)")
 
-    def _stride_layout(self):
+    def stride_layout(self):
         if self.fortran_order:
             return None
         return self.data_offset, np.dtype((self.dtype, (self.shape[1],)))
@@ -237,10 +239,10 @@ class TexmexVectors(VectorFile):
                 f"{records['dim'][wrong[0]]} but the first row declares {self.shape[1]}; every "
                 f"row of a {self.path.suffix} file must have the same dimension")
 
-    def _stride_layout(self):
+    def stride_layout(self):
         return 0, self.row_type
 
-    def _from_records(self, records, rows):
+    def from_records(self, records, rows):
         self._check_dimensions(records, rows)
         return np.ascontiguousarray(records["values"])
 

@@ -79,9 +79,11 @@ class _ServingEncoder(tf.Module):
             return {"bits": tf.constant(bits, tf.int32), "dim": tf.constant(dim, tf.int32),
                     "unit_normalise": tf.constant(unit_normalise)}
 
+        # autograph off: the branches above are on Python values, and converting these
+        # functions was most of the time of tracing them, on every run's export.
         self.serve = tf.function(serve, input_signature=[
-            tf.TensorSpec([None, dim], tf.float32, name=INPUT_NAME)])
-        self.metadata = tf.function(metadata, input_signature=[])
+            tf.TensorSpec([None, dim], tf.float32, name=INPUT_NAME)], autograph=False)
+        self.metadata = tf.function(metadata, input_signature=[], autograph=False)
 
 
 def export_encoder(model: SGH, path: str | os.PathLike, unit_normalise: bool = False) -> Path:

@@ -153,8 +153,9 @@ class SGH(tf.Module):
             return self.decoder(h)
         return tf.matmul(h, self.U) + self.c
 
-    # One traced function per model, for any batch size (encoding, training evaluation, export).
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    # One traced function per model, for any batch size (encoding, training evaluation, export);
+    # no autograph: nothing in it branches on a tensor, and converting it slowed every trace.
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)], autograph=False)
     def encode_bits(self, x: tf.Tensor) -> tf.Tensor:
         """Deterministic codes: the mode of q(h|x), h = 1[p >= 1/2], as uint8 0/1 (n, bits)."""
         codes, _ = self._parts.neuron(self.logits(x), training=False)

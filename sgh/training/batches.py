@@ -10,8 +10,10 @@ weights bit for bit.
 Why uniform draws rather than a shuffle buffer over a sequential read: a file stored in some
 order (by class, by source) stays locally ordered under a buffer of a few thousand items, which
 biases every batch; exact uniform draws need no buffer state in the checkpoint, and resuming
-stays exact. The price is random reads: one positioned read per row (`VectorFile.take`), which
-the pipeline overlaps with training (`PARALLEL_READS` calls read at once, one more is ready).
+stays exact. The price is random reads: a gather through a memory map of the file, or one
+positioned read per run of consecutive rows (`StreamedFeatures.take`, `dataset.stream_reader`),
+which the pipeline overlaps with training (`PARALLEL_READS` calls read at once, one more is
+ready).
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def block_bytes(config: TrainerConfig, dim: int) -> int:
 def streamed_blocks(rows: StreamedFeatures, config: TrainerConfig,
                     plan: list[tuple[int, int]]) -> tf.data.Dataset:
     """One float32 block (steps, batch_size, d) per compiled call of `plan` (`call_plan`), in
-    order. Resident memory is bounded by BLOCKS_IN_MEMORY x `block_bytes`, whatever the size of
-    the file.
+    order. Memory allocated for them is bounded by BLOCKS_IN_MEMORY x `block_bytes`, whatever
+    the size of the file (with `dataset.stream_reader=mmap` the file's pages that gathers touch
+    count in resident memory too, as reclaimable page cache: `sgh.data.mapped_rows`).
     """
     plan = np.array(plan, np.int64).reshape(-1, 2)
     n_train, dim, batch_size = len(rows), rows.shape[1], config.batch_size

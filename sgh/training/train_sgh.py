@@ -130,7 +130,7 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
                 logger.info("resuming from step %d (%s)", resumed_step, resumed_from)
                 if selection is not None:  # now, not after the whole run: the best weights
                     selection.require_best_weights()
-            stack.enter_context(run_directory.summary_writer().as_default())
+            stack.enter_context(run_directory.summary_writer())
             signals = stack.enter_context(stop_on_signals())
         else:
             signals = []  # the Python API: Ctrl-C raises KeyboardInterrupt, as anywhere

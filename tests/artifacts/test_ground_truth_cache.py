@@ -100,7 +100,7 @@ def test_read_only_dataset_folder_falls_back_to_the_user_cache(dataset, monkeypa
 
 def test_no_writable_location_just_computes(dataset, monkeypatch):
     path, query, database = dataset
-    monkeypatch.setattr(cache, "_may_write", lambda directory: False)
+    monkeypatch.setattr(cache, "may_write", lambda directory: False)
     ids, source = cache.cached_exact_neighbours(query, database, 4, path)
     assert source == "exact Euclidean neighbours, computed blockwise (no writable cache location)"
     np.testing.assert_array_equal(ids, euclidean_neighbours(query, database, 4))

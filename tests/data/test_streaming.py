@@ -1,6 +1,7 @@
 """Out-of-core datasets: streamed features read like the loaded ones, and a streamed run trains,
 selects and scores exactly like an in-memory run (bit-identical codes), resumes exactly, and
-refuses what it cannot stream with one line."""
+refuses what it cannot stream with one line. Both row readers (dataset.stream_reader: a memory
+map, positioned reads) give the same rows, the same runs and the same errors."""
 
 import logging
 
@@ -11,6 +12,7 @@ from omegaconf import OmegaConf
 
 from sgh.artifacts.ground_truth_cache import features_digest
 from sgh.data.feature_statistics import feature_statistics
+from sgh.data.mapped_rows import MappedRows
 from sgh.data.neighbours import chunked_euclidean_neighbours, euclidean_neighbours
 from sgh.data.streamed_features import (
     StreamedFeatures,
@@ -28,6 +30,7 @@ from tests.helpers_vector_files import write_texmex
 RNG = np.random.default_rng(0)
 UINT8 = RNG.integers(0, 256, (1000, 12)).astype(np.uint8)
 FLOATS = RNG.normal(3.0, 2.0, (1000, 12)).astype(np.float32)
+READERS = ["mmap", "pread"]
 
 
 def _files(folder):
@@ -72,10 +75,11 @@ def test_a_file_truncated_after_opening_is_reported(tmp_path):
         vectors.take(np.array([3, 600, 601]))  # rows 600-601: one read
 
 
-def test_streamed_features_equal_the_loaded_ones(tmp_path):
+@pytest.mark.parametrize("reader", READERS)
+def test_streamed_features_equal_the_loaded_ones(tmp_path, reader):
     for path in _files(tmp_path)[:5]:
         loaded, _ = read_float32(open_vectors(path))
-        streamed = StreamedFeatures(open_vectors(path))
+        streamed = StreamedFeatures(open_vectors(path), reader=reader)
         hidden = np.sort(RNG.choice(1000, 37, replace=False))
         cases = [(streamed, loaded),
                  (without_rows(streamed, hidden), without_rows(loaded, hidden))]
@@ -119,15 +123,50 @@ def test_neighbours_over_database_chunks_are_exact_with_ties():
                 euclidean_neighbours(query, database, k))
 
 
-def test_a_nan_row_is_named_by_its_position_in_the_file(tmp_path):
+@pytest.mark.parametrize("reader", READERS)
+def test_a_nan_row_is_named_by_its_position_in_the_file(tmp_path, reader):
     floats = FLOATS.copy()
-    floats[613, 4] = np.nan
-    streamed = StreamedFeatures(open_vectors(write_texmex(tmp_path / "x.fvecs", floats)))
+    floats[613, 4] = floats[900, 2] = np.nan
+    streamed = StreamedFeatures(open_vectors(write_texmex(tmp_path / "x.fvecs", floats)),
+                                reader=reader)
     with pytest.raises(UserInputError, match=r"x\.fvecs has 1 NaN/Inf values \(first at row "
                                              r"613, column 4"):
-        streamed.take([3, 613, 800])
+        streamed.take([900, 3, 613, 800])  # the first in file order, whatever the order asked
     with pytest.raises(UserInputError, match="row 613, column 4"):
         feature_statistics(streamed)
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_file_cut_while_streamed_is_reported_in_one_line(tmp_path, reader):
+    # The memory map checks the file's size before every gather, so a file cut after it was
+    # mapped gives the positioned reads' line, not a SIGBUS (sgh/data/mapped_rows.py).
+    path = write_texmex(tmp_path / "x.bvecs", UINT8)
+    read_before = StreamedFeatures(open_vectors(path), reader=reader)
+    read_before.take([3, 600])  # mapped now (mmap)
+    unread = StreamedFeatures(open_vectors(path), reader=reader)
+    path.write_bytes(path.read_bytes()[: 500 * 16])  # another process cut it to 500 rows
+    for streamed in (read_before, unread):
+        with pytest.raises(UserInputError, match=r"x\.bvecs is truncated \(expected 32 bytes "
+                                                 r"at offset 9600, found 0\)$") as error:
+            streamed.take([601, 3, 600, 601])  # rows 600-601: the first short run
+        assert "\n" not in str(error.value)
+        # The rows still there are read.
+        np.testing.assert_array_equal(streamed.take([499, 3]) * 255, UINT8[[499, 3]])
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_file_rewritten_while_streamed_is_read_as_it_is_now(tmp_path, reader):
+    path = write_texmex(tmp_path / "x.bvecs", UINT8)
+    streamed = StreamedFeatures(open_vectors(path), reader=reader)
+    streamed.take([7, 600])  # mapped now (mmap)
+    changed, dims = UINT8.copy(), np.full(1000, 12)
+    changed[7], dims[600], dims[700] = 0, 11, 13
+    write_texmex(path, changed, dims)  # in place, the same size
+    np.testing.assert_array_equal(streamed.take([7]), np.zeros((1, 12)))
+    with pytest.raises(UserInputError, match=r"x\.bvecs: row 600 declares dimension 11 but the "
+                                             r"first row declares 12; every row") as error:
+        streamed.take([700, 5, 600])  # the first in file order, whatever the order asked
+    assert "\n" not in str(error.value)
 
 
 def test_auto_streams_large_single_array_files_only(tmp_path, monkeypatch):
@@ -190,9 +229,21 @@ def _assert_same_run(run_dir, metrics, reference):
         k: v for k, v in reference_metrics.items() if k not in differ}
 
 
-def test_a_streamed_run_equals_the_in_memory_run(ann_files, in_memory_run, tmp_path, caplog):
+@pytest.mark.parametrize("reader", READERS)
+def test_a_streamed_run_equals_the_in_memory_run(ann_files, in_memory_run, tmp_path, caplog,
+                                                 monkeypatch, reader):
+    mapped_gathers, gather = [], MappedRows.take
+
+    def counted_gather(self, rows):
+        mapped_gathers.append(len(rows))
+        return gather(self, rows)
+
+    monkeypatch.setattr(MappedRows, "take", counted_gather)
     with caplog.at_level(logging.INFO, logger="sgh"):
-        metrics = run(_config(ann_files, "dataset.streaming=always"), tmp_path)
+        metrics = run(_config(ann_files, "dataset.streaming=always",
+                              f"dataset.stream_reader={reader}"), tmp_path)
+    # The setting reaches the reader: batches (300 steps x 64 rows) through the map, or none.
+    assert (sum(mapped_gathers) >= 300 * 64) == (reader == "mmap")
     assert "streaming 2400 training items from" in caplog.text  # learn minus 100 held out
     assert "MiB of batches in memory at most" in caplog.text
     # Same statistics, batches, validation items and ground truth: the same codes bit for bit.
@@ -233,6 +284,8 @@ def test_what_cannot_be_streamed_is_refused_in_one_line(ann_files, tmp_path):
         "dataset.split=validation": "dataset.split=validation reorders the training set",
         "dataset.streaming=sometimes": "dataset.streaming='sometimes' is not known; accepted: "
                                        "auto, always, never",
+        "dataset.stream_reader=memmap": "dataset.stream_reader='memmap' is not known; "
+                                        "accepted: mmap, pread",
     }
     for override, message in cases.items():
         config = _config(ann_files, "dataset.streaming=always", override)

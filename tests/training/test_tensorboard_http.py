@@ -39,7 +39,7 @@ def _write_job(job_dir: Path, bits: int, seed: int) -> dict:
     model = SGH.from_training_data(ModelConfig(bits=bits), x, seed=seed)
     run_directory = RunDirectory(job_dir)
     written = {"code_health": {}}
-    with run_directory.summary_writer().as_default():
+    with run_directory.summary_writer():
         for step in (0, 100, 200):
             model.W.assign_add(rng.normal(0.0, 0.5, model.W.shape).astype(np.float32))
             written["code_health"][step] = views.write_code_health(
@@ -52,7 +52,7 @@ def _write_job(job_dir: Path, bits: int, seed: int) -> dict:
         views.write_hparams(Config(dataset=SyntheticDatasetConfig(dim=64),
                                    model=ModelConfig(bits=bits)))
     written["metrics"] = {"steps": 200, "map": 0.25 + bits / 1000, "distinct_database_codes": 7}
-    with run_directory.summary_writer().as_default():
+    with run_directory.summary_writer():
         views.write_final_scalars(written["metrics"], step=200)
     return written
 

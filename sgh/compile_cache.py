@@ -1,0 +1,119 @@
+"""Compiled training steps kept on disk, so that a run does not compile what an earlier one did.
+
+XLA compiles a training call in 1-3 s on a CPU: on a short run that is a large share of the
+wall time. TensorFlow keeps compiled executables on disk when `TF_XLA_FLAGS` names a directory
+(`--tf_xla_persistent_cache_directory`); `enable()` names ``<user cache>/xla`` (see
+`sgh.user_cache`) before TensorFlow is imported. A loaded executable is the one a compilation
+would produce, so a run's numbers do not depend on the cache.
+
+TensorFlow writes each entry atomically (a temporary file, then a rename), so concurrent runs
+are safe. It does not check an entry's bytes, though, and a damaged entry fails every later
+compilation of that step in the process (retrying does not help: the failure is remembered).
+So we seal what it wrote: after a call has compiled, `seal()` writes a BLAKE2b digest beside
+each new entry (``<entry>.blake2b``); `enable()` first deletes every entry that has no seal or
+does not match it (a torn disk, a killed run, a flipped bit), and TensorFlow compiles it anew.
+
+The prefix of the entries' names holds TensorFlow's version and a digest of `XLA_FLAGS`: an
+executable is never loaded by another TensorFlow or compiled under other XLA options.
+`SGH_COMPILE_CACHE=off` turns the cache off, as does a `TF_XLA_FLAGS` that names its own
+directory (that one is left alone).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import logging
+import os
+from pathlib import Path
+
+from sgh.user_cache import may_write, user_cache_dir
+
+logger = logging.getLogger(__name__)
+
+_DIRECTORY_FLAG = "--tf_xla_persistent_cache_directory"
+_PREFIX_FLAG = "--tf_xla_persistent_cache_prefix"
+_SEAL = ".blake2b"
+_enabled: tuple[Path, str] | None = None  # this process's (directory, prefix), once enabled
+
+
+def _without_ours(flags: str) -> str:
+    """`TF_XLA_FLAGS` less what an sgh parent process added (its children inherit it)."""
+    words = flags.split()
+    if not any(word.startswith(f"{_PREFIX_FLAG}=sgh-") for word in words):
+        return flags
+    return " ".join(word for word in words
+                    if not word.startswith((f"{_DIRECTORY_FLAG}=", f"{_PREFIX_FLAG}=")))
+
+
+def _prefix() -> str:
+    try:
+        version = importlib.metadata.version("tensorflow")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    flags = hashlib.blake2b(os.environ.get("XLA_FLAGS", "").encode(), digest_size=4)
+    return f"sgh-tf{version}-{flags.hexdigest()}"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+
+
+def _entries(directory: Path, prefix: str) -> list[Path]:
+    return sorted(directory.glob(f"{prefix}__*.pb"))
+
+
+def _seal_of(entry: Path) -> Path:
+    return entry.with_name(entry.name + _SEAL)
+
+
+def _is_sealed(entry: Path) -> bool:
+    try:
+        return _seal_of(entry).read_text().strip() == _digest(entry)
+    except OSError:
+        return False
+
+
+def enable() -> Path | None:
+    """Point TensorFlow's compilation cache at ``<user cache>/xla``; call before importing
+    TensorFlow. Returns the directory, or None where the cache stays off (switched off, the
+    user's own directory, no writable cache directory, TensorFlow already imported)."""
+    global _enabled
+    flags = _without_ours(os.environ.get("TF_XLA_FLAGS", ""))
+    base = user_cache_dir()
+    if (os.environ.get("SGH_COMPILE_CACHE", "").lower() in ("off", "0", "false")
+            or _DIRECTORY_FLAG in flags or base is None or not may_write(base / "xla")):
+        return None
+    directory, prefix = base / "xla", _prefix()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for entry in _entries(directory, prefix):
+            if not _is_sealed(entry):
+                logger.info("compile cache: %s is not sealed or does not match its seal; "
+                            "removed (the step is compiled again)", entry)
+                entry.unlink(missing_ok=True)
+                _seal_of(entry).unlink(missing_ok=True)
+    except OSError as error:  # a cache we cannot tidy is a cache we do not use
+        logger.info("compile cache %s unusable (%s); compiling without it", directory, error)
+        return None
+    os.environ["TF_XLA_FLAGS"] = (f"{flags} {_DIRECTORY_FLAG}={directory} "
+                                  f"{_PREFIX_FLAG}={prefix}").strip()
+    _enabled = directory, prefix
+    return directory
+
+
+def seal() -> None:
+    """Seal the entries TensorFlow has written since `enable()` (call after a compiled call
+    returned: its entry is then complete on disk)."""
+    if _enabled is None:
+        return
+    for entry in _entries(*_enabled):
+        if not _seal_of(entry).exists():
+            try:
+                # Atomic, as TensorFlow's own writes: a seal is whole or absent.
+                temporary = entry.with_name(f".{entry.name}.{os.getpid()}{_SEAL}.tmp")
+                temporary.write_text(_digest(entry) + "\n")
+                temporary.replace(_seal_of(entry))
+            except OSError as error:
+                logger.info("compile cache: cannot seal %s (%s); it will be compiled again",
+                            entry, error)

@@ -1,0 +1,134 @@
+"""The on-disk cache of compiled training steps (`sgh.compile_cache`): what `enable()` tells
+TensorFlow, which entries it keeps, and (slow) that a warm, a cold and a damaged cache all
+train to the same codes, in whole `sgh-train` processes whose TensorBoard events are complete."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sgh import compile_cache
+from tests.helpers import damage
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A fresh user cache and a process that has not enabled the compile cache yet."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    monkeypatch.delenv("SGH_COMPILE_CACHE", raising=False)
+    monkeypatch.setattr(compile_cache, "_enabled", None)
+    return tmp_path / "sgh" / "xla"
+
+
+def _entry(directory, name, content=b"compiled step"):
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{compile_cache._prefix()}__{name}__1__XLA_CPU_JIT.pb"
+    path.write_bytes(content)
+    return path
+
+
+def test_enable_points_tensorflow_at_the_user_cache_with_a_versioned_prefix(cache):
+    assert compile_cache.enable() == cache and cache.is_dir()
+    flags = os.environ["TF_XLA_FLAGS"].split()
+    assert f"--tf_xla_persistent_cache_directory={cache}" in flags
+    assert f"--tf_xla_persistent_cache_prefix={compile_cache._prefix()}" in flags
+    assert compile_cache._prefix().startswith("sgh-tf")
+
+
+def test_a_child_process_replaces_the_inherited_flags_and_keeps_the_users(cache, monkeypatch):
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_always_defer_compilation=false")
+    compile_cache.enable()
+    first = os.environ["TF_XLA_FLAGS"]
+    compile_cache.enable()  # what a child of an sgh process does: the same flags, once
+    assert os.environ["TF_XLA_FLAGS"] == first
+    assert first.startswith("--tf_xla_always_defer_compilation=false ")
+    assert first.count("--tf_xla_persistent_cache_directory") == 1
+
+
+@pytest.mark.parametrize("setting", ["off", "0", "FALSE"])
+def test_switched_off(cache, monkeypatch, setting):
+    monkeypatch.setenv("SGH_COMPILE_CACHE", setting)
+    assert compile_cache.enable() is None and "TF_XLA_FLAGS" not in os.environ
+
+
+def test_a_users_own_cache_directory_is_left_alone(cache, monkeypatch, tmp_path):
+    own = f"--tf_xla_persistent_cache_directory={tmp_path / 'mine'}"
+    monkeypatch.setenv("TF_XLA_FLAGS", own)
+    assert compile_cache.enable() is None and os.environ["TF_XLA_FLAGS"] == own
+
+
+def test_no_writable_cache_directory_means_no_cache(cache, monkeypatch):
+    cache.parent.parent.mkdir(parents=True, exist_ok=True)
+    (cache.parent).write_text("a file where the sgh cache directory should be")
+    assert compile_cache.enable() is None and "TF_XLA_FLAGS" not in os.environ
+
+
+def test_only_sealed_intact_entries_survive_enable(cache):
+    sealed, unsealed, changed = (_entry(cache, name) for name in ("sealed", "new", "changed"))
+    other_version = cache / "sgh-tf0.0.0-00000000__old__1__XLA_CPU_JIT.pb"
+    other_version.write_bytes(b"not ours to judge")
+    compile_cache._enabled = (cache, compile_cache._prefix())
+    compile_cache.seal()
+    compile_cache._enabled = None
+    unsealed.with_name(unsealed.name + ".blake2b").unlink()  # written, not sealed: a killed run
+    damage(changed, 0.5, 0x20, cut=False)  # sealed, then a flipped bit
+    compile_cache.enable()
+    assert sorted(cache.glob("*.pb")) == sorted([sealed, other_version])
+    assert not changed.with_name(changed.name + ".blake2b").exists()
+
+
+def test_seal_writes_one_digest_per_new_entry_and_nothing_before_enable(cache):
+    entry = _entry(cache, "step")
+    compile_cache.seal()  # not enabled: nothing to do
+    assert not entry.with_name(entry.name + ".blake2b").exists()
+    compile_cache.enable()
+    entry = _entry(cache, "step")  # what TensorFlow writes once a call has compiled
+    compile_cache.seal()
+    seal = entry.with_name(entry.name + ".blake2b")
+    assert seal.read_text().strip() == compile_cache._digest(entry)
+    assert not [path for path in cache.iterdir() if path.name.endswith(".tmp")]
+
+
+ARGS = ["dataset=synthetic", "model.bits=16", "trainer.steps=200", "trainer.steps_per_call=100",
+        "validation.every=0"]
+
+
+def _train(run_dir, xdg):
+    result = subprocess.run([sys.executable, "-m", "sgh.cli.train", *ARGS,
+                             f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
+                            env={**os.environ, "XDG_CACHE_HOME": str(xdg)}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
+        return {key: codes[key] for key in ("database", "query")}
+
+
+@pytest.mark.slow
+def test_cold_warm_and_damaged_caches_train_to_the_same_codes(tmp_path):
+    xdg = tmp_path / "cache"
+    cold = _train(tmp_path / "cold", xdg)
+    entries = sorted((xdg / "sgh" / "xla").glob("*.pb"))
+    assert entries and all(entry.with_name(entry.name + ".blake2b").exists()
+                           for entry in entries)
+    warm = _train(tmp_path / "warm", xdg)
+    for entry in entries:  # a cut entry would fail TensorFlow's load: it must never reach it
+        damage(entry, 0.5, 0, cut=True)
+    repaired = _train(tmp_path / "repaired", xdg)
+    for codes in (warm, repaired):
+        for key in ("database", "query"):
+            np.testing.assert_array_equal(codes[key], cold[key])
+    assert all(compile_cache._digest(entry) == entry.with_name(entry.name + ".blake2b")
+               .read_text().strip() for entry in sorted((xdg / "sgh" / "xla").glob("*.pb")))
+    # These processes ended without their final garbage collection (sgh.cli.boundary): their
+    # TensorBoard events are all on disk, the last call's and the final results too.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "repaired" / "tensorboard"),
+                              size_guidance={"tensors": 0})
+    events.Reload()
+    assert [event.step for event in events.Tensors("loss/total")] == [100, 200]
+    assert {"eval/map", "eval/recall10@100"} <= set(events.Tags()["tensors"])
