@@ -140,8 +140,10 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(mirrored_runs, objective
     # A wrong share of the batch or of the objective moves the terms by far more (percents).
     for got, want in zip(mirrored["terms"], single["terms"], strict=True):
         assert got == pytest.approx(want, rel=1e-4, abs=2e-5 * abs(want["total"]))
+    # atol 1e-4: log_rho sits near 0, where only an absolute bound means anything (1e-4 in
+    # log rho is rho to 1e-4); a CI dry run saw the deep model's differ by 2.2e-5 after 120 steps.
     for name, value in mirrored["weights"].items():
-        np.testing.assert_allclose(value, single["weights"][name], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(value, single["weights"][name], rtol=1e-4, atol=1e-4)
     codes_agree = np.mean(np.equal(mirrored["codes"], single["codes"]))
     assert codes_agree > 0.999
 
