@@ -212,12 +212,12 @@ def gemm_floor_comparison(cases: dict[str, list[str]]) -> dict:
     results["convention"] = (
         f"MNIST (60,000 x 784), batch 500, the trainer's compiled calls of steps_per_call steps "
         f"(XLA, data on the device); floor: the step's products alone, numpy {np.__version__} "
-        f"BLAS ({threadpool_summary()}), float32; medians of {BLOCKS} alternating blocks of "
+        f"BLAS ({blas_summary()}), float32; medians of {BLOCKS} alternating blocks of "
         f"{BLOCK_STEPS} steps")
     return results
 
 
-def threadpool_summary() -> str:
+def blas_summary() -> str:
     config = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
     return f"{config.get('name', '?')} {config.get('version', '')}".strip()
 

@@ -4,8 +4,8 @@ TensorFlow >= 2.16 prints C++ INFO lines (oneDNN notice, missing CUDA drivers) b
 logging is initialised, where TF_CPP_MIN_LOG_LEVEL is not yet honoured, and device discovery
 logs a failed CUDA initialisation on machines without a GPU. Entry points call
 `import_tensorflow()` first; the lines are captured and shown only if the import fails. It
-also points XLA's compilation cache at the user's cache (`sgh.compile_cache`), which must be
-set before TensorFlow starts.
+also points XLA's compilation cache at the user's cache (`sgh.artifacts.compile_cache`),
+which must be set before TensorFlow starts.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def import_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # honoured once absl is initialised
     if "tensorflow" in sys.modules:
         return
-    from sgh import compile_cache
+    from sgh.artifacts import compile_cache
 
     compile_cache.enable()
     sys.stderr.flush()

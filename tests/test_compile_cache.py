@@ -1,6 +1,7 @@
-"""The on-disk cache of compiled training steps (`sgh.compile_cache`): what `enable()` tells
-TensorFlow, which entries it keeps, and (slow) that a warm, a cold and a damaged cache all
-train to the same codes, in whole `sgh-train` processes whose TensorBoard events are complete."""
+"""The on-disk cache of compiled training steps (`sgh.artifacts.compile_cache`): what
+`enable()` tells TensorFlow, which entries it keeps, and (slow) that a warm, a cold and a
+damaged cache all train to the same codes, in whole `sgh-train` processes whose TensorBoard
+events are complete."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from sgh import compile_cache
+from sgh.artifacts import compile_cache
 from tests.helpers import damage
 
 

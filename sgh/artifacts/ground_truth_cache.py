@@ -41,11 +41,11 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts.atomic import atomic_file
+from sgh.artifacts.user_cache import may_write, user_cache_dir
 from sgh.data.neighbours import exact_neighbours
 from sgh.data.similarity import NEIGHBOUR_LABELS, nearness
 from sgh.data.split import RetrievalSplit
 from sgh.data.streamed_features import StreamedFeatures, take_rows
-from sgh.user_cache import may_write, user_cache_dir
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from sgh import compile_cache
+from sgh.artifacts import compile_cache
 from sgh.config import TrainerConfig
 from sgh.data.streamed_features import Features, StreamedFeatures
 from sgh.errors import TrainingDiverged, UserInputError

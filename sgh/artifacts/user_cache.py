@@ -1,7 +1,7 @@
 """The per-user cache directory, and whether a directory may be written.
 
 Two caches live there: exact ground truth of datasets whose own directory is read-only
-(`sgh.artifacts.ground_truth_cache`) and compiled training steps (`sgh.compile_cache`).
+(`sgh.artifacts.ground_truth_cache`) and compiled training steps (`sgh.artifacts.compile_cache`).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 XLA compiles a training call in 1-3 s on a CPU: on a short run that is a large share of the
 wall time. TensorFlow keeps compiled executables on disk when `TF_XLA_FLAGS` names a directory
 (`--tf_xla_persistent_cache_directory`); `enable()` names ``<user cache>/xla`` (see
-`sgh.user_cache`) before TensorFlow is imported. A loaded executable is the one a compilation
-would produce, so a run's numbers do not depend on the cache.
+`sgh.artifacts.user_cache`) before TensorFlow is imported. A loaded executable is the one a
+compilation would produce, so a run's numbers do not depend on the cache.
 
 TensorFlow writes each entry atomically (a temporary file, then a rename), so concurrent runs
 are safe. It does not check an entry's bytes, though, and a damaged entry fails every later
@@ -27,7 +27,7 @@ import logging
 import os
 from pathlib import Path
 
-from sgh.user_cache import may_write, user_cache_dir
+from sgh.artifacts.user_cache import may_write, user_cache_dir
 
 logger = logging.getLogger(__name__)
 
