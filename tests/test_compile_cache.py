@@ -95,6 +95,42 @@ def test_seal_writes_one_digest_per_new_entry_and_nothing_before_enable(cache):
     assert not [path for path in cache.iterdir() if path.name.endswith(".tmp")]
 
 
+def test_another_kind_of_cpu_uses_other_entries(cache, monkeypatch):
+    here = compile_cache._prefix()
+    assert compile_cache._host_cpu()  # this machine describes itself
+    monkeypatch.setattr(compile_cache, "_host_cpu", lambda: "model name: another\nflags: sse2")
+    assert compile_cache._prefix() != here  # e.g. no AVX-512: never loads code built for it
+
+
+def _write_to_fd2(text):
+    os.write(2, text.encode())
+
+
+LOAD_NOISE = ("E0000 text_format.cc:378] Error parsing text-format "
+              "tensorflow.XlaSerializedCacheEntry: 2:1: Expected identifier, got: :\n"
+              "E0000 cpu_aot_loader.cc:220] Loading XLA:CPU AOT result. Target machine feature "
+              "+prefer-no-scatter is not  supported on the host machine.\n")
+
+
+def test_quiet_loading_holds_back_only_the_harmless_load_messages(cache, capfd):
+    compile_cache.enable()
+    with compile_cache.quiet_loading():
+        _write_to_fd2(LOAD_NOISE + "W0000 something the user should see\n")
+    assert capfd.readouterr().err == "W0000 something the user should see\n"
+    with pytest.raises(RuntimeError), compile_cache.quiet_loading():
+        _write_to_fd2("E0000 the reason the call failed\n")
+        raise RuntimeError("the call failed")
+    assert capfd.readouterr().err == "E0000 the reason the call failed\n"
+
+
+def test_quiet_loading_touches_nothing_without_the_cache(cache, monkeypatch, capfd):
+    monkeypatch.setenv("SGH_COMPILE_CACHE", "off")
+    compile_cache.enable()
+    with compile_cache.quiet_loading():
+        _write_to_fd2(LOAD_NOISE)
+    assert capfd.readouterr().err == LOAD_NOISE
+
+
 ARGS = ["dataset=synthetic", "model.bits=16", "trainer.steps=200", "trainer.steps_per_call=100",
         "validation.every=0"]
 
@@ -104,6 +140,9 @@ def _train(run_dir, xdg):
                              f"hydra.run.dir={run_dir}"], capture_output=True, text=True,
                             env={**os.environ, "XDG_CACHE_HOME": str(xdg)}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+    # Loading a cached step logs nothing the user would take for a fault.
+    assert "XlaSerializedCacheEntry" not in result.stderr
+    assert "Target machine feature" not in result.stderr
     with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
         return {key: codes[key] for key in ("database", "query")}
 

@@ -13,18 +13,30 @@ So we seal what it wrote: after a call has compiled, `seal()` writes a BLAKE2b d
 each new entry (``<entry>.blake2b``); `enable()` first deletes every entry that has no seal or
 does not match it (a torn disk, a killed run, a flipped bit), and TensorFlow compiles it anew.
 
-The prefix of the entries' names holds TensorFlow's version and a digest of `XLA_FLAGS`: an
-executable is never loaded by another TensorFlow or compiled under other XLA options.
+The prefix of the entries' names holds TensorFlow's version, a digest of `XLA_FLAGS` and one of
+the host CPU's model and instruction sets: an executable is never loaded by another TensorFlow,
+compiled under other XLA options, or run on another kind of CPU (a cache in a home directory
+shared by cluster nodes: code built for AVX-512 would die of SIGILL on a node without it).
+
+Loading an entry makes TensorFlow log two harmless errors to the terminal: its text-format
+parse, tried before the binary one, and XLA's notice that the entry was built with LLVM's
+tuning features (`+prefer-no-gather`...), which no host ever lists. `quiet_loading()` holds
+them back around the call that loads; anything else it captured is passed on.
 `SGH_COMPILE_CACHE=off` turns the cache off, as does a `TF_XLA_FLAGS` that names its own
 directory (that one is left alone).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import logging
 import os
+import platform
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from sgh.artifacts.user_cache import may_write, user_cache_dir
@@ -46,13 +58,31 @@ def _without_ours(flags: str) -> str:
                     if not word.startswith((f"{_DIRECTORY_FLAG}=", f"{_PREFIX_FLAG}=")))
 
 
+# What TensorFlow logs on every load of a good entry (see the module doc).
+_HARMLESS_WHEN_LOADING = ("Error parsing text-format tensorflow.XlaSerializedCacheEntry",
+                          "Target machine feature +prefer-")
+
+
+def _host_cpu() -> str:
+    """The CPU's model and instruction sets (Linux: the first processor of /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            lines = cpuinfo.read().split("\n\n", 1)[0].splitlines()
+    except OSError:
+        lines = []
+    described = [line for line in lines
+                 if line.split(":")[0].strip() in ("model name", "flags", "Features")]
+    return "\n".join(described) or f"{platform.machine()} {platform.processor()}"
+
+
 def _prefix() -> str:
     try:
         version = importlib.metadata.version("tensorflow")
     except importlib.metadata.PackageNotFoundError:
         version = "unknown"
     flags = hashlib.blake2b(os.environ.get("XLA_FLAGS", "").encode(), digest_size=4)
-    return f"sgh-tf{version}-{flags.hexdigest()}"
+    cpu = hashlib.blake2b(_host_cpu().encode(), digest_size=4)
+    return f"sgh-tf{version}-{flags.hexdigest()}-{cpu.hexdigest()}"
 
 
 def _digest(path: Path) -> str:
@@ -117,3 +147,29 @@ def seal() -> None:
             except OSError as error:
                 logger.info("compile cache: cannot seal %s (%s); it will be compiled again",
                             entry, error)
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Around a compiled call that may load from the cache: TensorFlow's harmless load-time
+    errors (`_HARMLESS_WHEN_LOADING`) are held back; every other line written to the process's
+    stderr meanwhile is passed on after the call, whether it returned or raised."""
+    if _enabled is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines
+                                     if not any(text in line
+                                                for text in _HARMLESS_WHEN_LOADING)))
+            sys.stderr.flush()

@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -45,6 +46,9 @@ from sgh.training.progress import (
 from sgh.training.signals import stop_on_signals
 
 logger = logging.getLogger(__name__)
+
+# Whether this process has run `fit_sgh` already (a sweep's later jobs, repeated API fits).
+_fitted_before = False
 
 
 @dataclass
@@ -96,7 +100,12 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
             + (f" after holding out {len(validation.query)} for validation" if validation else "")
             + f"); accepted: 1..{len(train_items)}")
     # A sweep runs its jobs in one process: start each from a clean TF state and its own seed.
-    tf.keras.backend.clear_session()
+    # The full garbage collection that frees an earlier job's cyclic TF objects (its training
+    # set among them) only when there was one: in a fresh process it found nothing and took
+    # 0.2 s of every run (measured).
+    global _fitted_before
+    keras.backend.clear_session(free_memory=_fitted_before)
+    _fitted_before = True
     tf.random.set_seed(config.trainer.seed)
     if isinstance(train_items, StreamedFeatures):
         block_mib = block_bytes(config.trainer, train_items.shape[1]) / 2**20

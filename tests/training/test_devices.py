@@ -60,23 +60,29 @@ MIRRORED_AGAINST_ONE_DEVICE = """
     from sgh.training.loop import Trainer
 
     x = np.random.default_rng(0).normal(size=(3000, 32)).astype(np.float32)
-    models = {"paper": (ModelConfig(bits=16), True),
+    # (model, XLA, steps, steps per call). The deep model for 10 steps: its sampled bits make
+    # a long run chaotic (a bit within rounding of its threshold flips under the other
+    # summation order, and the runs part: 120 steps saw 0.2 % of the final codes differ),
+    # while a wrong share of its batch or objective shows from the first step.
+    models = {"paper": (ModelConfig(bits=16), True, 120, 40),
               "released": (ModelConfig(bits=16, objective="released", noise="fixed",
-                                       init="released", normalization="none"), False),
+                                       init="released", normalization="none"), False, 120, 40),
               "deep": (ModelConfig(bits=16, encoder="mlp", decoder="mlp", encoder_hidden=[32],
-                                   decoder_hidden=[32], estimator="unbiased"), False)}
+                                   decoder_hidden=[32], estimator="unbiased"), False, 10, 5)}
     out = {}
-    for objective, (model_config, jit_compile) in models.items():
+    for objective, (model_config, jit_compile, steps, per_call) in models.items():
         for name, cpus in (("mirrored", 2), ("one_device", 0)):
-            config = TrainerConfig(steps=120, batch_size=100, steps_per_call=40,
+            config = TrainerConfig(steps=steps, batch_size=100, steps_per_call=per_call,
                                    strategy=name, logical_cpus=cpus, jit_compile=jit_compile)
             strategy = strategy_for(config)
             with strategy.scope():
                 model = SGH.from_training_data(model_config, x, seed=0)
             trainer = Trainer(model, x, config, strategy)
+            initial = {v.name: v.numpy().tolist() for v in model.trainable_variables}
             logs = trainer.fit()
             out[f"{objective}/{name}"] = {
                 "replicas": trainer.replicas, "terms": [log.terms for log in logs],
+                "initial_weights": initial,
                 "weights": {v.name: v.numpy().tolist() for v in model.trainable_variables},
                 "codes": model.encode_bits(x).numpy().tolist()}
     strategy = strategy_for(TrainerConfig(strategy="mirrored", logical_cpus=2))
@@ -145,15 +151,16 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(mirrored_runs, objective
     for got, want in zip(mirrored["terms"], single["terms"], strict=True):
         assert got == pytest.approx(want, rel=1e-4, abs=2e-5 * abs(want["total"]))
     # atol 1e-4: log_rho sits near 0, where only an absolute bound means anything (1e-4 in
-    # log rho is rho to 1e-4). The deep model is held in norm, 5 %: a sampled bit whose
-    # probability is within rounding of its threshold flips under the other summation order,
-    # and moves its weights by a step, not by rounding (CI dry runs saw 2.2e-5, then 4 % on one
-    # bias); a wrong share of the batch or objective moves them far more.
+    # log rho is rho to 1e-4). The deep model's weights are held to 5 % of how far training
+    # moved them: in its 10 steps a rare flipped bit (see the script) moves a few weights by a
+    # learning-rate step, while a wrong slice of the batch moves them all by about as much as
+    # training does.
     for name, value in mirrored["weights"].items():
         want = np.asarray(single["weights"][name])
         if objective == "deep":
+            moved = np.linalg.norm(want - np.asarray(single["initial_weights"][name]))
             gap = np.linalg.norm(np.asarray(value) - want)
-            assert gap <= 0.05 * np.linalg.norm(want) + 1e-4, (name, gap)
+            assert gap <= 0.05 * moved + 1e-6, (name, gap, moved)
         else:
             np.testing.assert_allclose(value, want, rtol=1e-4, atol=1e-4)
     codes_agree = np.mean(np.equal(mirrored["codes"], single["codes"]))
