@@ -157,9 +157,14 @@ def quiet_loading() -> Iterator[None]:
     if _enabled is None:
         yield
         return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
+    try:
+        captured = tempfile.TemporaryFile()
+    except OSError:  # nowhere to hold the messages: let them through rather than fail a run
+        yield
+        return
+    with captured:
+        sys.stderr.flush()
+        saved = os.dup(2)
         os.dup2(captured.fileno(), 2)
         try:
             yield

