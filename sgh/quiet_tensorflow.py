@@ -3,16 +3,54 @@
 TensorFlow >= 2.16 prints C++ INFO lines (oneDNN notice, missing CUDA drivers) before absl
 logging is initialised, where TF_CPP_MIN_LOG_LEVEL is not yet honoured, and device discovery
 logs a failed CUDA initialisation on machines without a GPU. Entry points call
-`import_tensorflow()` first; the lines are captured and shown only if the import fails. It
-also points XLA's compilation cache at the user's cache (`sgh.artifacts.compile_cache`),
-which must be set before TensorFlow starts.
+`import_tensorflow()` first; the lines are captured (`captured_stderr`, which the compiled-step
+cache uses too) and shown only if the import fails. It also points XLA's compilation cache at
+the user's cache (`sgh.artifacts.compile_cache`), which must be set before TensorFlow starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
+
+
+class Captured:
+    """What `captured_stderr` held back: `text`, complete once its block has ended."""
+
+    text = ""
+
+
+@contextlib.contextmanager
+def captured_stderr() -> Iterator[Captured]:
+    """Everything written to file descriptor 2 during the block (TensorFlow's C++ logs
+    included) is kept from the terminal and handed over in the yielded `Captured`, whether the
+    block returns or raises; the caller decides what of it to show. Where no temporary file
+    can be made, nothing is captured: the messages reach the terminal as usual."""
+    held = Captured()
+    try:
+        file = tempfile.TemporaryFile()
+    except OSError:
+        yield held
+        return
+    with file:
+        try:
+            saved = os.dup(2)
+        except OSError:  # no descriptor 2 at all (a daemon's closed one): nothing to hold
+            yield held
+            return
+        sys.stderr.flush()
+        os.dup2(file.fileno(), 2)
+        try:
+            yield held
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            file.seek(0)
+            held.text = file.read().decode(errors="replace")
 
 
 def import_tensorflow() -> None:
@@ -22,19 +60,11 @@ def import_tensorflow() -> None:
     from sgh.artifacts import compile_cache
 
     compile_cache.enable()
-    sys.stderr.flush()
-    saved_stderr = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
+    try:
+        with captured_stderr() as captured:
             import tensorflow
 
             tensorflow.config.list_physical_devices()
-        except BaseException:
-            os.dup2(saved_stderr, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode(errors="replace"))
-            raise
-        finally:
-            os.dup2(saved_stderr, 2)
-            os.close(saved_stderr)
+    except BaseException:
+        sys.stderr.write(captured.text)
+        raise

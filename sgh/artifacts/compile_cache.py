@@ -35,7 +35,6 @@ import logging
 import os
 import platform
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -157,24 +156,12 @@ def quiet_loading() -> Iterator[None]:
     if _enabled is None:
         yield
         return
+    from sgh.quiet_tensorflow import captured_stderr
+
     try:
-        captured = tempfile.TemporaryFile()
-    except OSError:  # nowhere to hold the messages: let them through rather than fail a run
-        yield
-        return
-    with captured:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        os.dup2(captured.fileno(), 2)
-        try:
+        with captured_stderr() as captured:
             yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            lines = captured.read().decode(errors="replace").splitlines(keepends=True)
-            sys.stderr.write("".join(line for line in lines
-                                     if not any(text in line
-                                                for text in _HARMLESS_WHEN_LOADING)))
-            sys.stderr.flush()
+    finally:
+        sys.stderr.write("".join(line for line in captured.text.splitlines(keepends=True)
+                                 if not any(text in line for text in _HARMLESS_WHEN_LOADING)))
+        sys.stderr.flush()
