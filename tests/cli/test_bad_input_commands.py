@@ -103,7 +103,10 @@ def _signal_during(target: str, number: int):
     """The process gets the signal `number` when `target` (module.function) runs."""
     def patch(monkeypatch, folder):
         def deliver(*args, **kwargs):
-            os.kill(os.getpid(), number)
+            # To this thread, so that its handler runs before the next line: os.kill to the
+            # process may hand it to another thread (TensorFlow's, numba's), whose flag the
+            # interpreter can see a few instructions late (a CI run raised the line below).
+            signal.raise_signal(number)
             raise AssertionError("the signal should have interrupted this")
         monkeypatch.setattr(target, deliver)
     return patch
@@ -410,14 +413,14 @@ QUICK_SGH = ["dataset=synthetic", "trainer.steps=40", "trainer.steps_per_call=20
              "trainer.batch_size=100", "validation.every=0", "model.bits=8"]
 # Runs sgh-train with a signal delivered when the named function of sgh.pipeline is called.
 SIGNALLING_TRAIN = """
-import os, signal, sys
+import signal, sys
 import sgh.pipeline as pipeline
 target, number = sys.argv.pop(1), int(sys.argv.pop(1))
 owner, name = (pipeline.RunDirectory, target.split(".")[1]) if "." in target else (pipeline,
                                                                                   target)
 original = getattr(owner, name)
 def deliver(*args, **kwargs):
-    os.kill(os.getpid(), number)
+    signal.raise_signal(number)  # to this thread: handled here, not a few instructions late
     return original(*args, **kwargs)
 setattr(owner, name, deliver)
 from sgh.cli.train import main
