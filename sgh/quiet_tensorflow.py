@@ -3,9 +3,10 @@
 TensorFlow >= 2.16 prints C++ INFO lines (oneDNN notice, missing CUDA drivers) before absl
 logging is initialised, where TF_CPP_MIN_LOG_LEVEL is not yet honoured, and device discovery
 logs a failed CUDA initialisation on machines without a GPU. Entry points call
-`import_tensorflow()` first; the lines are captured (`captured_stderr`, which the compiled-step
-cache uses too) and shown only if the import fails. It also points XLA's compilation cache at
-the user's cache (`sgh.artifacts.compile_cache`), which must be set before TensorFlow starts.
+`import_tensorflow()` first; the lines are captured (`captured_stderr`) and shown only if the
+import fails. It also points XLA's compilation cache at the user's cache
+(`sgh.artifacts.compile_cache`), which must be set before TensorFlow starts; loading from that
+cache logs two harmless errors, which `quiet_cache_loads()` holds back.
 """
 
 from __future__ import annotations
@@ -68,3 +69,28 @@ def import_tensorflow() -> None:
     except BaseException:
         sys.stderr.write(captured.text)
         raise
+
+
+# What TensorFlow logs on every load of a good compiled-step entry: its text-format parse,
+# tried before the binary one, and XLA's notice of LLVM's tuning features, which no host lists.
+_HARMLESS_WHEN_LOADING = ("Error parsing text-format tensorflow.XlaSerializedCacheEntry",
+                          "Target machine feature +prefer-")
+
+
+@contextlib.contextmanager
+def quiet_cache_loads() -> Iterator[None]:
+    """Around a compiled call that may load from the compiled-step cache: TensorFlow's harmless
+    load-time errors are held back; every other line written to the process's stderr meanwhile
+    is passed on after the call, whether it returned or raised."""
+    from sgh.artifacts import compile_cache
+
+    if not compile_cache.enabled():
+        yield
+        return
+    try:
+        with captured_stderr() as captured:
+            yield
+    finally:
+        sys.stderr.write("".join(line for line in captured.text.splitlines(keepends=True)
+                                 if not any(text in line for text in _HARMLESS_WHEN_LOADING)))
+        sys.stderr.flush()

@@ -1,4 +1,5 @@
-"""Shared test setup: GPUs hidden, caches private, and one quick reference run.
+"""Shared test setup: GPUs hidden, Ctrl-C as in a terminal, caches private, and one quick
+reference run.
 
 Tests run on the CPU, seeded, whatever the machine has: a GPU would change the numbers (and
 the timing). `SGH_TEST_GPU=1` leaves the GPUs visible, for a deliberate check of the GPU path.
@@ -7,11 +8,19 @@ the timing). `SGH_TEST_GPU=1` leaves the GPUs visible, for a deliberate check of
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 if not os.environ.get("SGH_TEST_GPU"):
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before any test imports TensorFlow
+
+# The tests of Ctrl-C model a command typed in a terminal, where SIGINT raises
+# KeyboardInterrupt. A suite started in the background by a non-interactive shell (`... &`)
+# inherits SIGINT ignored, and Python then leaves it ignored, in this process and in every
+# command a test starts: those tests would see no Ctrl-C at all.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -20,22 +20,19 @@ shared by cluster nodes: code built for AVX-512 would die of SIGILL on a node wi
 
 Loading an entry makes TensorFlow log two harmless errors to the terminal: its text-format
 parse, tried before the binary one, and XLA's notice that the entry was built with LLVM's
-tuning features (`+prefer-no-gather`...), which no host ever lists. `quiet_loading()` holds
-them back around the call that loads; anything else it captured is passed on.
+tuning features (`+prefer-no-gather`...), which no host ever lists.
+`sgh.quiet_tensorflow.quiet_cache_loads()` holds them back around the call that loads.
 `SGH_COMPILE_CACHE=off` turns the cache off, as does a `TF_XLA_FLAGS` that names its own
 directory (that one is left alone).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import logging
 import os
 import platform
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 from sgh.artifacts.user_cache import may_write, user_cache_dir
@@ -55,11 +52,6 @@ def _without_ours(flags: str) -> str:
         return flags
     return " ".join(word for word in words
                     if not word.startswith((f"{_DIRECTORY_FLAG}=", f"{_PREFIX_FLAG}=")))
-
-
-# What TensorFlow logs on every load of a good entry (see the module doc).
-_HARMLESS_WHEN_LOADING = ("Error parsing text-format tensorflow.XlaSerializedCacheEntry",
-                          "Target machine feature +prefer-")
 
 
 def _host_cpu() -> str:
@@ -148,20 +140,6 @@ def seal() -> None:
                             entry, error)
 
 
-@contextlib.contextmanager
-def quiet_loading() -> Iterator[None]:
-    """Around a compiled call that may load from the cache: TensorFlow's harmless load-time
-    errors (`_HARMLESS_WHEN_LOADING`) are held back; every other line written to the process's
-    stderr meanwhile is passed on after the call, whether it returned or raised."""
-    if _enabled is None:
-        yield
-        return
-    from sgh.quiet_tensorflow import captured_stderr
-
-    try:
-        with captured_stderr() as captured:
-            yield
-    finally:
-        sys.stderr.write("".join(line for line in captured.text.splitlines(keepends=True)
-                                 if not any(text in line for text in _HARMLESS_WHEN_LOADING)))
-        sys.stderr.flush()
+def enabled() -> bool:
+    """Whether this process loads and keeps compiled steps (`enable()` pointed TensorFlow here)."""
+    return _enabled is not None

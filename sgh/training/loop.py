@@ -38,6 +38,7 @@ from sgh.config import TrainerConfig
 from sgh.data.streamed_features import Features, StreamedFeatures
 from sgh.errors import TrainingDiverged, UserInputError
 from sgh.model.sgh_model import LOSS_TERMS, SGH
+from sgh.quiet_tensorflow import quiet_cache_loads
 from sgh.training.batches import batch_ids, call_plan, streamed_blocks
 from sgh.training.devices import Workers, is_multi_worker
 
@@ -287,7 +288,7 @@ class Trainer:
                 break
             learning_rate = self.current_learning_rate()
             started = time.perf_counter()
-            with compile_cache.quiet_loading() if not logs else contextlib.nullcontext():
+            with quiet_cache_loads() if not logs else contextlib.nullcontext():
                 if blocks is None:
                     means = self._run(tf.constant(n)).numpy()
                 else:
