@@ -103,9 +103,8 @@ def _signal_during(target: str, number: int):
     """The process gets the signal `number` when `target` (module.function) runs."""
     def patch(monkeypatch, folder):
         def deliver(*args, **kwargs):
-            # To this thread, so that its handler runs before the next line: os.kill to the
-            # process may hand it to another thread (TensorFlow's, numba's), whose flag the
-            # interpreter can see a few instructions late (a CI run raised the line below).
+            # To this thread, so that its handler runs before the next line (os.kill may hand
+            # it to another of the process's threads, TensorFlow's or numba's).
             signal.raise_signal(number)
             raise AssertionError("the signal should have interrupted this")
         monkeypatch.setattr(target, deliver)
