@@ -6,7 +6,7 @@ logs a failed CUDA initialisation on machines without a GPU. Entry points call
 `import_tensorflow()` first; the lines are captured (`captured_stderr`) and shown only if the
 import fails. It also points XLA's compilation cache at the user's cache
 (`sgh.artifacts.compile_cache`), which must be set before TensorFlow starts; loading from that
-cache logs two harmless errors, which `quiet_cache_loads()` holds back.
+cache logs two harmless errors, which `cached_compilation()` holds back.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+
+from sgh.artifacts import compile_cache
 
 
 class Captured:
@@ -58,8 +60,6 @@ def import_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # honoured once absl is initialised
     if "tensorflow" in sys.modules:
         return
-    from sgh.artifacts import compile_cache
-
     compile_cache.enable()
     try:
         with captured_stderr() as captured:
@@ -78,12 +78,11 @@ _HARMLESS_WHEN_LOADING = ("Error parsing text-format tensorflow.XlaSerializedCac
 
 
 @contextlib.contextmanager
-def quiet_cache_loads() -> Iterator[None]:
-    """Around a compiled call that may load from the compiled-step cache: TensorFlow's harmless
-    load-time errors are held back; every other line written to the process's stderr meanwhile
-    is passed on after the call, whether it returned or raised."""
-    from sgh.artifacts import compile_cache
-
+def cached_compilation() -> Iterator[None]:
+    """Around the call that compiles a step, or loads it from the compiled-step cache:
+    TensorFlow's harmless load-time errors are held back (every other line written to the
+    process's stderr meanwhile is passed on after the call, whether it returned or raised), and
+    once the call has returned, the entry it wrote is sealed (`compile_cache.seal`)."""
     if not compile_cache.enabled():
         yield
         return
@@ -94,3 +93,4 @@ def quiet_cache_loads() -> Iterator[None]:
         sys.stderr.write("".join(line for line in captured.text.splitlines(keepends=True)
                                  if not any(text in line for text in _HARMLESS_WHEN_LOADING)))
         sys.stderr.flush()
+    compile_cache.seal()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sgh.artifacts import compile_cache
-from sgh.quiet_tensorflow import quiet_cache_loads
+from sgh.quiet_tensorflow import cached_compilation
 from tests.helpers import damage
 
 
@@ -113,21 +113,21 @@ LOAD_NOISE = ("E0000 text_format.cc:378] Error parsing text-format "
               "+prefer-no-scatter is not  supported on the host machine.\n")
 
 
-def test_quiet_cache_loads_holds_back_only_the_harmless_load_messages(cache, capfd):
+def test_cached_compilation_holds_back_only_the_harmless_load_messages(cache, capfd):
     compile_cache.enable()
-    with quiet_cache_loads():
+    with cached_compilation():
         _write_to_fd2(LOAD_NOISE + "W0000 something the user should see\n")
     assert capfd.readouterr().err == "W0000 something the user should see\n"
-    with pytest.raises(RuntimeError), quiet_cache_loads():
+    with pytest.raises(RuntimeError), cached_compilation():
         _write_to_fd2("E0000 the reason the call failed\n")
         raise RuntimeError("the call failed")
     assert capfd.readouterr().err == "E0000 the reason the call failed\n"
 
 
-def test_quiet_cache_loads_touches_nothing_without_the_cache(cache, monkeypatch, capfd):
+def test_cached_compilation_touches_nothing_without_the_cache(cache, monkeypatch, capfd):
     monkeypatch.setenv("SGH_COMPILE_CACHE", "off")
     compile_cache.enable()
-    with quiet_cache_loads():
+    with cached_compilation():
         _write_to_fd2(LOAD_NOISE)
     assert capfd.readouterr().err == LOAD_NOISE
 

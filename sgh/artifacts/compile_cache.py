@@ -21,7 +21,8 @@ shared by cluster nodes: code built for AVX-512 would die of SIGILL on a node wi
 Loading an entry makes TensorFlow log two harmless errors to the terminal: its text-format
 parse, tried before the binary one, and XLA's notice that the entry was built with LLVM's
 tuning features (`+prefer-no-gather`...), which no host ever lists.
-`sgh.quiet_tensorflow.quiet_cache_loads()` holds them back around the call that loads.
+`sgh.quiet_tensorflow.cached_compilation()`, around the call that compiles or loads, holds
+them back and then calls `seal()`.
 `SGH_COMPILE_CACHE=off` turns the cache off, as does a `TF_XLA_FLAGS` that names its own
 directory (that one is left alone).
 """

@@ -33,12 +33,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from sgh.artifacts import compile_cache
 from sgh.config import TrainerConfig
 from sgh.data.streamed_features import Features, StreamedFeatures
 from sgh.errors import TrainingDiverged, UserInputError
 from sgh.model.sgh_model import LOSS_TERMS, SGH
-from sgh.quiet_tensorflow import quiet_cache_loads
+from sgh.quiet_tensorflow import cached_compilation
 from sgh.training.batches import batch_ids, call_plan, streamed_blocks
 from sgh.training.devices import Workers, is_multi_worker
 
@@ -288,14 +287,13 @@ class Trainer:
                 break
             learning_rate = self.current_learning_rate()
             started = time.perf_counter()
-            with quiet_cache_loads() if not logs else contextlib.nullcontext():
+            # The first call compiles the step or loads it from the compiled-step cache.
+            with cached_compilation() if not logs else contextlib.nullcontext():
                 if blocks is None:
                     means = self._run(tf.constant(n)).numpy()
                 else:
                     # The time waiting for a block counts: a slow disk shows in ms_per_step.
                     means = self._run(tf.constant(n), next(blocks)).numpy()
-            if not logs:  # the call that compiled or loaded: its executable is on disk now
-                compile_cache.seal()
             log = ChunkLog(step=int(self.step.numpy()), steps=n,
                            seconds=time.perf_counter() - started, learning_rate=learning_rate,
                            terms=dict(zip(self.term_names, means[:n_terms].tolist(),
