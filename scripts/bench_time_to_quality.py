@@ -10,6 +10,10 @@ machine finds: the page cache, the ground-truth cache, numba's and XLA's compile
 also timed once with an empty user cache (`cold`: its training step compiled afresh) and
 TensorFlow's compilation cache switched off.
 
+Both processes import TensorFlow: SGH to train, ITQ only for its TensorBoard views
+(`tf.summary`). Each round also times a process that does nothing but that import
+(`tensorflow_import`), so that a reader sees how much of each command it is.
+
 Figures: median wall seconds of each command over the rounds, their ratio
 `sgh_over_itq_wall`, the median of each round's own ratio `sgh_over_itq_wall_paired_median`
 (target <= 1; the two commands run in alternating order), and each command's Recall10@100
@@ -32,6 +36,8 @@ import time
 from pathlib import Path
 
 COMMANDS = {"itq": ["model=itq"], "sgh_fast": ["experiment=fast"]}
+IMPORT_ONLY = [sys.executable, "-c",
+               "from sgh.quiet_tensorflow import import_tensorflow; import_tensorflow()"]
 
 
 def timed_run(overrides: list[str], bits: int, env: dict | None = None) -> dict:
@@ -50,6 +56,13 @@ def timed_run(overrides: list[str], bits: int, env: dict | None = None) -> dict:
             "steps": metrics.get("steps")}
 
 
+def timed_import() -> float:
+    """Wall seconds of a process that only imports TensorFlow, as sgh-train does."""
+    started = time.perf_counter()
+    subprocess.run(IMPORT_ONLY, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -60,10 +73,12 @@ def main() -> None:
     for overrides in COMMANDS.values():  # warm-up: caches filled, as on a second run
         timed_run(overrides, args.bits)
     runs = {name: [] for name in COMMANDS}
+    imports = []
     for round_index in range(args.rounds):
         order = list(COMMANDS) if round_index % 2 == 0 else list(reversed(COMMANDS))
         for name in order:  # which goes first alternates: neither always follows the other
             runs[name].append(timed_run(COMMANDS[name], args.bits))
+        imports.append(timed_import())
     with tempfile.TemporaryDirectory(prefix="sgh-cold-cache-") as empty_cache:
         cold = timed_run(COMMANDS["sgh_fast"], args.bits, {"XDG_CACHE_HOME": empty_cache})
     uncached = timed_run(COMMANDS["sgh_fast"], args.bits, {"SGH_COMPILE_CACHE": "off"})
@@ -80,6 +95,8 @@ def main() -> None:
         "sgh_over_itq_wall_paired_median": statistics.median(
             sgh["wall_seconds"] / itq["wall_seconds"]
             for sgh, itq in zip(runs["sgh_fast"], runs["itq"], strict=True)),
+        # Part of both commands' wall time: SGH's to train, ITQ's for its TensorBoard views.
+        "tensorflow_import_median_wall_seconds": statistics.median(imports),
         "recall10@100": {name: done[0]["recall10@100"] for name, done in runs.items()},
         "map": {name: done[0]["map"] for name, done in runs.items()},
         "sgh_fast_cold_cache_wall_seconds": cold["wall_seconds"],
@@ -99,6 +116,8 @@ def main() -> None:
     print(f"  sgh_over_itq_wall: {result['sgh_over_itq_wall']:.2f} (ratio of the medians); "
           f"median of the rounds' own ratios: {result['sgh_over_itq_wall_paired_median']:.2f} "
           "(target <= 1)")
+    print(f"  a process that only imports TensorFlow (both commands do; ITQ's only for its "
+          f"TensorBoard views): {result['tensorflow_import_median_wall_seconds']:.2f} s")
     print(f"  experiment=fast with an empty user cache (step compiled afresh): "
           f"{cold['wall_seconds']:.2f} s; with SGH_COMPILE_CACHE=off: "
           f"{uncached['wall_seconds']:.2f} s")

@@ -73,6 +73,15 @@ VARIANTS = {
                          "validation.every=0"],
     "fast_lr2e-2_cosine_700": ["trainer.learning_rate=0.02", "trainer.schedule=cosine",
                                "trainer.steps=700", "validation.every=0"],
+    "fast_lr4e-2_cosine_300": ["trainer.learning_rate=0.04", "trainer.schedule=cosine",
+                               "trainer.steps=300", "validation.every=0"],
+    "fast_lr6e-2_cosine_300": ["trainer.learning_rate=0.06", "trainer.schedule=cosine",
+                               "trainer.steps=300", "validation.every=0"],
+    "fast_lr1e-1_cosine_300": ["trainer.learning_rate=0.1", "trainer.schedule=cosine",
+                               "trainer.steps=300", "validation.every=0"],
+    "fast_lr4e-2_300": ["trainer.learning_rate=0.04", "trainer.steps=300", "validation.every=0"],
+    "fast_lr6e-2_cosine_250": ["trainer.learning_rate=0.06", "trainer.schedule=cosine",
+                               "trainer.steps=250", "validation.every=0"],
 }
 
 

@@ -60,7 +60,7 @@ def import_tensorflow() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # honoured once absl is initialised
     if "tensorflow" in sys.modules:
         return
-    compile_cache.enable()
+    compile_cache.enable()  # checks the cache's entries in a thread meanwhile
     try:
         with captured_stderr() as captured:
             import tensorflow
@@ -69,6 +69,8 @@ def import_tensorflow() -> None:
     except BaseException:
         sys.stderr.write(captured.text)
         raise
+    finally:
+        compile_cache.finish_tidying()  # before any compiled call can load an entry
 
 
 # What TensorFlow logs on every load of a good compiled-step entry: its text-format parse,

@@ -5,9 +5,11 @@ events are complete."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -24,7 +26,9 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
     monkeypatch.delenv("SGH_COMPILE_CACHE", raising=False)
     monkeypatch.setattr(compile_cache, "_enabled", None)
-    return tmp_path / "sgh" / "xla"
+    monkeypatch.setattr(compile_cache, "_removed", [])
+    yield tmp_path / "sgh" / "xla"
+    compile_cache.finish_tidying()  # no check left running into the next test
 
 
 def _entry(directory, name, content=b"compiled step"):
@@ -80,8 +84,57 @@ def test_only_sealed_intact_entries_survive_enable(cache):
     unsealed.with_name(unsealed.name + ".blake2b").unlink()  # written, not sealed: a killed run
     damage(changed, 0.5, 0x20, cut=False)  # sealed, then a flipped bit
     compile_cache.enable()
+    compile_cache.finish_tidying()
     assert sorted(cache.glob("*.pb")) == sorted([sealed, other_version])
     assert not changed.with_name(changed.name + ".blake2b").exists()
+
+
+def _aged(path, days):
+    then = time.time() - days * 86400
+    os.utime(path, (then, then))
+    return path
+
+
+def test_the_cache_is_bounded_in_age_and_size_whatever_made_its_entries(cache, monkeypatch,
+                                                                       caplog):
+    newest, newer, older = (_aged(_entry(cache, name, b"x" * 100), days)
+                            for name, days in (("newest", 0), ("newer", 1), ("older", 2)))
+    compile_cache._enabled = (cache, compile_cache._prefix())
+    compile_cache.seal()
+    compile_cache._enabled = None
+    stale = cache / "sgh-tf0.0.0-00000000__old__1__XLA_CPU_JIT.pb"
+    stale.write_bytes(b"another TensorFlow's")
+    _aged(stale, compile_cache.MAX_AGE_DAYS + 1)
+    orphan = cache / "sgh-tf0.0.0-00000000__gone__1__XLA_CPU_JIT.pb.blake2b"
+    orphan.write_text("a seal whose entry another process removed")
+    monkeypatch.setattr(compile_cache, "MAX_BYTES", 250)  # room for two of the three
+    with caplog.at_level(logging.INFO, logger=compile_cache.__name__):
+        compile_cache.enable()
+        compile_cache.finish_tidying()
+    assert sorted(cache.iterdir()) == sorted(
+        [newest, newer, *(entry.with_name(entry.name + ".blake2b") for entry in (newest, newer))])
+    said = caplog.text
+    assert f"{older} removed (beyond the cache's" in said
+    assert f"{stale} removed (older than {compile_cache.MAX_AGE_DAYS} days)" in said
+    assert f"{orphan} removed (its entry is gone)" in said
+
+
+def test_the_check_runs_beside_the_import_and_is_done_before_anything_is_sealed(
+        cache, monkeypatch):
+    checking = []
+
+    def slow_check(entry):
+        checking.append(entry)
+        time.sleep(0.3)
+        return True
+
+    monkeypatch.setattr(compile_cache, "_is_sealed", slow_check)
+    _entry(cache, "step")
+    started = time.perf_counter()
+    compile_cache.enable()
+    assert time.perf_counter() - started < 0.25  # enable() returned while the check went on
+    compile_cache.seal()  # what the first compiled call does: after the check, never during it
+    assert checking and compile_cache._tidying is None
 
 
 def test_seal_writes_one_digest_per_new_entry_and_nothing_before_enable(cache):

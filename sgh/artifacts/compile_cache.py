@@ -10,8 +10,17 @@ TensorFlow writes each entry atomically (a temporary file, then a rename), so co
 are safe. It does not check an entry's bytes, though, and a damaged entry fails every later
 compilation of that step in the process (retrying does not help: the failure is remembered).
 So we seal what it wrote: after a call has compiled, `seal()` writes a BLAKE2b digest beside
-each new entry (``<entry>.blake2b``); `enable()` first deletes every entry that has no seal or
-does not match it (a torn disk, a killed run, a flipped bit), and TensorFlow compiles it anew.
+each new entry (``<entry>.blake2b``); `enable()` deletes every entry that has no seal or does
+not match it (a torn disk, a killed run, a flipped bit), and TensorFlow compiles it anew.
+
+TensorFlow never deletes an entry, so `enable()` also bounds the cache: an entry (of any
+TensorFlow, options or CPU) older than `MAX_AGE_DAYS` goes, and so do the oldest beyond
+`MAX_BYTES` in all. An entry in use that ages out is compiled once more (1-3 s), and is then new.
+
+Checking the seals reads every entry of this process's prefix (about 2 ms an entry), so it runs
+in a thread beside TensorFlow's import, which takes seconds; `finish_tidying()` waits for it,
+and `sgh.quiet_tensorflow.import_tensorflow()` calls that before it returns, so no compiled call
+can load an entry that is not yet checked.
 
 The prefix of the entries' names holds TensorFlow's version, a digest of `XLA_FLAGS` and one of
 the host CPU's model and instruction sets: an executable is never loaded by another TensorFlow,
@@ -34,6 +43,8 @@ import importlib.metadata
 import logging
 import os
 import platform
+import threading
+import time
 from pathlib import Path
 
 from sgh.artifacts.user_cache import may_write, user_cache_dir
@@ -43,7 +54,11 @@ logger = logging.getLogger(__name__)
 _DIRECTORY_FLAG = "--tf_xla_persistent_cache_directory"
 _PREFIX_FLAG = "--tf_xla_persistent_cache_prefix"
 _SEAL = ".blake2b"
+MAX_AGE_DAYS = 30
+MAX_BYTES = 1 << 30  # about 1,500 entries of a linear model's step
 _enabled: tuple[Path, str] | None = None  # this process's (directory, prefix), once enabled
+_tidying: threading.Thread | None = None  # enable()'s check of the entries, until finished
+_removed: list[str] = []  # what the check removed and why, logged once it has finished
 
 
 def _without_ours(flags: str) -> str:
@@ -98,9 +113,10 @@ def _is_sealed(entry: Path) -> bool:
 
 def enable() -> Path | None:
     """Point TensorFlow's compilation cache at ``<user cache>/xla``; call before importing
-    TensorFlow. Returns the directory, or None where the cache stays off (switched off, the
-    user's own directory, no writable cache directory, TensorFlow already imported)."""
-    global _enabled
+    TensorFlow, and `finish_tidying()` before its first compiled call. Returns the directory,
+    or None where the cache stays off (switched off, the user's own directory, no writable
+    cache directory, TensorFlow already imported)."""
+    global _enabled, _tidying
     flags = _without_ours(os.environ.get("TF_XLA_FLAGS", ""))
     base = user_cache_dir()
     if (os.environ.get("SGH_COMPILE_CACHE", "").lower() in ("off", "0", "false")
@@ -109,19 +125,59 @@ def enable() -> Path | None:
     directory, prefix = base / "xla", _prefix()
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        for entry in _entries(directory, prefix):
-            if not _is_sealed(entry):
-                logger.info("compile cache: %s is not sealed or does not match its seal; "
-                            "removed (the step is compiled again)", entry)
-                entry.unlink(missing_ok=True)
-                _seal_of(entry).unlink(missing_ok=True)
+        # Listed now, checked in the thread: an entry this process writes later is its own.
+        entries = [(path, path.stat()) for path in directory.glob("sgh-*__*.pb")]
+        seals = list(directory.glob(f"sgh-*__*.pb{_SEAL}"))
     except OSError as error:  # a cache we cannot tidy is a cache we do not use
         logger.info("compile cache %s unusable (%s); compiling without it", directory, error)
         return None
     os.environ["TF_XLA_FLAGS"] = (f"{flags} {_DIRECTORY_FLAG}={directory} "
                                   f"{_PREFIX_FLAG}={prefix}").strip()
     _enabled = directory, prefix
+    _tidying = threading.Thread(target=_tidy, args=(entries, seals, prefix),
+                                name="sgh-compile-cache-check", daemon=True)
+    _tidying.start()
     return directory
+
+
+def _tidy(entries: list[tuple[Path, os.stat_result]], seals: list[Path], prefix: str) -> None:
+    """Remove the entries TensorFlow must not load (this prefix's unsealed or damaged ones) and
+    those the cache need not keep (too old, or the oldest beyond `MAX_BYTES`)."""
+    now, kept_bytes = time.time(), 0
+    for entry, stat in sorted(entries, key=lambda item: item[1].st_mtime, reverse=True):
+        if now - stat.st_mtime > MAX_AGE_DAYS * 86400:
+            reason = f"older than {MAX_AGE_DAYS} days"
+        elif kept_bytes + stat.st_size > MAX_BYTES:
+            reason = f"beyond the cache's {MAX_BYTES >> 20} MiB"
+        elif entry.name.startswith(f"{prefix}__") and not _is_sealed(entry):
+            reason = "not sealed or does not match its seal; the step is compiled again"
+        else:
+            kept_bytes += stat.st_size
+            continue
+        _remove(entry, reason)
+    for seal in seals:  # a seal whose entry another process removed
+        if not seal.with_name(seal.name[:-len(_SEAL)]).exists():
+            _remove(seal, "its entry is gone")
+
+
+def _remove(path: Path, reason: str) -> None:
+    try:
+        path.unlink(missing_ok=True)
+        if path.suffix != _SEAL:
+            _seal_of(path).unlink(missing_ok=True)
+        _removed.append(f"compile cache: {path} removed ({reason})")
+    except OSError as error:
+        _removed.append(f"compile cache: cannot remove {path} ({error})")
+
+
+def finish_tidying() -> None:
+    """Wait for `enable()`'s check of the entries, and log what it removed."""
+    global _tidying
+    if _tidying is not None:
+        _tidying.join()
+        _tidying = None
+    while _removed:
+        logger.info("%s", _removed.pop(0))
 
 
 def seal() -> None:
@@ -129,6 +185,7 @@ def seal() -> None:
     returned: its entry is then complete on disk)."""
     if _enabled is None:
         return
+    finish_tidying()  # the check must not judge an entry sealed meanwhile
     for entry in _entries(*_enabled):
         if not _seal_of(entry).exists():
             try:
