@@ -32,8 +32,8 @@ from sgh.quiet_tensorflow import import_tensorflow
 import_tensorflow()
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
+from sgh.artifacts.tensorboard_events import recording_to  # noqa: E402
 from sgh.config import (  # noqa: E402
     Config,
     ModelConfig,
@@ -91,8 +91,7 @@ def main() -> None:
         model, database)
     config = Config(dataset=SyntheticDatasetConfig(), model=ModelConfig(bits=args.bits))
 
-    with tempfile.TemporaryDirectory() as logdir, \
-            tf.summary.create_file_writer(logdir).as_default():
+    with tempfile.TemporaryDirectory() as logdir, recording_to(logdir):
         per_point = {
             "encode_sample": _median_ms("encode_sample",
                                         lambda step: model.encode_bits(sample).numpy(),

@@ -18,9 +18,11 @@ from start to end (`sgh.artifacts.run_lock`): a second writer is refused.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -51,17 +53,23 @@ def run(config: Config, run_dir: str | os.PathLike) -> dict:
     split = load_split(config.dataset)
     inputs = describe_inputs(input_files(config.dataset))
     _check_settings_against_data(config, split)
-    # TensorFlow takes seconds to import: only now, so that every mistake in the settings and
-    # the data above is answered in about a second.
-    import_tensorflow()
-    from sgh.training.devices import strategy_for, writable_run_dir
+    if method.is_trained:
+        # TensorFlow takes seconds to import: only now, so that every mistake in the settings
+        # and the data above is answered in about a second; and only to train (a baseline's
+        # run, TensorBoard's views included, needs none of it).
+        import_tensorflow()
+        from sgh.training.devices import strategy_for, writable_run_dir
 
-    # Created once, here, before TensorFlow's first op: the device layout and collective ops are
-    # fixed from then on. Only trained methods use devices.
-    strategy = strategy_for(config.trainer) if method.is_trained else None
-    # Only the chief writes; it owns the directory from here to the end (the kernel releases
-    # the lock if the process dies).
-    with writable_run_dir(run_dir, strategy) as own_dir, run_lock(own_dir):
+        # Created once, here, before TensorFlow's first op: the device layout and collective
+        # ops are fixed from then on.
+        strategy = strategy_for(config.trainer)
+        # Only the chief writes: another worker gets a scratch directory.
+        writable = writable_run_dir(run_dir, strategy)
+    else:
+        strategy, writable = None, contextlib.nullcontext(Path(run_dir))
+    # The writer owns the directory from here to the end (the kernel releases the lock if the
+    # process dies).
+    with writable as own_dir, run_lock(own_dir):
         run_directory = RunDirectory(own_dir)
         run_directory.remove_stray_temporaries()  # a killed writer's; none can be in flight
         return _run(config, run_directory, split, inputs, strategy)

@@ -101,6 +101,25 @@ def test_baselines_run_through_the_same_pipeline(tmp_path, method):
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_a_baselines_run_imports_no_tensorflow_and_still_shows_its_tensorboard_views(tmp_path):
+    # TensorFlow's import is seconds of a run that needs none of it: a baseline's TensorBoard
+    # views are written without it (sgh.artifacts.tensorboard_events).
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "sgh.cli.train",
+                             *QUICK, "model=itq", f"hydra.run.dir={tmp_path}"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "sklearn" in imported  # the check sees the run's imports
+    assert not {"tensorflow", "keras"} & imported
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"eval/map", "pr_curve/hamming_lookup", "_hparams_/session_start_info"} <= tags, tags
+
+
 def _cli(*args, cwd):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run([sys.executable, "-m", "sgh.cli.train", *args], cwd=cwd, env=env,

@@ -22,7 +22,6 @@ a damaged one is skipped for the newest intact one beside it, with a warning
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -35,6 +34,7 @@ import numpy as np
 import yaml
 from omegaconf import OmegaConf
 
+from sgh.artifacts import tensorboard_events
 from sgh.artifacts.atomic import atomic_file, write_json
 from sgh.artifacts.codes_file import write_codes
 from sgh.artifacts.run_inputs import InputFile, inputs_from_json
@@ -222,18 +222,12 @@ class RunDirectory:
             score.save(temporary)
 
     # TensorFlow is imported where it is needed, so that sgh-eval (numpy only) starts fast.
-    @contextlib.contextmanager
     def summary_writer(self):
-        """The run's TensorBoard writer as the default one; closed (so flushed) on exit, which
-        a process ending without its final garbage collection (`sgh.cli.boundary`) needs."""
-        import tensorflow as tf
-
-        writer = tf.summary.create_file_writer(str(self.tensorboard))
-        try:
-            with writer.as_default():
-                yield writer
-        finally:
-            writer.close()
+        """Record TensorBoard's summaries into the run's event files for the block
+        (`sgh.artifacts.tensorboard_events`, no TensorFlow needed); closed, so flushed, on exit,
+        which a process ending without its final garbage collection (`sgh.cli.boundary`)
+        needs."""
+        return tensorboard_events.recording_to(self.tensorboard)
 
     def checkpoint_manager(self, checkpoint: tf.train.Checkpoint,
                            best: bool = False) -> tf.train.CheckpointManager:

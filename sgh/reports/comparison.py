@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgh.artifacts import tensorboard_events
 from sgh.artifacts.atomic import atomic_directory, write_bytes
 from sgh.artifacts.codes_file import SavedCodes, load_codes
 from sgh.artifacts.run_directory import CODES_FILE, METRICS_FILE
@@ -312,19 +313,14 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
 
 def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
     """The figures as image summaries (step 0), replacing any earlier tensorboard_compare/."""
-    from sgh.quiet_tensorflow import import_tensorflow
-
-    import_tensorflow()  # lazily: the tables and PNGs need no TensorFlow
-    import tensorflow as tf
+    from PIL import Image
 
     # A fresh directory swapped in, so a rerun shows one set of images rather than two.
-    with atomic_directory(directory) as staging:
-        writer = tf.summary.create_file_writer(str(staging))
-        with writer.as_default():
-            for name, png in images.items():
-                image = tf.io.decode_png(png, channels=3)  # matplotlib's alpha is opaque
-                tf.summary.image(name, image[tf.newaxis], step=0, description=DESCRIPTION[name])
-        writer.close()
+    with atomic_directory(directory) as staging, tensorboard_events.recording_to(staging):
+        for name, png in images.items():
+            # matplotlib's alpha is opaque: the figure shown as RGB, as its PNG looks.
+            pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+            tensorboard_events.image(name, pixels, step=0, description=DESCRIPTION[name])
 
 
 def compare(sweep_dir, out=None, tensorboard: bool = True) -> tuple[str, list[Path]]:

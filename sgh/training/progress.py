@@ -17,6 +17,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from sgh.artifacts import tensorboard_events as events
 from sgh.training import tensorboard_views as views
 from sgh.training.loop import ChunkLog
 from sgh.training.model_selection import ModelSelection
@@ -35,10 +36,10 @@ def crossed_multiple(log: ChunkLog, every: int) -> bool:
 class TrainingScalars:
     def __call__(self, log: ChunkLog) -> None:
         for name, value in log.terms.items():
-            tf.summary.scalar(f"loss/{name}", value, step=log.step)
-        tf.summary.scalar("train/learning_rate", log.learning_rate, step=log.step)
-        tf.summary.scalar("train/ms_per_step", log.ms_per_step, step=log.step)
-        tf.summary.scalar("train/steps_per_second", 1e3 / log.ms_per_step, step=log.step)
+            events.scalar(f"loss/{name}", value, step=log.step)
+        events.scalar("train/learning_rate", log.learning_rate, step=log.step)
+        events.scalar("train/ms_per_step", log.ms_per_step, step=log.step)
+        events.scalar("train/steps_per_second", 1e3 / log.ms_per_step, step=log.step)
         views.write_gradient_norms(log.gradient_norms, log.step)
 
 
@@ -57,15 +58,15 @@ class ValidationPoints:
         started = time.perf_counter()
         point = self.selection.evaluate(log.step)
         metric = self.selection.validation.metric
-        tf.summary.scalar(f"validation/{metric}", point.score, step=log.step)
-        tf.summary.scalar(f"validation/best_{metric}", self.selection.best_score, step=log.step)
+        events.scalar(f"validation/{metric}", point.score, step=log.step)
+        events.scalar(f"validation/best_{metric}", self.selection.best_score, step=log.step)
         views.write_code_health(point.database_bits, log.step)
         sample = self.selection.validation.database[:VIEW_SAMPLE]
         views.write_encoder_histograms(self.selection.model, sample, log.step)
         views.write_images(self.selection.model, sample, log.step)
         seconds = time.perf_counter() - started
         self.seconds += seconds
-        tf.summary.scalar("validation/seconds", seconds, step=log.step)
+        events.scalar("validation/seconds", seconds, step=log.step)
         self.last_score = (f"  val {metric} {point.score:.4f}"
                            + (" (best)" if point.improved else ""))
 

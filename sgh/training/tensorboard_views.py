@@ -1,10 +1,11 @@
 """What a run shows in TensorBoard beyond the loss curves: code health, the encoder's outputs,
 images, the final PR curve, HParams and gradient norms.
 
-Every ``write_*`` function writes into the current default ``tf.summary`` writer
-(``with writer.as_default(): ...``) at the given step, and does nothing (not even the
-computation) when no summary would be recorded (no default writer, or ``tf.summary.record_if``
-off). Tags, by TensorBoard tab:
+Every ``write_*`` function writes into the current event writer
+(``with sgh.artifacts.tensorboard_events.recording_to(directory): ...``) at the given step, and
+does nothing (not even the computation) when no summary would be recorded (no current writer).
+None of them needs TensorFlow: a baseline's run shows its views without importing it. Tags, by
+TensorBoard tab:
 
 * Scalars: ``code_health/*`` (:func:`write_code_health`), ``gradients/*``
   (:func:`write_gradient_norms`).
@@ -24,26 +25,24 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
-from tensorboard.plugins.hparams import api as hparams_api
 from tensorboard.plugins.pr_curve import metadata as pr_curve_metadata
 
+from sgh.artifacts import tensorboard_events as events
 from sgh.codes import code_health, pack_bits
 from sgh.metrics import label_histograms
 from sgh.metrics.radius import pr_curve_of_histograms
-from sgh.model.sgh_model import SGH
+
+if TYPE_CHECKING:  # the views of a model run where it trained, TensorFlow imported
+    from sgh.model.sgh_model import SGH
 
 PR_CURVE_TAG = "pr_curve/hamming_lookup"
 # Small images are upscaled (nearest neighbour) so that a tile is at least this many pixels
 # high: TensorBoard shows images at their own size, and 8x8 digits would be a speck.
 MIN_TILE_PIXELS = 48
 IMAGES_SHOWN = 8
-
-
-def _recording() -> bool:
-    return bool(tf.summary.should_record_summaries())
 
 
 # ---- code health ------------------------------------------------------------------------------
@@ -79,7 +78,7 @@ def write_code_health(bits: np.ndarray, step: int, prefix: str = "code_health") 
     Returns:
         The scalars written, by name (empty when nothing is recorded).
     """
-    if not _recording():
+    if not events.recording():
         return {}
     bits = np.asarray(bits)
     if bits.ndim != 2 or bits.shape[0] == 0 or bits.shape[1] == 0:
@@ -98,10 +97,10 @@ def write_code_health(bits: np.ndarray, step: int, prefix: str = "code_health") 
         "bit_balance_max": float(balance.max()),
     }
     for name, value in scalars.items():
-        tf.summary.scalar(f"{prefix}/{name}", value, step=step,
-                          description=CODE_HEALTH_DESCRIPTIONS[name])
-    tf.summary.histogram(f"{prefix}/bit_balance", balance, step=step,
-                         description="fraction of the sample's codes with bit j set, per bit")
+        events.scalar(f"{prefix}/{name}", value, step=step,
+                      description=CODE_HEALTH_DESCRIPTIONS[name])
+    events.histogram(f"{prefix}/bit_balance", balance, step=step,
+                     description="fraction of the sample's codes with bit j set, per bit")
     return scalars
 
 
@@ -112,13 +111,13 @@ def write_encoder_histograms(model: SGH, x_sample: np.ndarray, step: int) -> Non
     Over all ``n * bits`` values of the sample. Probabilities piling up at 0 and 1 mean a
     saturated (near-deterministic) encoder; a peak at 1/2 means bits that say little.
     """
-    if not _recording():
+    if not events.recording():
         return
-    logits = model.logits(tf.convert_to_tensor(x_sample, tf.float32))
-    tf.summary.histogram("encoder/logits", logits, step=step,
-                         description="z = ((x - mean) / scale) W + b over the sample, all bits")
-    tf.summary.histogram("encoder/probabilities", tf.sigmoid(logits), step=step,
-                         description="p = sigmoid(z): probability that each bit is 1")
+    logits = np.asarray(model.logits(np.asarray(x_sample, np.float32)), np.float64)
+    events.histogram("encoder/logits", logits, step=step,
+                     description="z = ((x - mean) / scale) W + b over the sample, all bits")
+    events.histogram("encoder/probabilities", 1.0 / (1.0 + np.exp(-logits)), step=step,
+                     description="p = sigmoid(z): probability that each bit is 1")
 
 
 # ---- images -----------------------------------------------------------------------------------
@@ -159,25 +158,25 @@ def write_images(model: SGH, x_sample: np.ndarray, step: int,
         raise ValueError(f"write_images expects a non-empty (n, dim) sample, got shape "
                          f"{x_sample.shape}")
     shape = _image_shape(x_sample.shape[1], image_shape)
-    if shape is None or not _recording():
+    if shape is None or not events.recording():
         return False
     shown = x_sample[:max_items]
-    reconstructions = model.reconstruct(shown).numpy()
+    reconstructions = np.asarray(model.reconstruct(shown))
     low, high = float(x_sample.min()), float(x_sample.max())
     scale = high - low if high > low else 1.0
     pair_rows = np.stack([shown, reconstructions])  # (2, items, dim): inputs, reconstructions
     display = np.clip((pair_rows - low) / scale, 0.0, 1.0).reshape(2, len(shown), *shape)
     grid = _grid(display.reshape(-1, *shape), columns=len(shown))
-    tf.summary.image("images/inputs_and_reconstructions", grid[np.newaxis], step=step,
-                     description="top: inputs; bottom: reconstructions from the codes "
-                                 "h = 1[p >= 1/2]; both on the inputs' [min, max] scale")
-    templates = model.decoder_templates().numpy()
+    events.image("images/inputs_and_reconstructions", grid, step=step,
+                 description="top: inputs; bottom: reconstructions from the codes "
+                             "h = 1[p >= 1/2]; both on the inputs' [min, max] scale")
+    templates = np.asarray(model.decoder_templates())
     peak = np.abs(templates).max(axis=1, keepdims=True)
     signed = 0.5 + templates / (2.0 * np.where(peak > 0, peak, 1.0))
     grid = _grid(signed.reshape(-1, *shape), columns=min(len(templates), 8))
-    tf.summary.image("images/decoder_templates", grid[np.newaxis], step=step,
-                     description="row k of the decoder (what bit k adds), each scaled on its "
-                                 "own: mid-grey = 0, bright = positive")
+    events.image("images/decoder_templates", grid, step=step,
+                 description="row k of the decoder (what bit k adds), each scaled on its "
+                             "own: mid-grey = 0, bright = positive")
     return True
 
 
@@ -232,7 +231,7 @@ def write_pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: in
     Returns:
         :func:`sgh.metrics.pr_curve`'s dict (empty when nothing is recorded).
     """
-    if not _recording():
+    if not events.recording():
         return {}
     # One scan gives both the curve and the TP/FP/TN/FN counts the plugin shows.
     histograms = label_histograms(query_codes, database_codes, bits, query_labels,
@@ -251,8 +250,7 @@ def write_pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: in
         description=("precision / recall of lookup within Hamming radius r = bits - i at "
                      f"threshold i/bits (bits = {bits}); means over queries"),
         num_thresholds=bits + 1)
-    tf.summary.write(tag, tf.constant(np.ascontiguousarray(by_threshold)), step=step,
-                     metadata=plugin_metadata.SerializeToString())
+    events.tensor(tag, np.ascontiguousarray(by_threshold), step, plugin_metadata)
     return curve
 
 
@@ -291,9 +289,7 @@ def write_hparams(config) -> None:
     :func:`write_run_summary`), the last ``loss/*``, ``train/ms_per_step``,
     ``code_health/*``. A declared metric list would instead be taken from one arbitrary run.
     """
-    if not _recording():
-        return
-    hparams_api.hparams(flatten_config(config))
+    events.hparams(flatten_config(config))
 
 
 # ---- gradient norms ---------------------------------------------------------------------------
@@ -301,7 +297,7 @@ def write_gradient_norms(norms: Mapping[str, float], step: int) -> None:
     """Scalars ``gradients/<name>``: L2 norms of the objective's gradient (e.g. ``global``,
     ``W``, ``U``), as the training loop reports them (means over the steps of a call)."""
     for name, value in norms.items():
-        tf.summary.scalar(f"gradients/{name}", value, step=step)
+        events.scalar(f"gradients/{name}", value, step=step)
 
 
 # ---- the end of a run (every method) ----------------------------------------------------------
@@ -315,7 +311,7 @@ def write_final_scalars(metrics: Mapping, step: int) -> None:
     for key, value in metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and (
                 key.startswith(FINAL_SCALAR_PREFIXES) or key in FINAL_SCALAR_KEYS):
-            tf.summary.scalar(f"eval/{key}", value, step=step)
+            events.scalar(f"eval/{key}", value, step=step)
 
 
 def write_shortlist_curve(curve: Mapping) -> None:
@@ -325,12 +321,12 @@ def write_shortlist_curve(curve: Mapping) -> None:
     recall_key = next(key for key in curve if key.startswith("recall"))
     for size, recall, rate in zip(curve["shortlist"], curve[recall_key],
                                   curve["queries_per_second"], strict=True):
-        tf.summary.scalar(f"search/{recall_key}", recall, step=size,
-                          description=f"{recall_key} of the two-stage search (Hamming top S "
-                                      f"rescored by {curve['rescore']}), step = S")
-        tf.summary.scalar("search/queries_per_second", rate, step=size,
-                          description="queries/s of the two-stage search, step = S (this "
-                                      "machine, default threads)")
+        events.scalar(f"search/{recall_key}", recall, step=size,
+                      description=f"{recall_key} of the two-stage search (Hamming top S "
+                                  f"rescored by {curve['rescore']}), step = S")
+        events.scalar("search/queries_per_second", rate, step=size,
+                      description="queries/s of the two-stage search, step = S (this "
+                                  "machine, default threads)")
 
 
 def write_run_summary(config, metrics: Mapping, split, codes: Mapping) -> None:

@@ -1,8 +1,9 @@
 """TensorBoard views (sgh/tensorboard_views.py): written, then read back with TensorBoard's reader.
 
-Each test writes into a fresh directory and reads the event files with TensorBoard's own
-EventAccumulator, checking the tags, the plugin that will display them, and the values against
-numbers computed here independently (numpy, brute force, or worked by hand).
+Each test writes into a fresh directory (`sgh.artifacts.tensorboard_events`, no TensorFlow) and
+reads the event files with TensorBoard's own EventAccumulator, checking the tags, the plugin that
+will display them, and the values against numbers computed here independently (numpy, brute
+force, or worked by hand).
 """
 
 import collections
@@ -18,6 +19,7 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.pr_curve import plugin_data_pb2
 from tensorboard.util import tensor_util
 
+from sgh.artifacts.tensorboard_events import recording_to
 from sgh.config import Config, ModelConfig, SyntheticDatasetConfig
 from sgh.metrics import pr_curve
 from sgh.model.sgh_model import SGH
@@ -25,11 +27,9 @@ from sgh.training import tensorboard_views as views
 
 
 def _write(logdir, write):
-    """Run `write()` under a default writer on `logdir`; return TensorBoard's reader of it."""
-    writer = tf.summary.create_file_writer(str(logdir))
-    with writer.as_default():
+    """Run `write()` recording into `logdir`; return TensorBoard's reader of it."""
+    with recording_to(logdir):
         result = write()
-    writer.close()
     accumulator = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
     accumulator.Reload()
     return accumulator, result
@@ -100,20 +100,19 @@ def test_code_health_scalars_match_independent_counts(tmp_path):
 
 
 def test_code_health_rejects_a_vector(tmp_path):
-    with tf.summary.create_file_writer(str(tmp_path)).as_default():
+    with recording_to(tmp_path):
         with pytest.raises(ValueError, match="shape"):
             views.write_code_health(CODES[0], step=0)
 
 
 def test_nothing_is_computed_or_written_without_a_writer(tmp_path):
-    # No default writer: a no-op (the training loop may run without TensorBoard).
+    # No current writer: a no-op (the training loop may run without TensorBoard).
     assert views.write_code_health(CODES, step=0) == {}
     model, x = _tiny_model(dim=64)
     assert views.write_images(model, x, step=0) is False
-    writer = tf.summary.create_file_writer(str(tmp_path))
-    with writer.as_default(), tf.summary.record_if(False):
-        assert views.write_code_health(CODES, step=0) == {}
-    writer.close()
+    with recording_to(tmp_path):
+        pass
+    assert views.write_code_health(CODES, step=0) == {}  # the block has ended: nothing kept
     accumulator = EventAccumulator(str(tmp_path))
     accumulator.Reload()
     assert accumulator.Tags()["tensors"] == []

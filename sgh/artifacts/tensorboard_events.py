@@ -1,0 +1,154 @@
+"""TensorBoard event files, written without TensorFlow.
+
+What a run shows in TensorBoard is a handful of summaries per compiled call and at the end:
+scalars, histograms, images, a PR curve, one HParams session. TensorBoard's own package makes
+their protocol buffers from numpy (`scalar_pb`, `histogram_pb`, `hparams_pb`, plugin metadata)
+and frames event records (`RecordWriter`); the file itself is ours (`EventFile`: TensorBoard's
+`EventFileWriter` opens it through `tf.io.gfile`, which imports TensorFlow wherever it is
+installed). So nothing here needs TensorFlow: a baseline's run (ITQ, LSH...) never imports it,
+which is seconds of every such run. The files are the ones `tf.summary` writes: the same
+plugins, tags, tensor layouts and steps, so TensorBoard shows them the same way.
+
+`recording_to(directory)` makes a writer the current one for its block, as
+`tf.summary.create_file_writer(...).as_default()` did; the `scalar`, `histogram`, `image`,
+`tensor` and `hparams` functions write to the current writer, and do nothing (`recording()` is
+false) without one, so code that shows something need not know whether anyone records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import io
+import itertools
+import os
+import socket
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.histogram import summary_v2 as histogram_summary
+from tensorboard.plugins.hparams import summary_v2 as hparams_summary
+from tensorboard.plugins.image import metadata as image_metadata
+from tensorboard.plugins.scalar import summary_v2 as scalar_summary
+from tensorboard.summary.writer.record_writer import RecordWriter
+from tensorboard.util import tensor_util
+
+_files_opened = itertools.count()  # two files of one process in one second get two names
+
+
+class EventFile:
+    """A new event file in `directory`, named as TensorFlow names them (TensorBoard reads every
+    ``events.out.tfevents.*`` file of a run's directory, in name order)."""
+
+    def __init__(self, directory: str | Path):
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / (f"events.out.tfevents.{int(time.time()):010d}."
+                                 f"{socket.gethostname()}.{os.getpid()}.{next(_files_opened)}")
+        self._file = open(self.path, "wb")  # noqa: SIM115  (closed by close())
+        self._records = RecordWriter(self._file)
+        self.add(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def add(self, event: event_pb2.Event) -> None:
+        self._records.write(event.SerializeToString())
+
+    def close(self) -> None:
+        self._file.close()
+
+
+_current: contextvars.ContextVar[EventFile | None] = contextvars.ContextVar(
+    "sgh_tensorboard_writer", default=None)
+
+
+@contextlib.contextmanager
+def recording_to(directory: str | Path) -> Iterator[EventFile]:
+    """Record this block's summaries into a new event file in `directory` (yielded); the file
+    is closed, so complete on disk, when the block ends, however it ends (a process that exits
+    without its final garbage collection, `sgh.cli.boundary`, needs that)."""
+    writer = EventFile(directory)
+    token = _current.set(writer)
+    try:
+        yield writer
+    finally:
+        _current.reset(token)
+        writer.close()
+
+
+def recording() -> bool:
+    """Whether a summary written now would be kept (a block of `recording_to` is running)."""
+    return _current.get() is not None
+
+
+def _write(summary: summary_pb2.Summary, step: int) -> None:
+    writer = _current.get()
+    if writer is not None:
+        writer.add(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
+
+
+def scalar(tag: str, value: float, step: int, description: str | None = None) -> None:
+    """One float32 value in the Scalars tab."""
+    if recording():
+        _write(scalar_summary.scalar_pb(tag, float(value), description=description), step)
+
+
+def histogram(tag: str, values, step: int, description: str | None = None) -> None:
+    """The values' distribution in the Histograms and Distributions tabs (TensorBoard's 30
+    equal-width buckets, as `tf.summary.histogram`)."""
+    if recording():
+        data = np.asarray(values, np.float64).ravel()
+        _write(histogram_summary.histogram_pb(tag, data, description=description), step)
+
+
+def image(tag: str, pixels: np.ndarray, step: int, description: str | None = None) -> None:
+    """One image in the Images tab: `pixels` (height, width, 1 or 3 channels), floats in [0, 1]
+    (converted to 8 bits as `tf.image.convert_image_dtype` does) or uint8."""
+    if not recording():
+        return
+    pixels = np.asarray(pixels)
+    if pixels.dtype != np.uint8:
+        pixels = np.clip(np.floor(pixels * 255.5), 0, 255).astype(np.uint8)
+    height, width = pixels.shape[:2]
+    encoded_image(tag, png(pixels), width, height, step, description)
+
+
+def encoded_image(tag: str, png_bytes: bytes, width: int, height: int, step: int,
+                  description: str | None = None) -> None:
+    """An image already encoded as PNG, in the Images tab (the image plugin's tensor: width,
+    height, then the encoded image)."""
+    if recording():
+        metadata = image_metadata.create_summary_metadata(display_name=None,
+                                                          description=description)
+        tensor(tag, np.array([str(width).encode(), str(height).encode(), png_bytes],
+                             dtype=object), step, metadata)
+
+
+def png(pixels: np.ndarray) -> bytes:
+    """uint8 pixels (height, width[, 1 or 3 channels]) as PNG bytes."""
+    from PIL import Image  # only runs that show images pay for its import
+
+    pixels = np.asarray(pixels, np.uint8)
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def tensor(tag: str, values: np.ndarray, step: int,
+           metadata: summary_pb2.SummaryMetadata) -> None:
+    """A tensor summary for the plugin that `metadata` names (the PR curve's, the image's)."""
+    if recording():
+        summary = summary_pb2.Summary()
+        summary.value.add(tag=tag, metadata=metadata,
+                          tensor=tensor_util.make_tensor_proto(values))
+        _write(summary, step)
+
+
+def hparams(values: Mapping[str, str | int | float | bool]) -> None:
+    """This run as one session of the HParams tab, with these hyperparameter values (step 0,
+    as `tensorboard.plugins.hparams.api.hparams`)."""
+    if recording():
+        _write(hparams_summary.hparams_pb(dict(values)), 0)
