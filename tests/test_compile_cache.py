@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -121,20 +122,20 @@ def test_the_cache_is_bounded_in_age_and_size_whatever_made_its_entries(cache, m
 
 def test_the_check_runs_beside_the_import_and_is_done_before_anything_is_sealed(
         cache, monkeypatch):
-    checking = []
+    release, checked = threading.Event(), []
 
-    def slow_check(entry):
-        checking.append(entry)
-        time.sleep(0.3)
+    def held_check(entry):  # the check of an entry, held until the test lets it finish
+        release.wait(timeout=30)
+        checked.append(entry)
         return True
 
-    monkeypatch.setattr(compile_cache, "_is_sealed", slow_check)
+    monkeypatch.setattr(compile_cache, "_is_sealed", held_check)
     _entry(cache, "step")
-    started = time.perf_counter()
-    compile_cache.enable()
-    assert time.perf_counter() - started < 0.25  # enable() returned while the check went on
+    compile_cache.enable()  # returns while the check still waits: it runs in its own thread
+    assert compile_cache._tidying.is_alive() and not checked
+    threading.Timer(0.2, release.set).start()
     compile_cache.seal()  # what the first compiled call does: after the check, never during it
-    assert checking and compile_cache._tidying is None
+    assert checked and compile_cache._tidying is None
 
 
 def test_seal_writes_one_digest_per_new_entry_and_nothing_before_enable(cache):
