@@ -318,9 +318,9 @@ def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
     # A fresh directory swapped in, so a rerun shows one set of images rather than two.
     with atomic_directory(directory) as staging, tensorboard_events.recording_to(staging):
         for name, png in images.items():
-            # matplotlib's alpha is opaque: the figure shown as RGB, as its PNG looks.
-            pixels = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
-            tensorboard_events.image(name, pixels, step=0, description=DESCRIPTION[name])
+            width, height = Image.open(io.BytesIO(png)).size  # the header only
+            tensorboard_events.encoded_image(name, png, width, height, step=0,
+                                             description=DESCRIPTION[name])
 
 
 def compare(sweep_dir, out=None, tensorboard: bool = True) -> tuple[str, list[Path]]:
