@@ -32,6 +32,9 @@ def test_protocol_a_on_bundled_mnist():
                                   np.concatenate([raw["y_train"], raw["y_test"][rest]]))
     np.testing.assert_array_equal(split.query_labels, raw["y_test"][query_ids])
     assert split.feature_conversion == "uint8 / 255" and split.groundtruth is None
+    np.testing.assert_array_equal(split.train, raw["X_train"].astype(np.float32) / 255)
+    # The training set is the database's head, held once in memory.
+    assert split.train.base is split.database and split.train.flags.c_contiguous
 
 
 @needs_shared
@@ -60,6 +63,7 @@ def test_pooled_layout_on_digits():
     split = load_split(_dataset(SHARED_DATA / "sklearn_digits" / "digits.npz", n_queries=200))
     assert len(split.query) == 200 and len(split.database) == 1797 - 200
     assert split.feature_conversion == "uint8 / 255"
+    assert split.train is split.database  # one array, held once
 
 
 def test_validation_split_mirrors_the_test_protocol_inside_the_training_set():
