@@ -117,6 +117,7 @@ def enable() -> Path | None:
     or None where the cache stays off (switched off, the user's own directory, no writable
     cache directory, TensorFlow already imported)."""
     global _enabled, _tidying
+    finish_tidying()  # an earlier call's check, if any, before another lists the entries
     flags = _without_ours(os.environ.get("TF_XLA_FLAGS", ""))
     base = user_cache_dir()
     if (os.environ.get("SGH_COMPILE_CACHE", "").lower() in ("off", "0", "false")

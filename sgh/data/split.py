@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from sgh.data.aligned import aligned_empty, aligned_rows
+
 
 @dataclass(frozen=True)
 class RetrievalSplit:
@@ -76,12 +78,14 @@ def labelled_split(name, x_train, y_train, x_test, y_test, query_selection, n_qu
         ids = random_query_ids(len(x_test), n_queries)
         rule = f"protocol A: {len(ids)} test queries = rng(0).permutation(n_test)[:{len(ids)}]"
     query_ids, rest = _queries_and_rest(len(x_test), ids)
-    database = np.concatenate([x_train, x_test[rest]])
+    database = np.concatenate([x_train, x_test[rest]],
+                              out=aligned_empty((len(x_train) + len(rest), x_train.shape[1]),
+                                                x_train.dtype))
     return RetrievalSplit(
         name=name,
         protocol=rule + "; database = train + remaining test; training set = train",
-        # The database's head, not a second copy of it (MNIST: 188 MB less); no stage writes
-        # into a split's arrays.
+        # The database's head, not a second copy of it (MNIST: 188 MB less), and aligned for
+        # training to adopt as it is (sgh.data.aligned); no stage writes into a split's arrays.
         train=database[:len(x_train)],
         database=database,
         query=x_test[query_ids],
@@ -95,7 +99,7 @@ def labelled_split(name, x_train, y_train, x_test, y_test, query_selection, n_qu
 def pooled_split(name, x, y, n_queries, conversion,
                  similarity: str = "euclidean") -> RetrievalSplit:
     query_ids, rest = _queries_and_rest(len(x), random_query_ids(len(x), n_queries))
-    database = x[rest]  # one copy, which is also the training set
+    database = aligned_rows(x, rest)  # one copy, which is also the training set
     return RetrievalSplit(
         name=name,
         protocol=(f"pooled: {len(query_ids)} queries = rng(0).permutation(n)[:{len(query_ids)}]; "
@@ -144,7 +148,7 @@ def validation_split(split: RetrievalSplit, n_queries: int) -> RetrievalSplit:
                   f"rng(1).permutation(n_train)[:n_train // 6]; {len(query_ids)} queries = the "
                   "first of them; database = the other training items, then the remaining "
                   "held-out items in order; training set = the other training items"),
-        train=train[kept], database=train[database_ids], query=train[query_ids],
+        train=aligned_rows(train, kept), database=train[database_ids], query=train[query_ids],
         database_labels=None if labels is None else labels[database_ids],
         query_labels=None if labels is None else labels[query_ids],
         groundtruth=None,

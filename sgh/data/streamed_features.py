@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgh.data.aligned import aligned_rows
 from sgh.data.mapped_rows import mapped_rows
 from sgh.data.similarity import unit_normalised
 from sgh.data.vector_files import (
@@ -198,7 +199,7 @@ def without_rows(features: Features, rows: np.ndarray) -> Features:
     if isinstance(features, StreamedFeatures):
         return features.without(rows)
     kept = np.setdiff1d(np.arange(len(features)), rows)
-    return features[kept]
+    return aligned_rows(features, kept)  # the training items: adopted by training as they are
 
 
 def choose_streaming(setting: str, files: list[VectorFile]) -> bool:

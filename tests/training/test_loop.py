@@ -101,3 +101,31 @@ def test_a_diverging_loss_stops_with_the_step_and_the_last_finite_loss():
     trainer.config.steps = 100
     with pytest.raises(TrainingDiverged, match=r"between steps 11 and 20; last finite loss "):
         trainer.fit()
+
+
+def test_an_aligned_training_set_is_adopted_not_copied_and_trains_to_the_same_weights():
+    from sgh.data.aligned import aligned_empty, is_aligned
+
+    adopted = aligned_empty(X.shape)
+    adopted[...] = X
+    copied = aligned_empty((X.size + 1,))[1:].reshape(X.shape)  # 4 bytes off the boundary
+    copied[...] = X
+    assert is_aligned(adopted) and not is_aligned(copied) and copied.flags.c_contiguous
+    config = TrainerConfig(steps=20, batch_size=32, steps_per_call=10, strategy="one_device",
+                           jit_compile=False)
+    trainers = {}
+    for name, x in (("adopted", adopted), ("copied", copied)):
+        model = SGH.from_training_data(ModelConfig(bits=8), x, seed=0)
+        trainers[name] = Trainer(model, x, config)
+    # The adopted set is the array's own memory (no second copy of the training set); the
+    # copied one is TensorFlow's.
+    original, changed = X[0, 0], X[0, 0] + np.float32(1)
+    adopted[0, 0] = copied[0, 0] = changed
+    assert trainers["adopted"].data[0, 0].numpy() == changed
+    assert trainers["copied"].data[0, 0].numpy() == original
+    adopted[0, 0], copied[0, 0] = original, original
+    for trainer in trainers.values():
+        trainer.fit()
+    for a, b in zip(_weights(trainers["adopted"]).values(),
+                    _weights(trainers["copied"]).values(), strict=True):
+        np.testing.assert_array_equal(a, b)
