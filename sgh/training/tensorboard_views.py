@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
+from scipy.special import expit  # sigmoid without overflow warnings for a saturated encoder
 from tensorboard.plugins.pr_curve import metadata as pr_curve_metadata
 
 from sgh.artifacts import tensorboard_events as events
@@ -116,7 +117,7 @@ def write_encoder_histograms(model: SGH, x_sample: np.ndarray, step: int) -> Non
     logits = np.asarray(model.logits(np.asarray(x_sample, np.float32)), np.float64)
     events.histogram("encoder/logits", logits, step=step,
                      description="z = ((x - mean) / scale) W + b over the sample, all bits")
-    events.histogram("encoder/probabilities", 1.0 / (1.0 + np.exp(-logits)), step=step,
+    events.histogram("encoder/probabilities", expit(logits), step=step,
                      description="p = sigmoid(z): probability that each bit is 1")
 
 
