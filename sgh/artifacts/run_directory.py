@@ -233,14 +233,14 @@ class RunDirectory:
                            best: bool = False) -> tf.train.CheckpointManager:
         """The run's training checkpoints (the last `CHECKPOINTS_KEPT`), or with `best` the
         one-slot checkpoint of the best validated weights."""
-        import tensorflow as tf  # noqa: F811  (the runtime import of the type-checking name)
+        from sgh.artifacts.checkpoint_manager import StateFirstCheckpointManager
 
         directory = self.best_checkpoints if best else self.checkpoints
         kept = 1 if best else CHECKPOINTS_KEPT
         _rebuild_unreadable_state(directory, kept)
-        return tf.train.CheckpointManager(checkpoint, str(directory),
-                                          max_to_keep=kept,
-                                          checkpoint_name=CHECKPOINT_PREFIX)
+        # Its state file never names a deleted checkpoint, whenever the process is killed.
+        return StateFirstCheckpointManager(checkpoint, str(directory), max_to_keep=kept,
+                                           checkpoint_name=CHECKPOINT_PREFIX)
 
     def resume_checkpoint(self, checkpoints: tf.train.CheckpointManager) -> str | None:
         """The newest of the kept checkpoints that reads back whole; None when there is none.

@@ -1,0 +1,45 @@
+"""Training checkpoints whose state file never names a checkpoint that is gone.
+
+TensorFlow's `CheckpointManager.save` writes the new checkpoint, then the state file (listing the
+new checkpoint and the old ones), then deletes the checkpoints beyond `max_to_keep`, then writes
+the state file again without them. A process killed while it deletes leaves a state file that
+names files no longer there. `StateFirstCheckpointManager` only forgets them there, and deletes
+their files once the second write has left them out: a kill at any moment leaves a state file
+whose every checkpoint is whole (at worst, files of a superseded one that no state names).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import tensorflow as tf
+
+
+class StateFirstCheckpointManager(tf.train.CheckpointManager):
+    """`tf.train.CheckpointManager` whose superseded checkpoints are deleted after, not before,
+    the state file stops naming them (`keep_checkpoint_every_n_hours` is not supported)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._superseded: list[str] = []
+
+    def _sweep(self) -> None:  # called by save() between its two writes of the state file
+        while self._max_to_keep and len(self._maybe_delete) > self._max_to_keep:
+            prefix, _ = self._maybe_delete.popitem(last=False)
+            self._superseded.append(prefix)
+
+    def save(self, *args, **kwargs):
+        path = super().save(*args, **kwargs)
+        while self._superseded:
+            self._delete_files(self._superseded.pop(0))
+        return path
+
+    @staticmethod
+    def _delete_files(prefix: str) -> None:
+        for name in [*glob.glob(f"{glob.escape(prefix)}.index"),
+                     *glob.glob(f"{glob.escape(prefix)}.data-?????-of-?????")]:
+            try:
+                os.remove(name)
+            except FileNotFoundError:
+                pass
