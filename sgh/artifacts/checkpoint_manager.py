@@ -10,10 +10,11 @@ whose every checkpoint is whole (at worst, files of a superseded one that no sta
 
 from __future__ import annotations
 
-import glob
-import os
+from pathlib import Path
 
 import tensorflow as tf
+
+from sgh.artifacts.run_directory import checkpoint_files
 
 
 class StateFirstCheckpointManager(tf.train.CheckpointManager):
@@ -37,9 +38,5 @@ class StateFirstCheckpointManager(tf.train.CheckpointManager):
 
     @staticmethod
     def _delete_files(prefix: str) -> None:
-        for name in [*glob.glob(f"{glob.escape(prefix)}.index"),
-                     *glob.glob(f"{glob.escape(prefix)}.data-?????-of-?????")]:
-            try:
-                os.remove(name)
-            except FileNotFoundError:
-                pass
+        for path in checkpoint_files(Path(prefix)):
+            path.unlink(missing_ok=True)

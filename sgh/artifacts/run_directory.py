@@ -281,7 +281,7 @@ class RunDirectory:
         damaged = []
         for directory in (self.best_checkpoints, self.checkpoints):
             prefix = directory / f"{CHECKPOINT_PREFIX}-{step}"
-            if not _checkpoint_files(prefix):
+            if not checkpoint_files(prefix):
                 continue
             problem = checkpoint_damage(prefix)
             if problem is None:
@@ -310,7 +310,7 @@ class RunDirectory:
         return self.weights_of_step(step)
 
 
-def _checkpoint_files(prefix: Path) -> list[Path]:
+def checkpoint_files(prefix: Path) -> list[Path]:
     """The files of the checkpoint `prefix` (`<prefix>.index`, `<prefix>.data-*`) on disk."""
     return sorted(prefix.parent.glob(f"{prefix.name}.*")) if prefix.parent.is_dir() else []
 
