@@ -313,14 +313,10 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
 
 def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
     """The figures as image summaries (step 0), replacing any earlier tensorboard_compare/."""
-    from PIL import Image
-
     # A fresh directory swapped in, so a rerun shows one set of images rather than two.
     with atomic_directory(directory) as staging, tensorboard_events.recording_to(staging):
         for name, png in images.items():
-            width, height = Image.open(io.BytesIO(png)).size  # the header only
-            tensorboard_events.encoded_image(name, png, width, height, step=0,
-                                             description=DESCRIPTION[name])
+            tensorboard_events.encoded_image(name, png, step=0, description=DESCRIPTION[name])
 
 
 def compare(sweep_dir, out=None, tensorboard: bool = True) -> tuple[str, list[Path]]:

@@ -290,7 +290,8 @@ def write_hparams(config) -> None:
     :func:`write_run_summary`), the last ``loss/*``, ``train/ms_per_step``,
     ``code_health/*``. A declared metric list would instead be taken from one arbitrary run.
     """
-    events.hparams(flatten_config(config))
+    if events.recording():
+        events.hparams(flatten_config(config))
 
 
 # ---- gradient norms ---------------------------------------------------------------------------
