@@ -8,10 +8,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-slow lint bench clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins the tested dependency set (docs/development.md); pyproject.toml's lower
+# bounds are what a user's `pip install .` resolves against.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -23,6 +23,7 @@ one number per database item (``||h B||^2``, stored with the codes). The forms:
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +55,8 @@ class AsymmetricScore:
         code_templates: ``B``, ``(bits, dim_b)`` float32, or None (no per-item term).
         form: one line saying which form this is (goes into results files).
         unit: the score is stored divided by this positive constant (1 unless the features'
-            scale would overflow float32: then the largest term), which changes no ranking;
+            scale would overflow float32: then the power of 4 just above the largest term),
+            which changes no ranking;
             ``D * unit`` is the score in input units.
     """
 
@@ -153,8 +155,9 @@ def make_score(bits: int, query_projection, query_offset, code_templates, form: 
                where: str = "the asymmetric score", rescale: bool = True) -> AsymmetricScore:
     """An `AsymmetricScore` with its shapes checked (ValueError naming ``where``).
 
-    With ``rescale``, terms too large for float32 (features of scale >~1e9) are divided by
-    their largest magnitude first (in float64), which no ranking notices (`AsymmetricScore.unit`).
+    With ``rescale``, terms too large for float32 (features of scale >~1e9) are divided first (in
+    float64) by the power of 4 just above their largest magnitude, which no ranking notices
+    (`AsymmetricScore.unit`).
     """
     unit = 1.0
     if rescale:
@@ -164,7 +167,11 @@ def make_score(bits: int, query_projection, query_offset, code_templates, form: 
             largest = max(largest, float(np.square(np.asarray(code_templates, np.float64))
                                          .sum(axis=1).max(initial=0.0)))
         if np.isfinite(largest) and largest > _LARGEST_PLAIN_TERM:
-            unit = largest
+            # A power of 4 (so that its square root, which divides B, is a power of 2): dividing
+            # by it is exact, so features scaled by a power of two get the same float32 score,
+            # bit for bit, and the same ranking.
+            _, exponent = math.frexp(largest)
+            unit = math.ldexp(1.0, exponent + exponent % 2)
             query_projection = np.asarray(query_projection, np.float64) / unit
             query_offset = offset64 / unit
             if code_templates is not None:
