@@ -22,7 +22,12 @@ from sgh.methods import BASELINE_NAMES, METHODS
 OPTIMIZABLE_PREFIX = "best_validation_"
 # Rankings and rescoring rules of evaluation (sgh/search/rankings.py, sgh/search/two_stage.py).
 RANKINGS = ("hamming", "asymmetric", "rerank")
-RESCORE_RULES = ("decoder", "exact")
+RESCORE_RULES = ("score", "exact")
+SHORTLIST_STAGES = ("hamming", "encoder")
+# The kinds of asymmetric score (sgh/search/asymmetric.py), in the order tables list them, and
+# eval.score: a kind, or auto (the validation split's choice, sgh/training/score_selection.py).
+SCORE_KINDS = ("encoder", "decoder", "joint")
+SCORE_SETTINGS = ("auto", *SCORE_KINDS)
 # Beyond 1024 bits a code is no longer "compact", and the linear encoder's memory grows with it.
 MAX_BITS = 1024
 MAX_SEED = 2**32 - 1
@@ -147,7 +152,8 @@ class ValidationConfig:
     every: int = 1000  # steps between validation points; 0 = no validation (final = last step)
     queries: int = 1000  # training items held out as queries (at most a tenth of them)
     database: int = 10000  # training items (a fixed sample) the queries are ranked against
-    # recall: Recall K@100 vs exact Euclidean K-NN (the paper's task) | map: mAP@all (labels)
+    # recall: Recall K@100 vs exact Euclidean K-NN (the paper's task) | encoder_recall: the same
+    # for the encoder score's ranking (codes searched asymmetrically) | map: mAP@all (labels)
     metric: str = "recall"
     patience: int = 0  # stop after this many validation points without improvement; 0 = never
 
@@ -161,15 +167,20 @@ class EvalConfig:
     map_k_denominator: str = "retrieved"
     radius: int = 2  # hash lookup within this Hamming radius (inclusive)
     # How the database is ranked for every metric above (sgh/search/rankings.py):
-    # hamming: by Hamming distance (tie-aware) | asymmetric: by the method's asymmetric score of
-    # the query's features against each code (SGH's decoder, a baseline's projection) |
-    # rerank: a Hamming shortlist rescored (eval.rescore), then the rest in Hamming order.
+    # hamming: by Hamming distance (tie-aware) | asymmetric: by the method's score (eval.score)
+    # of the query's features against each code | rerank: a shortlist (eval.shortlist_by)
+    # rescored (eval.rescore), then the rest in the shortlist's order.
     ranking: str = "hamming"
-    shortlist: int = 1000  # rerank: the Hamming top S that is rescored...
-    shortlist_radius: int | None = None  # ...or, if set, every item within this radius
-    # rerank: decoder (the asymmetric score; no original vectors) | exact (distances on the
-    # original vectors, read by id)
-    rescore: str = "decoder"
+    # The score of a query against a code (sgh/search/asymmetric.py): auto (the one the
+    # validation split favours, sgh/training/score_selection.py) | encoder (-log q(h|x); a
+    # baseline's projection) | decoder (the reconstruction distance) | joint (both likelihoods)
+    score: str = "auto"
+    shortlist_by: str = "hamming"  # rerank's first stage: hamming | encoder (its score's scan)
+    shortlist: int = 1000  # rerank: the top S that is rescored...
+    shortlist_radius: int | None = None  # ...or, if set, every item within this Hamming radius
+    # rerank: score (eval.score; no original vectors) | exact (distances on the original
+    # vectors, read by id)
+    rescore: str = "score"
 
 
 @dataclass
@@ -239,7 +250,7 @@ CHOICES = {
     "dataset.streaming": ("auto", "always", "never"),
     "dataset.stream_reader": ("mmap", "pread"),
     "dataset.similarity": ("auto", "euclidean", "angular", "inner_product"),
-    "validation.metric": ("recall", "map"),
+    "validation.metric": ("recall", "encoder_recall", "map"),
 }
 
 
@@ -345,10 +356,18 @@ def validate_eval(config: EvalConfig) -> EvalConfig:
                              "known; accepted: retrieved, min_rk, r")
     if not config.recall_n:
         raise UserInputError("eval.recall_n is empty; accepted: a list of cut-offs N >= 1")
-    for key, accepted in (("ranking", RANKINGS), ("rescore", RESCORE_RULES)):
+    if config.rescore == "decoder":  # the name before eval.score chose among scores
+        raise UserInputError("eval.rescore=decoder is now eval.rescore=score with "
+                             "eval.score=decoder (or eval.score=auto: the validated choice)")
+    for key, accepted in (("ranking", RANKINGS), ("rescore", RESCORE_RULES),
+                          ("score", SCORE_SETTINGS), ("shortlist_by", SHORTLIST_STAGES)):
         if getattr(config, key) not in accepted:
             raise UserInputError(f"eval.{key}={getattr(config, key)!r} is not known; accepted: "
                                  f"{', '.join(accepted)}")
+    if config.shortlist_by == "encoder" and config.shortlist_radius is not None:
+        raise UserInputError(f"eval.shortlist_radius={config.shortlist_radius} is a Hamming "
+                             "radius, and eval.shortlist_by=encoder ranks by score; accepted: "
+                             "eval.shortlist_by=hamming with a radius, or eval.shortlist=S")
     _check_range("eval.shortlist", config.shortlist, 1)
     if config.shortlist_radius is not None:
         _check_range("eval.shortlist_radius", config.shortlist_radius, 0, MAX_BITS)

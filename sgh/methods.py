@@ -24,13 +24,11 @@ class EncodedSplit:
     database: np.ndarray  # (n_database, ceil(bits / 8)) packed uint8
     query: np.ndarray  # (n_query, ceil(bits / 8)) packed uint8
     fields: dict = field(default_factory=dict)  # method-specific keys of metrics.json
-    # The method's asymmetric score (sgh.search.asymmetric.AsymmetricScore) for asymmetric and
-    # rescored rankings, or None with the reason in `without_asymmetric`.
-    asymmetric: object | None = None
-    without_asymmetric: str = ""
-    # A method whose score has no per-bit form (SGH's mlp decoder) may still rescore a Hamming
-    # shortlist: an object with `rescore(queries, candidates)` (sgh.model.decoded_rescoring).
-    shortlist_rescorer: object | None = None
+    # The method's asymmetric scores and the validated choice among them
+    # (sgh.search.score_set.ScoreSet) for asymmetric and rescored rankings, or None with the
+    # reason in `without_scores`.
+    scores: object | None = None
+    without_scores: str = ""
 
 
 @dataclass(frozen=True)

@@ -89,12 +89,11 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
     encoded = _fit(config, split, run_directory, strategy)
     groundtruth, groundtruth_source = split_ground_truth(
         split, config.eval.recall_k, getattr(config.dataset, "path", None))
-    if encoded.asymmetric is not None:  # for sgh-eval run=DIR eval.ranking=...
-        run_directory.write_asymmetric_score(encoded.asymmetric)
+    if encoded.scores is not None:  # for sgh-eval run=DIR eval.ranking=...
+        run_directory.write_asymmetric_score(encoded.scores)
     ranking = evaluation_ranking(config.eval, encoded.database, encoded.query, config.model.bits,
-                                 encoded.asymmetric, split.query, split.database,
-                                 split.similarity, encoded.without_asymmetric,
-                                 encoded.shortlist_rescorer)
+                                 encoded.scores, split.query, split.database,
+                                 split.similarity, encoded.without_scores)
     metrics = {
         "dataset": split.name,
         "method": config.model.name,
@@ -159,29 +158,40 @@ def _check_settings_against_data(config: Config, split: RetrievalSplit) -> None:
 
 
 def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
-    """Before training: asymmetric and decoder-rescored rankings need an asymmetric score."""
-    needs_score = config.eval.ranking == "asymmetric" or (
-        config.eval.ranking == "rerank" and config.eval.rescore == "decoder")
+    """Before training: asymmetric and score-rescored rankings need the scores they name."""
+    evaluation = config.eval
+    scan = evaluation.ranking == "asymmetric"
+    rerank = evaluation.ranking == "rerank"
+    needs_score = scan or (rerank and (evaluation.rescore == "score"
+                                       or evaluation.shortlist_by == "encoder"))
     if not needs_score:
         return
+    setting = (f"eval.ranking={evaluation.ranking} (eval.score={evaluation.score}, eval.rescore="
+               f"{evaluation.rescore}, eval.shortlist_by={evaluation.shortlist_by})")
+    named = evaluation.score if scan or evaluation.rescore == "score" else "auto"
     if METHODS[config.model.name].is_trained:
         # An mlp decoder rescores a shortlist by decoding it, but has no per-bit tables for a
         # scan of the whole database.
-        reason = (None if config.model.decoder == "linear" or config.eval.ranking == "rerank"
-                  else f"{ASYMMETRIC_NEEDS_LINEAR_DECODER} (eval.ranking=rerank decodes the "
-                       "shortlist instead)")
+        reason = (None if config.model.decoder == "linear" or not scan
+                  or named in ("auto", "encoder")
+                  else f"{ASYMMETRIC_NEEDS_LINEAR_DECODER} (eval.score=encoder scans, and "
+                       "eval.ranking=rerank decodes a shortlist for the decoder and joint scores)")
     else:
         from sgh.baselines.fitting import estimator_class
         from sgh.hasher import BinaryHasher
 
         estimator = estimator_class(config.model.name)
-        reason = (estimator.without_asymmetric
-                  if estimator.asymmetric_score is BinaryHasher.asymmetric_score else None)
+        if estimator.asymmetric_score is BinaryHasher.asymmetric_score:
+            reason = estimator.without_asymmetric
+        elif named not in ("auto", "encoder"):
+            reason = ("its one score is its projection's, an encoder score; accepted: "
+                      "eval.score=auto or encoder")
+        else:
+            reason = None
     if reason is not None:
-        raise UserInputError(f"eval.ranking={config.eval.ranking} (eval.rescore="
-                             f"{config.eval.rescore}) needs an asymmetric score, and "
-                             f"model={config.model.name}: {reason}; accepted: eval.ranking="
-                             "hamming, or eval.ranking=rerank eval.rescore=exact")
+        raise UserInputError(f"{setting} needs a score, and model={config.model.name}: {reason}; "
+                             "accepted: eval.ranking=hamming, or eval.ranking=rerank "
+                             "eval.rescore=exact")
 
 
 def _comparable(values: dict) -> dict:

@@ -208,19 +208,30 @@ def test_a_deep_model_runs_resumes_and_exports_through_the_pipeline(tmp_path, ca
 
 @pytest.mark.slow
 def test_a_deep_model_rescores_its_shortlist_by_decoding_it(tmp_path):
-    # No per-bit tables, but the shortlist is rescored by decoding it, in sgh-train and sgh-eval
-    # alike.
+    # No per-bit tables for the decoder, but the shortlist is rescored through it, in sgh-train
+    # and sgh-eval alike (which reads the decoder from asymmetric.npz: no TensorFlow there).
     from sgh.cli.evaluate import evaluate_codes
     from sgh.config import EvalCommandConfig, EvalConfig
 
-    rescored = run(_config(*DEEP, "eval.ranking=rerank", "eval.shortlist=40"), tmp_path)
-    assert not (tmp_path / "asymmetric.npz").exists()
-    assert rescored["ranking"].startswith("rerank: shortlist = Hamming top 40 (ties by id), "
-                                          "rescored by the decoder (mlp)")
-    again = evaluate_codes(EvalCommandConfig(run=str(tmp_path), eval=EvalConfig(
-        ranking="rerank", shortlist=40)))
-    for key in ("map", "recall10@100", "recall10@10"):
-        assert again[key] == rescored[key], key
+    for by, score, first in (("hamming", "decoder", "Hamming top 40"),
+                             ("encoder", "joint", "the top 40 by the encoder likelihood")):
+        settings = {"ranking": "rerank", "shortlist": 40, "shortlist_by": by, "score": score}
+        rescored = run(_config(*DEEP, *(f"eval.{key}={value}" for key, value in
+                                        settings.items())), tmp_path / by)
+        assert rescored["ranking"].startswith(f"rerank: shortlist = {first}")
+        assert f"rescored by the {score} likelihood" in rescored["ranking"] if score == "joint" \
+            else "rescored by the decoder (mlp)" in rescored["ranking"]
+        again = evaluate_codes(EvalCommandConfig(run=str(tmp_path / by),
+                                                 eval=EvalConfig(**settings)))
+        for key in ("map", "recall10@100", "recall10@10"):
+            assert again[key] == rescored[key], key
+    # The scan of the whole database takes the encoder, which the validation chose for it.
+    scanned = evaluate_codes(EvalCommandConfig(run=str(tmp_path / by),
+                                               eval=EvalConfig(ranking="asymmetric")))
+    assert scanned["ranking"].startswith("asymmetric: encoder likelihood")
+    assert rescored["score_for_scan"] == "encoder"
+    assert set(rescored["validation_recall10@100_by_score"]) >= {
+        "encoder", "decoder (decoded)", "joint (decoded)"}
 
 
 def test_a_run_from_before_new_settings_existed_still_resumes(tmp_path, caplog):
@@ -249,13 +260,14 @@ def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_r
     assert hamming["ranking"].startswith("hamming") and hamming["similarity"] == "euclidean"
     assert (run_dir / "asymmetric.npz").is_file()
     trained = run(_config("model=itq", "eval.ranking=asymmetric"), tmp_path / "itq")
-    for directory, method in ((run_dir, "decoder, reconstruction"), (tmp_path / "itq", "ITQ")):
-        asymmetric = evaluate_codes(EvalCommandConfig(run=str(directory),
-                                                      eval=EvalConfig(ranking="asymmetric")))
+    for directory, method, score in ((run_dir, "decoder, reconstruction", "decoder"),
+                                     (tmp_path / "itq", "ITQ", "auto")):
+        asymmetric = evaluate_codes(EvalCommandConfig(run=str(directory), eval=EvalConfig(
+            ranking="asymmetric", score=score)))
         assert asymmetric["ranking"].startswith(f"asymmetric: {method}")
         assert "map_stable" not in asymmetric and "lookup_precision@r2" not in asymmetric
         everything = evaluate_codes(EvalCommandConfig(run=str(directory), eval=EvalConfig(
-            ranking="rerank", shortlist=100_000)))  # the whole database, rescored
+            ranking="rerank", shortlist=100_000, score=score)))  # the whole database, rescored
         for key in ("map", "map@100", "recall10@100"):
             assert everything[key] == pytest.approx(asymmetric[key], abs=1e-12), key
         exact = evaluate_codes(EvalCommandConfig(run=str(directory), eval=EvalConfig(
@@ -273,8 +285,10 @@ def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_r
 @pytest.mark.parametrize("overrides, reason", [
     (["model=sh", "eval.ranking=asymmetric"], "model=sh: its bits are not signs of linear"),
     (["model=sph", "eval.ranking=rerank"], "model=sph: its bits are not signs"),
-    (["model.decoder=mlp", "model.encoder=mlp", "eval.ranking=asymmetric"],
-     "model.decoder=mlp has no per-bit form"),
+    (["model.decoder=mlp", "model.encoder=mlp", "eval.ranking=asymmetric",
+      "eval.score=decoder"], "model.decoder=mlp has no per-bit form"),
+    (["model=itq", "eval.ranking=asymmetric", "eval.score=joint"],
+     "model=itq: its one score is its projection's"),
 ])
 def test_a_ranking_the_method_cannot_give_is_refused_before_training(tmp_path, overrides,
                                                                     reason):

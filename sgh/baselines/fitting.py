@@ -19,6 +19,7 @@ from sgh.config import Config
 from sgh.data import RetrievalSplit
 from sgh.data.streamed_features import StreamedFeatures, iter_chunks
 from sgh.methods import METHODS, EncodedSplit
+from sgh.search.score_set import ScoreSet
 
 
 def estimator_class(name: str) -> type:
@@ -40,13 +41,17 @@ def fit_baseline(config: Config, split: RetrievalSplit) -> EncodedSplit:
     database = np.concatenate([pack_bits(estimator.transform(rows))
                                for _, rows in iter_chunks(split.database)])
     try:
-        asymmetric, without_asymmetric = estimator.asymmetric_score(), ""
+        # A projection's score is its encoder's: the one kind, so nothing to choose.
+        score = estimator.asymmetric_score()
+        scores, without_scores = ScoreSet(
+            {"encoder": score}, "encoder", "encoder",
+            selection=f"model={config.model.name} has one score, its projection's"), ""
     except ValueError as reason:  # SH, SpH: no per-bit form
-        asymmetric, without_asymmetric = None, str(reason)
+        scores, without_scores = None, str(reason)
     return EncodedSplit(
         database=database,
         query=pack_bits(estimator.transform(split.query)),
-        asymmetric=asymmetric, without_asymmetric=without_asymmetric,
+        scores=scores, without_scores=without_scores,
         fields={"train_seconds": train_seconds, "estimator_params": {
             key: value for key, value in estimator.get_params().items()
             if isinstance(value, (int, float, str, bool)) or value is None}},

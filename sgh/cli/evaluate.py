@@ -2,7 +2,7 @@
 
 Codes from any method can be scored, as long as the file follows the `codes.npz` contract
 (`sgh.artifacts.codes_file`). The same `sgh.metrics.scoring.score` serves `sgh-train`. No
-TensorFlow here, except to decode a deep SGH run's shortlists (`eval.ranking=rerank`).
+TensorFlow here: a run's scores, a deep decoder's included, are plain arrays (asymmetric.npz).
 `run=DIR eval.ranking=asymmetric|rerank` reads the run's dataset again (its config.yaml) and
 its method's score (asymmetric.npz), so a finished run is re-scored without training.
 """
@@ -26,8 +26,8 @@ from sgh.errors import UserInputError
 from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score
 from sgh.reports.results_table import results_table
-from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.rankings import evaluation_ranking
+from sgh.search.score_set import ScoreSet
 
 register_configs()
 
@@ -94,30 +94,18 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
             raise UserInputError(f"run={run.path}: its dataset now has {len(getattr(split, part))} "
                                  f"{part} items, its codes {len(getattr(codes, part))}; the "
                                  "dataset changed since the run: train again")
-    score, without, rescorer = None, "", None
+    scores, without = None, ""
     model = previous.get("model", {})
     if run.asymmetric_score.is_file():
         try:
-            score = AsymmetricScore.load(run.asymmetric_score)
+            scores = ScoreSet.load(run.asymmetric_score)
         except ValueError as error:
             raise UserInputError(str(error)) from None
     else:
         without = (f"run={run.path} has no {run.asymmetric_score.name} (model="
                    f"{model.get('name')} has none, or the run predates it)")
-        if model.get("decoder") == "mlp" and config.ranking == "rerank" \
-                and config.rescore == "decoder":
-            # The mlp decoder rescores by decoding the shortlist: TensorFlow, only here.
-            from sgh.quiet_tensorflow import import_tensorflow
-
-            import_tensorflow()
-            from sgh.model.decoded_rescoring import DecoderRescorer
-            from sgh.model.export import restore_run_model
-
-            rescorer = DecoderRescorer(restore_run_model(run.path), codes.database,
-                                       split.similarity)
-    ranking = evaluation_ranking(config, codes.database, codes.query, codes.bits, score,
-                                 split.query, split.database, split.similarity, without,
-                                 rescorer)
+    ranking = evaluation_ranking(config, codes.database, codes.query, codes.bits, scores,
+                                 split.query, split.database, split.similarity, without)
     return ranking, split.similarity
 
 

@@ -39,7 +39,8 @@ from sgh.config import ModelConfig
 from sgh.data.feature_statistics import FeatureStatistics, feature_statistics
 from sgh.data.streamed_features import Features
 from sgh.model.layers import DoublySN
-from sgh.search.asymmetric import AsymmetricScore, decoder_score
+from sgh.search.asymmetric import AsymmetricScore, decoder_score, encoder_score
+from sgh.search.decoded import DecoderNetwork
 
 # The stateless RNG of the neuron's noise and the batches: named, not "auto_select", so the
 # stream cannot change under us. XLA still draws from a runtime seed with its own kernel, so a run
@@ -188,18 +189,51 @@ class SGH(tf.Module):
             return self.U * self.scale
         return self.U * tf.abs(self.s)
 
-    def asymmetric_score(self, similarity: str) -> AsymmetricScore | None:
-        """The linear decoder as the asymmetric score of search (`sgh.search.asymmetric`):
-        queries ranked against codes by ``||x - (hT + t)||^2`` (or ``-<x, hT + t>`` for inner
-        product), T = `decoder_templates`, t = the reconstruction of the zero code. None for an
-        mlp decoder, which has no per-bit form (`ASYMMETRIC_NEEDS_LINEAR_DECODER`)."""
-        if self.config.decoder == "mlp":
-            return None
-        if self.config.objective == "paper":
-            offset = self.c * self.scale + self.mean
+    def asymmetric_scores(self, similarity: str) -> dict[str, AsymmetricScore]:
+        """The model's per-bit scores of a query against codes (`sgh.search.asymmetric`), by
+        kind: ``encoder`` (``-log q(h|x)``, any encoder) and, with the linear decoder,
+        ``decoder`` (``||x - (hT + t)||^2``, or ``-<x, hT + t>`` for inner product; T =
+        `decoder_templates`, t = the reconstruction of the zero code). The joint score weighs
+        the two (`joint_score` with `noise_variance`); an mlp decoder has no per-bit form
+        (`ASYMMETRIC_NEEDS_LINEAR_DECODER`)."""
+        scores = {"encoder": self.encoder_score()}
+        if self.config.decoder == "linear":
+            offset = self.c * self.scale + self.mean if self.config.objective == "paper" \
+                else self.m
+            scores["decoder"] = decoder_score(self.decoder_templates().numpy(), offset.numpy(),
+                                              similarity)
+        return scores
+
+    def encoder_score(self) -> AsymmetricScore:
+        """``-log q(h|x)`` of each code, per bit: the encoder's logits against the code."""
+        if self.config.encoder == "mlp":
+            kernels = [kernel.numpy() for kernel in self.encoder.kernels]
+            biases = [bias.numpy() for bias in self.encoder.biases]
         else:
-            offset = self.m
-        return decoder_score(self.decoder_templates().numpy(), offset.numpy(), similarity)
+            kernels, biases = [self.W.numpy()], [self.b.numpy()]
+        return encoder_score(kernels, biases, self.config.encoder_activation, self.mean.numpy(),
+                             float(self.scale.numpy()))
+
+    def decoder_network(self) -> DecoderNetwork | None:
+        """An mlp decoder as NumPy arrays (`sgh.search.decoded`: it rescores shortlists through
+        its last layer's split, without TensorFlow); None for the linear decoder, whose scores
+        are per-bit (`asymmetric_scores`)."""
+        if self.config.decoder != "mlp":
+            return None
+        kernels = [kernel.numpy() for kernel in self.decoder.kernels]
+        biases = [bias.numpy() for bias in self.decoder.biases]
+        return DecoderNetwork(tuple(kernels[:-1]), tuple(biases[:-1]),
+                              self.config.decoder_activation, kernels[-1], biases[-1],
+                              self.mean.numpy().astype(np.float64), float(self.scale.numpy()),
+                              float(np.exp(2.0 * self.log_rho.numpy())))
+
+    def noise_variance(self) -> float:
+        """sigma^2 of the decoder's Gaussian p(x|h) in input units: (rho * scale)^2 for
+        `paper`; 1 for `released`, whose loss is 1/2 ||x - x^||^2."""
+        if self.config.objective == "paper":
+            # In float64: the square of a large feature scale overflows float32.
+            return math.exp(2.0 * float(self.log_rho.numpy())) * float(self.scale.numpy()) ** 2
+        return 1.0
 
     # ---- training -------------------------------------------------------------------------
     def sample_noise(self, batch_size, seed: tf.Tensor) -> tf.Tensor:

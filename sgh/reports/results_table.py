@@ -78,6 +78,13 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
         metric = metrics["validation_metric"]
         rows.append((f"codes from step (best validation {metric})",
                      f"{metrics['best_step']} ({metrics[f'best_validation_{metric}']:.4f})"))
+    by_score = metrics.get(f"validation_recall{k}@100_by_score")
+    if by_score:
+        shown = {name: value for name, value in by_score.items() if not name.startswith("joint ")}
+        rows.append((f"score for a scan / rescoring (validation Recall{k}@100)",
+                     f"{metrics['score_for_scan']} / {metrics['score_for_rescoring']} ("
+                     + ", ".join(f"{name} {value:.4f}" for name, value in shown.items())
+                     + f"; joint weight {metrics['joint_weight']:g})"))
     width = max(len(label) for label, _ in rows)
     lines = [f"  {label:<{width}}  {value}".rstrip() for label, value in rows]
     rule = "  " + "-" * (width + 12)

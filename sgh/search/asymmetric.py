@@ -1,52 +1,116 @@
 """Asymmetric scores: a real-valued query against a binary database code, one form for all methods.
 
 Hamming ranking throws away the query's magnitudes: every bit counts 1. A method whose code has a
-linear meaning keeps them. For all of ours the score of code ``h`` (0/1, ``bits``) against query
+per-bit meaning keeps them. For all of ours the score of code ``h`` (0/1, ``bits``) against query
 ``x`` (in the input feature space) is, up to a per-query constant that no ranking depends on,
 
-    score(x, h) = sum_k h_k * w_k(x) + ||h B||^2,      w(x) = x A + a      (smaller = nearer)
+    score(x, h) = sum_k h_k * w_k(x) + ||h B||^2,   w(x) = x A + a [+ phi(x) C]   (smaller: nearer)
 
 so that it splits into one term per bit (a lookup table per code byte, built once per query) and
-one number per database item (``||h B||^2``, stored with the codes). The forms:
+one number per database item (``||h B||^2``, stored with the codes). ``phi`` is an mlp encoder's
+hidden layers (`QueryNetwork`): the weights may be any function of the query, only the code
+enters linearly. The kinds (`AsymmetricScore.kind`):
 
-* **SGH's linear decoder** reconstructs ``x^ = h T + t`` in input units (``T`` the decoder's
-  templates, ``t`` its offset). Euclidean and angular: ``||x - x^||^2 = ||x - t||^2
+* **encoder**: how likely the query's own encoder is to emit the code. SGH's encoder gives
+  ``q(h|x) = prod_k sigmoid(z_k)^h_k (1 - sigmoid(z_k))^(1 - h_k)`` for its logits ``z(x)``, so
+  ``-log q(h|x) = -<z(x), h> + sum_k log(1 + e^z_k)``: ``w(x) = -z(x)`` (linear or mlp encoder;
+  no ``B``). A projection hasher (ITQ, PCAH, LSH: bits = ``(x - mean) P >= 0``) has the same
+  form with the projection ``v = (x - mean) P`` as its logits, scored against the code's signs
+  ``b = 2h - 1``: ``-<v, b> = -2 <v, h> + sum(v)``, ITQ's asymmetric distance of Gong et al.
+  (TPAMI 2013) and Gordo et al. (TPAMI 2014).
+* **decoder**: SGH's linear decoder reconstructs ``x^ = h T + t`` in input units (``T`` the
+  decoder's templates, ``t`` its offset). Euclidean and angular: ``||x - x^||^2 = ||x - t||^2
   - 2 <x - t, h T> + ||h T||^2``, so ``A = -2 T^T``, ``a = 2 T t``, ``B = T``. Inner product
   (MIPS, the paper's supplement): ``-<x, x^>``, so ``A = -T^T``, ``a = 0``, no ``B``.
-* **ITQ, PCAH, LSH** (projection forms): the query's projection ``v = (x - mean) P`` against the
-  code's signs ``b = 2h - 1``: ``-<v, b> = -2 <v, h> + sum(v)``, so ``A = -2 P``,
-  ``a = 2 mean P``, no ``B`` (equivalently ``||v - b||^2``, as ``||b||^2 = bits``). ITQ's
-  asymmetric distance of Gong et al. (TPAMI 2013) and of Gordo et al. (TPAMI 2014).
-* SH and SpH have no such form (their bits are thresholds of non-linear functions), nor has an mlp
-  decoder: `refusal` says so in one line.
+* **joint**: both likelihoods, ``-log q(h|x) - lambda log p(x|h)`` =
+  ``encoder + lambda decoder / (2 sigma^2)`` with ``sigma`` the decoder's standard deviation in
+  input units (`joint_score`); a weighted sum of two per-bit scores is per-bit.
+
+SH and SpH have no such form (their bits are thresholds of non-linear functions of the data),
+and an mlp decoder's reconstruction is not a sum over the bits (it rescores a shortlist by
+decoding it, `sgh.model.decoded_rescoring`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from sgh.codes import unpack_bits, validate_codes
-from sgh.data.npz_file import read_npz_arrays
+from sgh.config import SCORE_KINDS
 from sgh.data.similarity import SIMILARITIES
 from sgh.errors import one_line
 
-# Why a deep SGH has no asymmetric score (the refusals' wording; its shortlist can still be
+# Why a deep SGH's decoder has no per-bit score (the refusals' wording; its shortlist can still be
 # rescored by decoding it, `sgh.model.decoded_rescoring`).
 ASYMMETRIC_NEEDS_LINEAR_DECODER = ("model.decoder=mlp has no per-bit form: its reconstruction "
                                    "is not a sum over the bits")
 # Rows of database codes unpacked at a time for the item norms: 65,536 x 64 bits of float32 is
 # 16 MB, and the product with B (bits x dim) stays a GEMM of useful size.
 _NORM_ROWS = 1 << 16
+# Queries whose hidden layers are evaluated at a time (float64: 4,096 x 512 units are 16 MB).
+_HIDDEN_ROWS = 4096
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    from scipy.special import erf
+
+    return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))  # TensorFlow's exact (erf) form
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    from scipy.special import expit
+
+    return expit(x)
+
+
+# The activations of an mlp encoder, in NumPy (the model's are TensorFlow's, `sgh.model.
+# sgh_model.ACTIVATIONS`, with the same names; a test holds the two equal).
+ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh, "gelu": _gelu,
+               "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
+               "sigmoid": _sigmoid}
+
+
+@dataclass(frozen=True)
+class QueryNetwork:
+    """The non-linear part of the bit weights, ``phi(x) C``: dense layers ``phi`` (each followed
+    by ``activation``) of an mlp encoder, the feature normaliser folded into the first.
+
+    Attributes:
+        kernels, biases: the hidden layers, ``(in, out)`` and ``(out,)`` float32 each.
+        activation: a key of `ACTIVATIONS`.
+        projection: ``C``, ``(width, bits)`` float32 (the output layer, as the kind needs it).
+    """
+
+    kernels: tuple[np.ndarray, ...]
+    biases: tuple[np.ndarray, ...]
+    activation: str
+    projection: np.ndarray
+
+    def weights(self, queries: np.ndarray) -> np.ndarray:
+        """``(nq, bits)`` float64 ``phi(x) C``, in blocks of queries."""
+        out = np.empty((len(queries), self.projection.shape[1]))
+        act = ACTIVATIONS[self.activation]
+        for start in range(0, len(queries), _HIDDEN_ROWS):
+            hidden = queries[start : start + _HIDDEN_ROWS].astype(np.float64)
+            for kernel, bias in zip(self.kernels, self.biases, strict=True):
+                hidden = act(hidden @ kernel.astype(np.float64) + bias)
+            out[start : start + len(hidden)] = hidden @ self.projection.astype(np.float64)
+        return out
+
+    def scaled(self, factor: float) -> QueryNetwork:
+        return QueryNetwork(self.kernels, self.biases, self.activation,
+                            np.asarray(self.projection, np.float64) * factor)
 
 
 @dataclass(frozen=True)
 class AsymmetricScore:
-    """``score(x, h) = sum_k h_k (x A + a)_k + ||h B||^2``; see the module doc for each form.
+    """``score(x, h) = sum_k h_k w_k(x) + ||h B||^2``, ``w(x) = x A + a [+ phi(x) C]``; see the
+    module doc for each kind.
 
     Attributes:
         bits: code length.
@@ -56,8 +120,9 @@ class AsymmetricScore:
         form: one line saying which form this is (goes into results files).
         unit: the score is stored divided by this positive constant (1 unless the features'
             scale would overflow float32: then the power of 4 just above the largest term),
-            which changes no ranking;
-            ``D * unit`` is the score in input units.
+            which changes no ranking; ``D * unit`` is the score in input units.
+        kind: ``encoder``, ``decoder`` or ``joint`` (`SCORE_KINDS`).
+        network: an mlp encoder's hidden layers (`QueryNetwork`), or None.
     """
 
     bits: int
@@ -66,16 +131,20 @@ class AsymmetricScore:
     code_templates: np.ndarray | None
     form: str
     unit: float = 1.0
+    kind: str = "decoder"
+    network: QueryNetwork | None = None
 
     @property
     def dim(self) -> int:
         return self.query_projection.shape[0]
 
     def bit_weights(self, queries: np.ndarray) -> np.ndarray:
-        """``(nq, bits)`` float32: each query's weight of every bit, ``w(x) = x A + a``."""
+        """``(nq, bits)`` float32: each query's weight of every bit, ``w(x)``."""
         queries = check_queries(queries, self.dim)
         # float64 products: the weights of near-tied items differ in late digits.
         weights = queries.astype(np.float64) @ self.query_projection.astype(np.float64)
+        if self.network is not None:
+            weights += self.network.weights(queries)
         return (weights + self.query_offset).astype(np.float32)
 
     def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
@@ -102,44 +171,90 @@ class AsymmetricScore:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the score as an ``.npz`` of plain arrays (no pickles)."""
+        with open(path, "wb") as file:
+            np.savez(file, **self.arrays())
+
+    def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
+        """The score as named plain arrays (keys behind ``prefix``), as `save` writes them."""
         arrays = {"bits": np.int64(self.bits), "query_projection": self.query_projection,
                   "query_offset": self.query_offset, "form": np.str_(self.form),
-                  "unit": np.float64(self.unit)}
+                  "unit": np.float64(self.unit), "kind": np.str_(self.kind)}
         if self.code_templates is not None:
             arrays["code_templates"] = self.code_templates
-        with open(path, "wb") as file:
-            np.savez(file, **arrays)
+        if self.network is not None:
+            arrays["network_activation"] = np.str_(self.network.activation)
+            arrays["network_projection"] = self.network.projection
+            for layer, (kernel, bias) in enumerate(zip(self.network.kernels,
+                                                       self.network.biases, strict=True)):
+                arrays[f"network_kernel_{layer}"] = kernel
+                arrays[f"network_bias_{layer}"] = bias
+        return {prefix + key: value for key, value in arrays.items()}
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> AsymmetricScore:
-        """Read a score written by :meth:`save`; ValueError naming the file and key if invalid."""
-        path = Path(path)
-        try:
-            arrays = read_npz_arrays(path)
-        except ValueError as error:  # damaged bytes, pickles, a .npy
-            raise ValueError(f"{path}: not a readable asymmetric-score .npz "
-                             f"({str(error).removeprefix(f'{path}: ')})") from None
+    def load(cls, path: str | os.PathLike, kind: str | None = None) -> AsymmetricScore:
+        """Read a score written by :meth:`save`, or one ``kind`` of a run's scores
+        (`sgh.search.score_set`; None: the one validation chose); ValueError naming the file
+        and key if invalid."""
+        from sgh.search.score_set import ScoreSet
+
+        scores = ScoreSet.load(path)
+        return scores.scores[scores.kind_for(kind, "asymmetric", str(path))]
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], where: str,
+                    prefix: str = "") -> AsymmetricScore:
+        """The score in ``arrays`` under ``prefix`` (as `arrays` writes it); ValueError naming
+        ``where`` and the key if anything is missing or malformed."""
+        def get(key, default=None):
+            return arrays.get(prefix + key, default)
+
         for key in ("bits", "query_projection", "query_offset", "form"):
-            if key not in arrays:
-                raise ValueError(f"{path}: missing key {key!r} (an asymmetric score holds bits, "
-                                 "query_projection, query_offset, form[, code_templates])")
-        bits = arrays["bits"]
+            if get(key) is None:
+                raise ValueError(f"{where}: missing key {prefix + key!r} (an asymmetric score "
+                                 "holds bits, query_projection, query_offset, form[, "
+                                 "code_templates])")
+        bits = get("bits")
         if bits.shape != () or bits.dtype.kind not in "iu" or bits < 1:
-            raise ValueError(f"{path}: key 'bits' must be a positive integer, got "
-                             f"{one_line(bits)}")
-        for key in ("query_projection", "query_offset", "code_templates"):
-            if key in arrays and arrays[key].dtype.kind not in "fiu":
-                raise ValueError(f"{path}: key {key!r} must hold numbers, got dtype "
+            raise ValueError(f"{where}: key {prefix + 'bits'!r} must be a positive integer, "
+                             f"got {one_line(bits)}")
+        numeric = [key for key in arrays if key.startswith(prefix) and key[len(prefix):] in (
+            "query_projection", "query_offset", "code_templates", "network_projection")
+            or key.startswith(prefix + "network_kernel_") or key.startswith(prefix +
+                                                                            "network_bias_")]
+        for key in numeric:
+            if arrays[key].dtype.kind not in "fiu":
+                raise ValueError(f"{where}: key {key!r} must hold numbers, got dtype "
                                  f"{arrays[key].dtype}")
-        score = make_score(int(bits), arrays["query_projection"],
-                           arrays["query_offset"], arrays.get("code_templates"),
-                           str(arrays["form"]), where=str(path), rescale=False)
-        unit = arrays.get("unit", np.float64(1.0))
+        form = str(get("form"))
+        # Files written before scores had kinds hold SGH's decoder or a projection (an encoder).
+        kind = str(get("kind", np.str_("decoder" if form.startswith("decoder") else "encoder")))
+        if kind not in SCORE_KINDS:
+            raise ValueError(f"{where}: key {prefix + 'kind'!r} is {kind!r}; accepted: "
+                             f"{', '.join(SCORE_KINDS)}")
+        network = None
+        if get("network_projection") is not None:
+            layers = 0
+            while get(f"network_kernel_{layers}") is not None:
+                layers += 1
+            activation = str(get("network_activation", np.str_("")))
+            if activation not in ACTIVATIONS or layers == 0 or any(
+                    get(f"network_bias_{layer}") is None for layer in range(layers)):
+                raise ValueError(f"{where}: an incomplete query network under {prefix!r} "
+                                 "(network_kernel_i, network_bias_i, network_activation one "
+                                 f"of {', '.join(ACTIVATIONS)}, network_projection)")
+            network = QueryNetwork(
+                tuple(get(f"network_kernel_{layer}") for layer in range(layers)),
+                tuple(get(f"network_bias_{layer}") for layer in range(layers)),
+                activation, get("network_projection"))
+        unit = get("unit", np.float64(1.0))
         unit = float(unit) if unit.shape == () and unit.dtype.kind in "fiu" else float("nan")
         if not (np.isfinite(unit) and unit > 0):
-            raise ValueError(f"{path}: key 'unit' must be a positive number, got {one_line(unit)}")
-        return AsymmetricScore(score.bits, score.query_projection, score.query_offset,
-                               score.code_templates, score.form, unit)
+            raise ValueError(f"{where}: key {prefix + 'unit'!r} must be a positive number, got "
+                             f"{one_line(unit)}")
+        score = make_score(int(bits), get("query_projection"), get("query_offset"),
+                           get("code_templates"), form, kind, network, where=where,
+                           rescale=False)
+        return dataclasses.replace(score, unit=unit)
 
 
 # _BYTE_BITS[t, v] = bit t (0 = most significant) of byte value v.
@@ -152,6 +267,7 @@ _LARGEST_PLAIN_TERM = 1e18
 
 
 def make_score(bits: int, query_projection, query_offset, code_templates, form: str,
+               kind: str, network: QueryNetwork | None = None,
                where: str = "the asymmetric score", rescale: bool = True) -> AsymmetricScore:
     """An `AsymmetricScore` with its shapes checked (ValueError naming ``where``).
 
@@ -176,6 +292,8 @@ def make_score(bits: int, query_projection, query_offset, code_templates, form: 
             query_offset = offset64 / unit
             if code_templates is not None:
                 code_templates = np.asarray(code_templates, np.float64) / np.sqrt(unit)
+            if network is not None:
+                network = network.scaled(1.0 / unit)
     query_projection = np.asarray(query_projection, np.float32)
     query_offset = np.asarray(query_offset, np.float32)
     if query_projection.ndim != 2 or query_projection.shape[1] != bits:
@@ -188,11 +306,35 @@ def make_score(bits: int, query_projection, query_offset, code_templates, form: 
         if code_templates.ndim != 2 or code_templates.shape[0] != bits:
             raise ValueError(f"{where}: code_templates must be ({bits}, dim), got "
                              f"{code_templates.shape}")
-    for name, array in (("query_projection", query_projection), ("query_offset", query_offset),
-                        ("code_templates", code_templates)):
+    arrays = [("query_projection", query_projection), ("query_offset", query_offset),
+              ("code_templates", code_templates)]
+    if network is not None:
+        network = _checked_network(network, query_projection.shape[0], bits, where)
+        arrays += [("network_projection", network.projection),
+                   *((f"network_kernel_{i}", kernel) for i, kernel in enumerate(network.kernels)),
+                   *((f"network_bias_{i}", bias) for i, bias in enumerate(network.biases))]
+    for name, array in arrays:
         if array is not None and not np.isfinite(array).all():
             raise ValueError(f"{where}: {name} holds NaN or infinite values")
-    return AsymmetricScore(bits, query_projection, query_offset, code_templates, form, unit)
+    return AsymmetricScore(bits, query_projection, query_offset, code_templates, form, unit,
+                           kind, network)
+
+
+def _checked_network(network: QueryNetwork, dim: int, bits: int, where: str) -> QueryNetwork:
+    """The network as float32 arrays whose shapes chain from ``dim`` to ``bits``."""
+    kernels = tuple(np.asarray(kernel, np.float32) for kernel in network.kernels)
+    biases = tuple(np.asarray(bias, np.float32) for bias in network.biases)
+    projection = np.asarray(network.projection, np.float32)
+    width = dim
+    for layer, (kernel, bias) in enumerate(zip(kernels, biases, strict=True)):
+        if kernel.ndim != 2 or kernel.shape[0] != width or bias.shape != (kernel.shape[1],):
+            raise ValueError(f"{where}: network layer {layer} has kernel {kernel.shape} and "
+                             f"bias {bias.shape}; its input is {width} wide")
+        width = kernel.shape[1]
+    if projection.shape != (width, bits):
+        raise ValueError(f"{where}: network_projection must be ({width}, {bits}), got "
+                         f"{projection.shape}")
+    return QueryNetwork(kernels, biases, network.activation, projection)
 
 
 def decoder_score(templates: np.ndarray, offset: np.ndarray, similarity: str) -> AsymmetricScore:
@@ -213,20 +355,71 @@ def decoder_score(templates: np.ndarray, offset: np.ndarray, similarity: str) ->
     if similarity == "inner_product":
         return make_score(bits, -templates.T, np.zeros(bits), None,
                           "decoder, inner product: -<x, hT + t> (T, t: the decoder's templates "
-                          "and offset in input units), ranked ascending")
+                          "and offset in input units), ranked ascending", "decoder")
     return make_score(bits, -2.0 * templates.T, 2.0 * templates @ offset, templates,
                       "decoder, reconstruction distance: ||x - (hT + t)||^2 (T, t: the "
-                      "decoder's templates and offset in input units), ranked ascending")
+                      "decoder's templates and offset in input units), ranked ascending",
+                      "decoder")
 
 
 def projection_score(mean: np.ndarray, projection: np.ndarray, method: str) -> AsymmetricScore:
     """A projection hasher (bits = ``(x - mean) P >= 0``) scored against queries:
-    ``-<(x - mean) P, 2h - 1>``."""
+    ``-<(x - mean) P, 2h - 1>`` (its encoder score: the projection is its logits)."""
     mean = np.asarray(mean, np.float64)
     projection = np.asarray(projection, np.float64)
     return make_score(projection.shape[1], -2.0 * projection, 2.0 * mean @ projection, None,
                       f"{method} projection: -<(x - mean) P, 2h - 1> (the query's projection "
-                      "against the code's signs), ranked ascending")
+                      "against the code's signs), ranked ascending", "encoder")
+
+
+ENCODER_FORM = ("encoder likelihood: -log q(h|x) = -<z(x), h> + const (z: the encoder's logits "
+                "of the query), ranked ascending")
+
+
+def encoder_score(kernels: list[np.ndarray], biases: list[np.ndarray], activation: str,
+                  mean: np.ndarray, scale: float) -> AsymmetricScore:
+    """The encoder's likelihood ``-log q(h|x)`` of each code (module doc), for an encoder
+    ``z(x) = f((x - mean) / scale)`` of dense layers ``kernels``/``biases`` (one layer: the
+    linear encoder; more: an mlp, ``activation`` after each hidden layer)."""
+    mean = np.asarray(mean, np.float64)
+    kernels = [np.asarray(kernel, np.float64) for kernel in kernels]
+    biases = [np.asarray(bias, np.float64) for bias in biases]
+    # The normaliser folded into the first layer: ((x - m) / s) K + c = x (K / s) + (c - m K / s).
+    first = kernels[0] / scale
+    kernels[0], biases[0] = first, biases[0] - mean @ first
+    if len(kernels) == 1:
+        return make_score(first.shape[1], -kernels[0], -biases[0], None, ENCODER_FORM,
+                          "encoder")
+    bits = kernels[-1].shape[1]
+    network = QueryNetwork(tuple(kernels[:-1]), tuple(biases[:-1]), activation, -kernels[-1])
+    return make_score(bits, np.zeros((len(mean), bits)), -biases[-1], None,
+                      ENCODER_FORM + " (an mlp encoder)", "encoder", network)
+
+
+def joint_score(encoder: AsymmetricScore, decoder: AsymmetricScore, weight: float,
+                noise_variance: float) -> AsymmetricScore:
+    """``-log q(h|x) - weight * log p(x|h)``: ``encoder + weight * decoder / (2 sigma^2)``,
+    ``noise_variance`` = sigma^2, the decoder's variance in input units (up to constants).
+
+    Both scores must be unscaled (``unit`` 1), as built; the sum is rescaled if it must be.
+    """
+    if encoder.kind != "encoder" or decoder.kind != "decoder":
+        raise ValueError(f"joint_score takes an encoder and a decoder score, got {encoder.kind} "
+                         f"and {decoder.kind}")
+    factor = weight / (2.0 * noise_variance) * decoder.unit
+    templates = None if decoder.code_templates is None else \
+        np.asarray(decoder.code_templates, np.float64) * np.sqrt(factor)
+    return make_score(
+        encoder.bits,
+        np.asarray(encoder.query_projection, np.float64) * encoder.unit
+        + np.asarray(decoder.query_projection, np.float64) * factor,
+        np.asarray(encoder.query_offset, np.float64) * encoder.unit
+        + np.asarray(decoder.query_offset, np.float64) * factor,
+        templates,
+        f"joint likelihood: -log q(h|x) - {weight:g} log p(x|h) (the encoder's likelihood plus "
+        f"{weight:g} x the decoder's {decoder.form.split(': ', 1)[1].split(' (')[0]} / "
+        "(2 sigma^2), sigma^2 its variance in input units), ranked ascending",
+        "joint", encoder.network)
 
 
 def check_queries(queries: np.ndarray, dim: int, name: str = "queries") -> np.ndarray:

@@ -109,10 +109,9 @@ class AsymmetricIndex:
             _run_blocks(scan, q1 - q0, workers)
             yield q0, q1, out
 
-    def rescore(self, queries: np.ndarray, candidates: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-        """Score each query's candidate ids and sort them: ``(D, I)`` of the candidates' shape,
-        by (score, id); ``-1`` candidates (padding) stay last with ``D = inf``."""
+    def candidate_scores(self, queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """``(nq, S)`` float32 scores of each query's candidate ids, unsorted; ``-1``
+        candidates (padding) score ``inf``."""
         tables = self.score.lookup_tables(queries)
         candidates = np.asarray(candidates, np.int64)
         if candidates.shape[0] != len(tables):
@@ -123,12 +122,18 @@ class AsymmetricIndex:
         safe = np.where(valid, candidates, 0)
         # norm + table[q, j, code[c, j]] over the bytes j in the kernels' order: float32 sums
         # bit-identical to a full scan's, so rescoring never reorders near ties differently.
-        gathered = codes[safe]  # (nq, S, code_bytes)
         D = norms[safe]
-        for j in range(gathered.shape[2]):
-            D += np.take_along_axis(tables[:, j, :], gathered[:, :, j].astype(np.intp), axis=1)
+        for j in range(codes.shape[1]):
+            D += np.take_along_axis(tables[:, j, :], codes[safe, j].astype(np.intp), axis=1)
         D[~valid] = np.inf
-        return sorted_heaps(D, np.where(valid, candidates, -1))
+        return D
+
+    def rescore(self, queries: np.ndarray, candidates: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Score each query's candidate ids and sort them: ``(D, I)`` of the candidates' shape,
+        by (score, id); ``-1`` candidates (padding) stay last with ``D = inf``."""
+        D = self.candidate_scores(queries, candidates)
+        return sorted_heaps(D, np.where(np.asarray(candidates) >= 0, candidates, -1))
 
 
 def _run_blocks(scan, n_queries: int, workers: int | None) -> None:

@@ -5,9 +5,9 @@ The metrics of :mod:`sgh.metrics.ordered` score a ranking given as ids in rank o
 (:mod:`sgh.metrics`), exact and tie-aware from distance counts; these are the others:
 
 * ``asymmetric``: every database item by its asymmetric score (ties by id).
-* ``rerank``: the Hamming shortlist (top S, or within a radius) reordered by the rescoring rule,
-  then the rest of the database in Hamming order, ties by id (what a two-stage search returns
-  if asked for more than its shortlist holds).
+* ``rerank``: the shortlist (the Hamming top S or radius, or the encoder score's top S)
+  reordered by the rescoring rule, then the rest of the database in the shortlist's order, ties
+  by id (what a two-stage search returns if asked for more than its shortlist holds).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 
 from sgh.codes import as_words, popcount
 from sgh.errors import UserInputError
-from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.score_set import ScoreSet
 from sgh.search.two_stage import TwoStageSearch
 
 # Entries (query x database item) of one block of rankings: 2**22 int64 ids are 32 MB, and the
@@ -80,7 +80,7 @@ class AsymmetricRanking:
 
 @dataclass
 class RerankRanking:
-    """The Hamming shortlist rescored, then the rest of the database in Hamming order."""
+    """The shortlist rescored, then the rest of the database in the first stage's order."""
 
     search: TwoStageSearch
     query_codes: np.ndarray
@@ -90,42 +90,51 @@ class RerankRanking:
     radius: int | None = None
     description: str = "rerank"  # the results file's `ranking`
 
+    def _first_stage(self, q0: int, q1: int, reach: int) -> tuple[np.ndarray, np.ndarray]:
+        """(the first ``reach`` ids of each query's first-stage order, its shortlist lengths)."""
+        n = self.search.hamming.ntotal
+        index = self.search.shortlist_index
+        if index is not None:  # the encoder score's order
+            if reach < n:
+                order = index.search(self.queries[q0:q1], reach)[1]
+            else:
+                scores = next(index.score_blocks(self.queries[q0:q1], (q1 - q0) * n))[2]
+                order = np.argsort(scores, axis=1, kind="stable")
+            return order, np.full(q1 - q0, min(self.shortlist, n))
+        distances = hamming_distances(self.query_codes[q0:q1], self.search.hamming.codes())
+        order = order_of_distances(distances, reach)
+        if self.radius is None:
+            return order, np.full(q1 - q0, min(self.shortlist, n))
+        return order, (distances <= self.radius).sum(axis=1)
+
     def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
-        database = self.search.hamming.codes()
-        n = len(database)
+        n = self.search.hamming.ntotal
         depth = min(depth, n)
         reach = n if self.radius is not None else min(n, max(depth, self.shortlist))
         step = block_queries(n, reach)
         for q0 in range(0, len(self.queries), step):
             q1 = min(q0 + step, len(self.queries))
-            distances = hamming_distances(self.query_codes[q0:q1], database)
-            order = order_of_distances(distances, reach)
-            if self.radius is None:
-                lengths = np.full(q1 - q0, min(self.shortlist, n))
-            else:
-                lengths = (distances <= self.radius).sum(axis=1)
+            order, lengths = self._first_stage(q0, q1, reach)
             width = int(lengths.max(initial=0))
             candidates = np.where(np.arange(width) < lengths[:, None], order[:, :width], -1)
             _, rescored = self.search.rescore(self.queries[q0:q1], candidates, self.rescore)
-            # Row r: its rescored shortlist (padding sorts last), then its Hamming order beyond.
+            # Row r: its rescored shortlist (padding sorts last), then its first-stage order.
             merged = order.copy()
             merged[:, :width] = np.where(candidates >= 0, rescored, order[:, :width])
             yield q0, q1, merged[:, :depth]
 
 
 def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarray, bits: int,
-                       score: AsymmetricScore | None = None, queries: np.ndarray | None = None,
+                       scores: ScoreSet | None = None, queries: np.ndarray | None = None,
                        database_vectors=None, similarity: str = "euclidean",
-                       without_score: str = "this method has no asymmetric score",
-                       shortlist_rescorer=None):
+                       without_score: str = "this method has no asymmetric score"):
     """The ranking `eval` asks for (None: Hamming, scored by the tie-aware engine).
 
     Args:
-        config: the `EvalConfig` (``ranking``, ``shortlist``, ``shortlist_radius``,
-            ``rescore``).
-        score: the method's asymmetric score, or None with ``without_score`` saying why.
-        shortlist_rescorer: without a score, what may still rescore a shortlist (an mlp
-            decoder's `DecoderRescorer`) for ``rerank`` with ``rescore=decoder``.
+        config: the `EvalConfig` (``ranking``, ``score``, ``shortlist_by``, ``shortlist``,
+            ``shortlist_radius``, ``rescore``).
+        scores: the method's scores and their validated choice, or None with ``without_score``
+            saying why.
         queries: the query features (as the method encodes them).
         database_vectors: the database's features (array or streamed), for ``rescore=exact``.
 
@@ -134,34 +143,45 @@ def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarr
     """
     if config.ranking == "hamming":
         return None
-    needs_score = config.ranking == "asymmetric" or config.rescore == "decoder"
-    rule = ("eval.ranking=asymmetric" if config.ranking == "asymmetric"
-            else f"eval.ranking=rerank with eval.rescore={config.rescore}")
-    if config.ranking == "rerank" and score is None:
-        score = shortlist_rescorer  # decodes the shortlist: no per-bit tables needed
-    if needs_score and score is None:
+    scan = config.ranking == "asymmetric"
+    needs_score = scan or config.rescore == "score" or config.shortlist_by == "encoder"
+    rule = ("eval.ranking=asymmetric" if scan else
+            f"eval.ranking=rerank with eval.rescore={config.rescore} and eval.shortlist_by="
+            f"{config.shortlist_by}")
+    if needs_score and scores is None:
         raise UserInputError(f"{rule} needs an asymmetric score, and {without_score}; accepted: "
                              "eval.ranking=hamming, or eval.ranking=rerank eval.rescore=exact")
     if queries is None:
         raise UserInputError(f"{rule} scores the query features, which a codes file does not "
                              "hold; re-score a run with sgh-eval run=DIR instead of codes=FILE")
-    if config.ranking == "rerank" and config.rescore == "exact" and database_vectors is None:
+    if not scan and config.rescore == "exact" and database_vectors is None:
         raise UserInputError(f"{rule} reads the database's original vectors; re-score a run "
                              "with sgh-eval run=DIR, whose dataset holds them")
-    if config.ranking == "asymmetric":
+    kind = None
+    if scan or config.rescore == "score":
+        try:
+            kind = scores.kind_for(config.score, "asymmetric" if scan else "rerank")
+        except ValueError as error:
+            raise UserInputError(str(error)) from None
+    if scan:
+        score = scores.scores[kind]
         index = AsymmetricIndex(score)
         index.add(database_codes)
         return AsymmetricRanking(index, queries, description=f"asymmetric: {score.form}")
-    search = TwoStageSearch(database_codes, bits, score if needs_score else None,
-                            database_vectors, similarity)
+    rescorer = scores.rescorer(kind, database_codes) if kind is not None else None
+    by_encoder = config.shortlist_by == "encoder"
+    search = TwoStageSearch(database_codes, bits, rescorer, database_vectors, similarity,
+                            shortlist_score=scores.scores["encoder"] if by_encoder else None)
     if config.shortlist_radius is not None:
         stage_1 = f"Hamming radius {config.shortlist_radius} (inclusive)"
         shortlist, radius = None, config.shortlist_radius
     else:
-        stage_1 = f"Hamming top {config.shortlist} (ties by id)"
+        stage_1 = (f"the top {config.shortlist} by the {scores.scores['encoder'].form}"
+                   if by_encoder else f"Hamming top {config.shortlist}") + " (ties by id)"
         shortlist, radius = config.shortlist, None
-    stage_2 = (f"the {score.form}" if config.rescore == "decoder"
+    stage_2 = (f"the {rescorer.form}" if kind is not None
                else f"exact {similarity} distance on the original vectors")
+    rest = "the encoder score's" if by_encoder else "Hamming"
     return RerankRanking(search, query_codes, queries, config.rescore, shortlist, radius,
                          description=f"rerank: shortlist = {stage_1}, rescored by {stage_2}; "
-                                     "then the rest of the database in Hamming order")
+                                     f"then the rest of the database in {rest} order")

@@ -1,12 +1,15 @@
-"""Two-stage search: a Hamming shortlist, rescored. What users of binary codes do at scale.
+"""Two-stage search: a shortlist, rescored. What users of binary codes do at scale.
 
-Stage 1 ranks the database by Hamming distance (:class:`sgh.search.HammingIndex`) and keeps a
-shortlist: the top ``shortlist`` items, or every item within ``radius`` (inclusive). Stage 2
-reorders the shortlist by one of two rules:
+Stage 1 ranks the database cheaply and keeps a shortlist: by Hamming distance
+(:class:`sgh.search.HammingIndex`), the top ``shortlist`` items or every item within ``radius``
+(inclusive); or, given a ``shortlist_score`` (the encoder's per-bit score), by that score's scan
+(:class:`sgh.search.AsymmetricIndex`), the top ``shortlist``. Stage 2 reorders the shortlist by
+one of two rules:
 
-* ``decoder`` (the default): the method's asymmetric score of the query against each shortlisted
-  code (:mod:`sgh.search.asymmetric`: SGH's decoder, or a baseline's projection). No original
-  vectors are needed.
+* ``score`` (the default): the method's score of the query against each shortlisted code
+  (:mod:`sgh.search.asymmetric`: SGH's encoder, decoder or joint score, or a baseline's
+  projection; an mlp decoder's through :mod:`sgh.search.decoded`). No original vectors are
+  needed.
 * ``exact``: the exact distance between the query and each shortlisted item's original vector,
   read by id (an array, or features streamed from disk: only the shortlisted rows are read).
   Euclidean and angular: ``||x - q||^2`` in float64; inner product: ``-<q, x>``.
@@ -35,23 +38,26 @@ _EXACT_BLOCK_VALUES = 1 << 20
 
 
 class TwoStageSearch:
-    """A Hamming shortlist rescored by the asymmetric score or exact distances (module doc).
+    """A shortlist rescored by the method's score or exact distances (module doc).
 
     Args:
         database_codes: ``(n, ceil(bits / 8))`` packed codes.
         bits: code length.
-        score: the method's asymmetric score (needed for ``rescore="decoder"``), or an object
+        score: the method's asymmetric score (needed for ``rescore="score"``), or an object
             with ``bits`` and ``rescore(queries, candidates) -> (D, I)`` (an mlp decoder's
-            `sgh.model.decoded_rescoring.DecoderRescorer`).
+            `sgh.search.decoded.DecodedRescorer`).
         vectors: the database's original vectors, ``(n, dim)`` array or streamed features
             (needed for ``rescore="exact"``).
         similarity: ``euclidean``, ``angular`` (vectors already unit-normalised) or
             ``inner_product``; what ``exact`` computes.
+        shortlist_score: a per-bit score whose scan makes the shortlist (the encoder's), instead
+            of Hamming distance.
     """
 
     def __init__(self, database_codes: np.ndarray, bits: int,
                  score: AsymmetricScore | None = None, vectors=None,
-                 similarity: str = "euclidean") -> None:
+                 similarity: str = "euclidean",
+                 shortlist_score: AsymmetricScore | None = None) -> None:
         if similarity not in SIMILARITIES:
             raise ValueError(f"similarity={similarity!r} is not known; accepted: "
                              f"{', '.join(SIMILARITIES)}")
@@ -66,19 +72,32 @@ class TwoStageSearch:
             if isinstance(score, AsymmetricScore):
                 self.asymmetric = AsymmetricIndex(score)
                 self.asymmetric.add(database_codes)
-            else:  # a rescorer without per-bit tables (sgh.model.decoded_rescoring)
+            else:  # a rescorer without per-bit tables (sgh.search.decoded)
                 self.asymmetric = score
+        self.shortlist_index = None  # stage 1 by a score's scan instead of Hamming distance
+        if shortlist_score is not None:
+            if shortlist_score.bits != bits:
+                raise ValueError(f"the shortlist score is for {shortlist_score.bits}-bit codes, "
+                                 f"the database has {bits}")
+            self.shortlist_index = AsymmetricIndex(shortlist_score)
+            self.shortlist_index.add(database_codes)
         if vectors is not None and len(vectors) != self.hamming.ntotal:
             raise ValueError(f"vectors has {len(vectors)} rows for {self.hamming.ntotal} codes")
 
     def shortlist(self, query_codes: np.ndarray, shortlist: int | None = 1000,
-                  radius: int | None = None) -> np.ndarray:
-        """Stage 1: ``(nq, S)`` int64 database ids in Hamming order (ties by id), ``-1``
-        padding; the top ``shortlist``, or every item within ``radius`` (then S is the largest
-        count of any query)."""
+                  radius: int | None = None, queries: np.ndarray | None = None) -> np.ndarray:
+        """Stage 1: ``(nq, S)`` int64 database ids in Hamming order (or the shortlist score's
+        order; ties by id), ``-1`` padding; the top ``shortlist``, or every item within
+        ``radius`` (then S is the largest count of any query; Hamming only). A shortlist score
+        ranks the ``queries`` themselves."""
         query_codes = validate_codes(query_codes, self.bits, "query codes")
         if (shortlist is None) == (radius is None):
             raise ValueError("give exactly one of shortlist (top S) or radius")
+        if self.shortlist_index is not None:
+            if radius is not None or queries is None:
+                raise ValueError("a shortlist by score takes the top S (shortlist=S, no "
+                                 "radius) of the queries' own features (queries=...)")
+            return self.shortlist_index.search(queries, shortlist)[1]
         if radius is None:
             return self.hamming.search(query_codes, shortlist)[1]
         lims, _, ids = self.hamming.range_search(query_codes, radius)
@@ -88,31 +107,32 @@ class TwoStageSearch:
         out[rows, np.arange(len(ids)) - np.repeat(lims[:-1], counts)] = ids
         return out
 
-    def rescore(self, queries: np.ndarray, candidates: np.ndarray, rule: str = "decoder"
+    def rescore(self, queries: np.ndarray, candidates: np.ndarray, rule: str = "score"
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Stage 2: ``(D, I)`` of the candidates, reordered by ``rule`` (module doc)."""
         if rule not in RESCORE_RULES:
             raise ValueError(f"rescore={rule!r} is not known; accepted: "
                              f"{', '.join(RESCORE_RULES)}")
-        if rule == "decoder":
+        if rule == "score":
             if self.asymmetric is None:
-                raise ValueError("rescore='decoder' needs the method's asymmetric score "
+                raise ValueError("rescore='score' needs the method's asymmetric score "
                                  "(score=...); or use rescore='exact' with vectors=...")
             return self.asymmetric.rescore(queries, candidates)
         if self.vectors is None:
             raise ValueError("rescore='exact' needs the database's original vectors "
-                             "(vectors=...); or use rescore='decoder' with score=...")
+                             "(vectors=...); or use rescore='score' with score=...")
         return exact_rescore(queries, self.vectors, candidates, self.similarity)
 
     def search(self, query_codes: np.ndarray, queries: np.ndarray, k: int,
                shortlist: int | None = 1000, radius: int | None = None,
-               rescore: str = "decoder") -> tuple[np.ndarray, np.ndarray]:
+               rescore: str = "score") -> tuple[np.ndarray, np.ndarray]:
         """The k best of each query's shortlist after rescoring: ``(D, I)``, ``(nq, k)``."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         if len(query_codes) != len(queries):
             raise ValueError(f"{len(query_codes)} query codes for {len(queries)} queries")
-        D, I = self.rescore(queries, self.shortlist(query_codes, shortlist, radius), rescore)
+        D, I = self.rescore(queries, self.shortlist(query_codes, shortlist, radius, queries),
+                            rescore)
         if D.shape[1] < k:
             pad = k - D.shape[1]
             D = np.pad(D, ((0, 0), (0, pad)), constant_values=np.inf)

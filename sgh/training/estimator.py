@@ -39,7 +39,9 @@ from sgh.errors import UserInputError
 from sgh.hasher import BinaryHasher
 from sgh.model.encoding import encode_bit_matrix, encode_packed
 from sgh.model.sgh_model import SGH
-from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore
+from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore, joint_score
+from sgh.search.score_set import ScoreSet
+from sgh.training.score_selection import score_fields, select_scores
 from sgh.training.train_sgh import fit_sgh, hold_out
 
 # (parameter, configuration section, key in it): every parameter but n_bits and random_state.
@@ -60,7 +62,7 @@ _KEYS = {
     "validation_metric": ("validation", "metric"), "patience": ("validation", "patience"),
     "recall_k": ("eval", "recall_k"),
 }
-_PARAMS_FILE, _WEIGHTS_FILE = "hasher.json", "weights.npz"
+_PARAMS_FILE, _WEIGHTS_FILE, _SCORES_FILE = "hasher.json", "weights.npz", "scores.npz"
 # Layer sizes are tuples here (scikit-learn wants immutable defaults), lists in the config.
 _DEFAULT_MODEL = ModelConfig()
 
@@ -82,8 +84,10 @@ class SGHHasher(BinaryHasher):
         codes are the last step's; `validation_metric="map"` needs `y` in `fit`).
         recall_k: `eval.recall_k`, the K of the validation Recall K@100.
 
-    Attributes (after `fit`): `model_` (`sgh.SGH`), `n_bits_`, `n_features_in_`, `fit_info_`
-    (what `metrics.json` would report: steps, timing, best step and validation score).
+    Attributes (after `fit`): `model_` (`sgh.SGH`), `scores_` (`sgh.search.score_set.ScoreSet`:
+    the model's asymmetric scores and the kinds the validation split favours), `n_bits_`,
+    `n_features_in_`, `fit_info_` (what `metrics.json` would report: steps, timing, best step,
+    validation scores).
     """
 
     def __init__(self, n_bits: int = ModelConfig.bits, random_state: int = TrainerConfig.seed,
@@ -175,7 +179,10 @@ class SGHHasher(BinaryHasher):
             raise UserInputError(f"y has {len(labels)} labels but X has {len(X)} items")
         train_items, validation = hold_out(config, X, labels, "X")
         trained = fit_sgh(config, train_items, validation)
-        self.model_, self.fit_info_ = trained.model, trained.fields
+        self.model_ = trained.model
+        self.scores_ = select_scores(trained.model, validation, train_items, "euclidean",
+                                     config.eval.recall_k)
+        self.fit_info_ = {**trained.fields, **score_fields(self.scores_, config.eval.recall_k)}
 
     # Codes come from `sgh.model.encoding`, as for sgh-train's codes.npz: float32 features in
     # the model's own chunks (not the baselines' float64 row blocks).
@@ -191,16 +198,24 @@ class SGHHasher(BinaryHasher):
         """Packed codes of ``X``, ``(n, ceil(n_bits / 8))`` uint8, as in ``codes.npz``."""
         return encode_packed(self.model_, self._features(X))
 
-    def asymmetric_score(self, similarity: str = "euclidean") -> AsymmetricScore:
-        """The decoder as the query-against-code score of asymmetric and rescored search
-        (:mod:`sgh.search.asymmetric`): ``||x - x^(h)||^2``, or ``-<x, x^(h)>`` for
-        ``similarity="inner_product"``; ValueError for an mlp decoder."""
+    def asymmetric_score(self, similarity: str = "euclidean", *,
+                         kind: str = "auto") -> AsymmetricScore:
+        """A query-against-code score for asymmetric and rescored search
+        (:mod:`sgh.search.asymmetric`), per bit: ``kind="encoder"`` (``-log q(h|x)``),
+        ``"decoder"`` (``||x - x^(h)||^2``, or ``-<x, x^(h)>`` for
+        ``similarity="inner_product"``), ``"joint"`` (both likelihoods, the decoder's weighed as
+        validation chose), or ``"auto"``: the kind the validation split favoured (Euclidean
+        neighbours; `scores_`). ValueError for the decoder and joint kinds of an mlp decoder,
+        which rescore shortlists instead (``scores_.rescorer(kind, codes)``)."""
         check_is_fitted(self)
-        score = self.model_.asymmetric_score(similarity)
-        if score is None:
-            raise ValueError("SGHHasher has no asymmetric score: "
-                             + ASYMMETRIC_NEEDS_LINEAR_DECODER)
-        return score
+        scores = self.scores_
+        if similarity != scores.similarity:
+            scores = _scores_for(self.model_, similarity, scores)
+        try:
+            return scores.scores[scores.kind_for(kind, "asymmetric", "SGHHasher")]
+        except ValueError as error:
+            reason = ASYMMETRIC_NEEDS_LINEAR_DECODER if self.model_.decoder_network() else None
+            raise ValueError(f"{error}" + (f"; {reason}" if reason else "")) from None
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -218,6 +233,7 @@ class SGHHasher(BinaryHasher):
                 {"params": self.get_params(), "n_features_in": int(self.n_features_in_),
                  "fit_info": self.fit_info_}, indent=2, default=float) + "\n")
             np.savez(staging / _WEIGHTS_FILE, **self.model_.weights())
+            self.scores_.save(staging / _SCORES_FILE)
         return path
 
     @classmethod
@@ -235,16 +251,24 @@ class SGHHasher(BinaryHasher):
             # JSON has no tuples: the layer sizes come back as lists.
             hasher = cls(**{key: tuple(value) if isinstance(value, list) else value
                             for key, value in saved["params"].items()})
-            hasher._restore(int(saved["n_features_in"]), weights, saved.get("fit_info", {}))
+            scores = ScoreSet.load(path / _SCORES_FILE) if (path / _SCORES_FILE).is_file() \
+                else None
+            hasher._restore(int(saved["n_features_in"]), weights, saved.get("fit_info", {}),
+                            scores)
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise UserInputError(f"{path}: unreadable saved SGHHasher ({error})") from None
         return hasher
 
-    def _restore(self, n_features: int, weights: dict, fit_info: dict) -> None:
+    def _restore(self, n_features: int, weights: dict, fit_info: dict,
+                 scores: ScoreSet | None) -> None:
         config = self.training_config()
         self.model_ = SGH.skeleton(config.model, n_features)
         self.model_.assign_weights(weights)
         self.n_features_in_, self.n_bits_, self.fit_info_ = n_features, config.model.bits, fit_info
+        # A hasher saved before scores were chosen: the choice without validation.
+        self.scores_ = scores if scores is not None else select_scores(
+            self.model_, None, np.zeros((0, n_features), np.float32), "euclidean",
+            config.eval.recall_k)
 
     # Pickling (joblib, scikit-learn's clone-and-compare checks) goes through plain arrays too:
     # TensorFlow objects are rebuilt, never pickled.
@@ -257,6 +281,18 @@ class SGHHasher(BinaryHasher):
 
     def __setstate__(self, state: dict) -> None:
         weights = state.pop("_weights", None)
+        scores = state.pop("scores_", None)
         self.__dict__.update(state)
         if weights is not None:
-            self._restore(self.n_features_in_, weights, self.fit_info_)
+            self._restore(self.n_features_in_, weights, self.fit_info_, scores)
+
+
+def _scores_for(model: SGH, similarity: str, chosen: ScoreSet) -> ScoreSet:
+    """The model's scores under another similarity, with the choice made for Euclidean."""
+    scores = model.asymmetric_scores(similarity)
+    if "decoder" in scores:
+        scores["joint"] = joint_score(scores["encoder"], scores["decoder"], chosen.joint_weight,
+                                      model.noise_variance())
+    return ScoreSet(scores, chosen.chosen, chosen.rescore_chosen, chosen.joint_weight,
+                    chosen.selection + " (made for Euclidean neighbours)", chosen.validation,
+                    similarity, chosen.decoder)

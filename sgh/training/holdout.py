@@ -9,8 +9,10 @@ weights, not stale ones) and the score decides which weights are kept as the bes
 The metric (`validation.metric`): Recall K@100 (tie-aware) against the exact K nearest
 validation-database items by the split's similarity (Euclidean by default; angular on the
 unit-normalised features; largest inner product), K = `eval.recall_k` — the paper's task, and
-what SGH's reconstruction objective serves — or mAP@all (tie-aware, same label = relevant) for
-labelled data. Both are the test-time definitions; recall values run higher than on the test
+what SGH's reconstruction objective serves — or the same recall of the encoder score's ranking
+of the query features (`encoder_recall`: for codes searched asymmetrically,
+`sgh.search.asymmetric`), or mAP@all (tie-aware, same label = relevant) for labelled data.
+All are the test-time definitions; recall values run higher than on the test
 protocol because the validation database is smaller (10,000 items instead of MNIST's 69,000,
 so the top 100 is a larger share of it). Selecting by label mAP on MNIST keeps earlier weights
 that lose Euclidean recall (64 bits: test Recall10@100 0.797 instead of 0.852).
@@ -29,6 +31,8 @@ from sgh.data.similarity import NEIGHBOUR_LABELS
 from sgh.data.streamed_features import Features, take_rows, without_rows
 from sgh.errors import UserInputError
 from sgh.metrics import mean_average_precision, recall_at_n
+from sgh.search.asymmetric import AsymmetricScore
+from sgh.search.asymmetric_index import AsymmetricIndex
 
 # The rank cut-off of the recall metric: the paper's headline Recall10@100.
 RECALL_CUTOFF = 100
@@ -48,11 +52,21 @@ class ValidationSet:
     database_labels: np.ndarray | None = None
     groundtruth: np.ndarray | None = None
     k: int = 10
+    by_encoder: bool = False  # rank by the encoder's score of the query features, not Hamming
 
-    def score(self, query_codes: np.ndarray, database_codes: np.ndarray, bits: int) -> float:
+    def score(self, query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+              encoder: AsymmetricScore | None = None) -> float:
+        """The metric of these codes; ``encoder``: the current encoder's score (`by_encoder`)."""
         if self.groundtruth is None:
             return mean_average_precision(query_codes, database_codes, bits, self.query_labels,
                                           self.database_labels)["map"]
+        if self.by_encoder:
+            index = AsymmetricIndex(encoder)
+            index.add(database_codes)
+            found = index.search(self.query, RECALL_CUTOFF)[1]  # ties by id
+            truth = self.groundtruth[:, : self.k]
+            return float((found[:, :, None] == truth[:, None, :]).any(axis=1).sum()
+                         / truth.size)
         return recall_at_n(query_codes, database_codes, bits, self.groundtruth, RECALL_CUTOFF,
                            k=self.k)[RECALL_CUTOFF]
 
@@ -120,9 +134,13 @@ def carve(train: Features, config: ValidationConfig, recall_k: int,
                 f"items of {name}; accepted: eval.recall_k <= {len(sample)}, or "
                 "validation.metric=map, or validation.every=0")
         k = recall_k
+        by_encoder = metric == "encoder_recall"
+        ranking = ("the encoder score's ranking of the query features, ties by id" if by_encoder
+                   else "tie-aware")
         validation = ValidationSet(
-            metric=f"recall{k}@{RECALL_CUTOFF}", query=query, database=database,
-            groundtruth=exact_neighbours(query, database, k, similarity), k=k,
-            convention=(f"validation Recall{k}@{RECALL_CUTOFF}, tie-aware, exact "
+            metric=f"{'encoder_' if by_encoder else ''}recall{k}@{RECALL_CUTOFF}", query=query,
+            database=database, groundtruth=exact_neighbours(query, database, k, similarity),
+            k=k, by_encoder=by_encoder,
+            convention=(f"validation Recall{k}@{RECALL_CUTOFF}, {ranking}, exact "
                         f"{NEIGHBOUR_LABELS[similarity]} neighbours; {size}"))
     return without_rows(train, held_out), validation

@@ -57,8 +57,10 @@ class ModelSelection:
     def evaluate(self, step: int) -> ValidationPoint:
         """Encode the validation split with the current weights, score it, keep the best."""
         database_bits = encode_bit_matrix(self.model, self.validation.database)
+        encoder = self.model.encoder_score() if self.validation.by_encoder else None
         score = self.validation.score(encode_packed(self.model, self.validation.query),
-                                      np.packbits(database_bits, axis=1), self.model.bits)
+                                      np.packbits(database_bits, axis=1), self.model.bits,
+                                      encoder)
         # A NaN score (e.g. no scorable query) never counts as an improvement.
         improved = bool(score > float(self.state.best_score.numpy()))
         if improved:

@@ -28,11 +28,9 @@ from sgh.data import RetrievalSplit
 from sgh.data.streamed_features import Features, StreamedFeatures
 from sgh.errors import TrainingInterrupted, UserInputError
 from sgh.methods import EncodedSplit
-from sgh.model.decoded_rescoring import DecoderRescorer
 from sgh.model.encoding import encode_packed
 from sgh.model.export import export_encoder
 from sgh.model.sgh_model import SGH
-from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
 from sgh.training.batches import BLOCKS_IN_MEMORY, block_bytes
 from sgh.training.holdout import ValidationSet, carve, split_training_labels
 from sgh.training.loop import Trainer, median_ms_per_step
@@ -43,6 +41,7 @@ from sgh.training.progress import (
     TrainingScalars,
     ValidationPoints,
 )
+from sgh.training.score_selection import score_fields, select_scores
 from sgh.training.signals import stop_on_signals
 
 logger = logging.getLogger(__name__)
@@ -71,12 +70,11 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     export_encoder(trained.model, run_directory.encoder,
                    unit_normalise=split.similarity == "angular")
     database = encode_packed(trained.model, split.database)
-    score = trained.model.asymmetric_score(split.similarity)
+    scores = select_scores(trained.model, validation, train_items, split.similarity,
+                           config.eval.recall_k)
     return EncodedSplit(database=database, query=encode_packed(trained.model, split.query),
-                        fields=trained.fields, asymmetric=score,
-                        without_asymmetric=ASYMMETRIC_NEEDS_LINEAR_DECODER,
-                        shortlist_rescorer=None if score is not None else DecoderRescorer(
-                            trained.model, database, split.similarity))
+                        fields={**trained.fields, **score_fields(scores, config.eval.recall_k)},
+                        scores=scores)
 
 
 def hold_out(config: Config, train: Features, labels: np.ndarray | None,

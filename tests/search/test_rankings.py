@@ -6,8 +6,10 @@ import pytest
 from sgh.codes import pack_bits
 from sgh.config import EvalConfig
 from sgh.errors import UserInputError
-from sgh.search.asymmetric import decoder_score
+from sgh.search.asymmetric import decoder_score, projection_score
+from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.rankings import evaluation_ranking, hamming_order
+from sgh.search.score_set import ScoreSet
 from tests.helpers import hamming_distances
 
 
@@ -17,7 +19,10 @@ def data():
     vectors = rng.normal(size=(500, 5)).astype(np.float32)
     projection = rng.normal(size=(5, 10))
     database, queries = pack_bits(vectors @ projection > 0), vectors[:30] + 0.1
-    score = decoder_score(rng.normal(size=(10, 5)), np.zeros(5), "euclidean")
+    # The decoder chosen for both uses; the encoder (the projection's form) makes shortlists.
+    score = ScoreSet({"encoder": projection_score(np.zeros(5), projection, "test"),
+                      "decoder": decoder_score(rng.normal(size=(10, 5)), np.zeros(5),
+                                               "euclidean")}, "decoder", "decoder")
     return vectors, database, queries, pack_bits(queries @ projection > 0), score
 
 
@@ -73,6 +78,38 @@ def test_rerank_is_the_rescored_shortlist_then_the_hamming_rest(data):
         np.testing.assert_array_equal(radius_orders[row, inside:], hamming[row, inside:])
     assert "Hamming radius 2" in by_radius.description
     assert "exact euclidean" in by_radius.description
+
+
+def test_an_encoder_shortlist_is_the_encoder_top_s_rescored_then_its_rest(data):
+    _, database, queries, query_codes, score = data
+    config = EvalConfig(ranking="rerank", shortlist=50, shortlist_by="encoder")
+    orders = _orders(evaluation_ranking(config, database, query_codes, 10, score, queries), 500)
+    encoder = AsymmetricIndex(score.scores["encoder"])
+    encoder.add(database)
+    by_encoder = encoder.search(queries, 500)[1]
+    asymmetric = _orders(evaluation_ranking(EvalConfig(ranking="asymmetric"), database,
+                                            query_codes, 10, score, queries), 500)
+    for row in range(len(queries)):
+        shortlisted = set(by_encoder[row, :50])
+        np.testing.assert_array_equal(orders[row, 50:], by_encoder[row, 50:])
+        np.testing.assert_array_equal(orders[row, :50],
+                                      [i for i in asymmetric[row] if i in shortlisted])
+    # Asked for 30 (fewer than the shortlist): the same head, by the partial scan.
+    np.testing.assert_array_equal(
+        _orders(evaluation_ranking(config, database, query_codes, 10, score, queries), 30),
+        orders[:, :30])
+
+
+def test_eval_score_picks_the_kind_and_auto_the_validated_one(data):
+    _, database, queries, query_codes, score = data
+    for setting, form in (("auto", "decoder"), ("decoder", "decoder"), ("encoder", "test")):
+        ranking = evaluation_ranking(EvalConfig(ranking="asymmetric", score=setting), database,
+                                     query_codes, 10, score, queries)
+        assert ranking.description.startswith(f"asymmetric: {form}")
+    with pytest.raises(UserInputError, match="eval.score=joint: the run has no per-bit joint "
+                                             r"score \(it has: encoder, decoder\)"):
+        evaluation_ranking(EvalConfig(ranking="asymmetric", score="joint"), database,
+                           query_codes, 10, score, queries)
 
 
 def test_what_a_ranking_needs_is_refused_in_one_line(data):

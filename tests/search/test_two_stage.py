@@ -75,9 +75,20 @@ def test_exact_rescoring_orders_the_shortlist_by_true_distance_streamed_or_not(d
                                                                           kind="stable")[:20]])
 
 
+def test_a_shortlist_by_score_is_its_scan_top_s(data):
+    _, database, queries, query_codes, score = data
+    search = TwoStageSearch(database, 16, score=score, shortlist_score=score)
+    full = AsymmetricIndex(score)
+    full.add(database)
+    np.testing.assert_array_equal(search.shortlist(query_codes, 40, queries=queries),
+                                  full.search(queries, 40)[1])
+    with pytest.raises(ValueError, match="a shortlist by score takes the top S"):
+        search.shortlist(query_codes, None, radius=2, queries=queries)
+
+
 def test_missing_pieces_are_named(data):
     vectors, database, queries, query_codes, score = data
-    with pytest.raises(ValueError, match="rescore='decoder' needs the method's asymmetric score"):
+    with pytest.raises(ValueError, match="rescore='score' needs the method's asymmetric score"):
         TwoStageSearch(database, 16).search(query_codes, queries, 5)
     with pytest.raises(ValueError, match="rescore='exact' needs the database's original vectors"):
         TwoStageSearch(database, 16, score=score).search(query_codes, queries, 5,

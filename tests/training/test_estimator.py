@@ -63,7 +63,14 @@ def test_save_and_load_give_identical_codes_and_bad_paths_are_one_line(tmp_path)
     loaded = SGHHasher.load(tmp_path / "hasher")
     np.testing.assert_array_equal(loaded.encode(x), hasher.encode(x))
     assert loaded.get_params() == hasher.get_params() and loaded.fit_info_["steps"] == 20
-    np.testing.assert_array_equal(pickle.loads(pickle.dumps(hasher)).encode(x), hasher.encode(x))
+    # The validated choice of score travels with it, as plain arrays.
+    assert loaded.scores_.chosen == hasher.scores_.chosen
+    assert loaded.scores_.validation == hasher.scores_.validation
+    np.testing.assert_array_equal(loaded.asymmetric_score().query_projection,
+                                  hasher.asymmetric_score().query_projection)
+    unpickled = pickle.loads(pickle.dumps(hasher))
+    np.testing.assert_array_equal(unpickled.encode(x), hasher.encode(x))
+    assert unpickled.scores_.chosen == hasher.scores_.chosen
     with pytest.raises(UserInputError, match="not a saved SGHHasher"):
         SGHHasher.load(tmp_path)
     (tmp_path / "hasher" / "weights.npz").write_bytes(b"garbage")
@@ -112,19 +119,35 @@ def test_on_mnist_the_estimators_defaults_encode_the_queries_as_sgh_train_does(t
                                   load_codes(tmp_path / "codes.npz").query)
 
 
-def test_the_hasher_hands_its_decoder_to_search():
+def test_the_hasher_hands_its_scores_to_search():
     from sgh.search.asymmetric_index import AsymmetricIndex
 
     x = _blobs()
     hasher = SGHHasher(**TINY).fit(x)
-    score = hasher.asymmetric_score()
+    score = hasher.asymmetric_score(kind="decoder")
     assert score.bits == 6 and score.form.startswith("decoder, reconstruction distance")
     index = AsymmetricIndex(score)
     index.add(hasher.encode(x))
     scores, ids = index.search(x[:5], 3)
     assert ids.shape == (5, 3) and (np.diff(scores, axis=1) >= 0).all()
-    assert hasher.asymmetric_score("inner_product").code_templates is None
+    assert hasher.asymmetric_score("inner_product", kind="decoder").code_templates is None
+    # Without validation, auto is the encoder score; with it, the kind the validation split
+    # favoured, recorded with its figures.
+    assert hasher.asymmetric_score().kind == "encoder" == hasher.fit_info_["score_for_scan"]
+    validated = SGHHasher(**{**TINY, "validation_every": 2, "validation_queries": 20,
+                             "validation_database": 200}).fit(x)
+    assert validated.asymmetric_score().kind == validated.fit_info_["score_for_scan"]
+    assert set(validated.fit_info_["validation_recall10@100_by_score"]) >= {
+        "encoder", "decoder", "joint"}
+    assert hasher.asymmetric_score(kind="joint").form.startswith(
+        f"joint likelihood: -log q(h|x) - {hasher.scores_.joint_weight:g} log p(x|h)")
     deep = SGHHasher(**TINY, encoder="mlp", decoder="mlp", encoder_hidden=(8,),
                      decoder_hidden=(8,)).fit(x)
-    with pytest.raises(ValueError, match="SGHHasher has no asymmetric score: model.decoder=mlp"):
-        deep.asymmetric_score()
+    assert deep.asymmetric_score().kind == "encoder" and deep.asymmetric_score().network
+    with pytest.raises(ValueError, match="SGHHasher has no per-bit decoder score .*model.decoder"
+                                         "=mlp has no per-bit form"):
+        deep.asymmetric_score(kind="decoder")
+    # Its decoder rescores shortlists instead.
+    rescorer = deep.scores_.rescorer("decoder", deep.encode(x))
+    D, I = rescorer.rescore(x[:3], np.tile(np.arange(20), (3, 1)))
+    assert I.shape == (3, 20) and (np.diff(D, axis=1) >= 0).all()

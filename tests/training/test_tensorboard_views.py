@@ -171,7 +171,7 @@ def test_the_asymmetric_score_is_the_decoders_reconstruction_distance(objective,
         decoded = h @ model.U.numpy() * np.abs(model.s.numpy()) + model.m.numpy()
     exact = (-(x.astype(np.float64) @ decoded.T) if similarity == "inner_product" else
              ((x[:, None, :].astype(np.float64) - decoded[None]) ** 2).sum(-1))
-    index = AsymmetricIndex(model.asymmetric_score(similarity))
+    index = AsymmetricIndex(model.asymmetric_scores(similarity)["decoder"])
     index.add(pack_bits(h.astype(np.uint8)))
     _, _, scores = next(index.score_blocks(x))
     constant = exact - scores  # one per query

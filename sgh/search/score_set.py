@@ -1,0 +1,155 @@
+"""A method's asymmetric scores, by kind, and which one validation chose: a run's asymmetric.npz.
+
+SGH has up to three per-bit scores (`sgh.search.asymmetric`: encoder, decoder, joint), a
+projection baseline one (its encoder form). `eval.score=auto` uses the kind the validation split
+favoured, chosen once after training (`sgh.training.score_selection`) for each use of a score:
+
+* ``chosen``: for the scan of the whole database (`eval.ranking=asymmetric`, and an `encoder`
+  shortlist is always the encoder's);
+* ``rescore_chosen``: for rescoring a shortlist (`eval.ranking=rerank eval.rescore=score`),
+  where an mlp decoder's kinds (decoder, joint) are available by decoding the shortlist, so
+  it may name a kind that has no per-bit form here.
+
+The file holds plain arrays only (keys ``<kind>.<key>`` per score, `AsymmetricScore.arrays`).
+A file of one score without kinds (written before kinds existed) reads as that score alone.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sgh.config import SCORE_KINDS, SCORE_SETTINGS
+from sgh.data.npz_file import read_npz_arrays
+from sgh.data.similarity import SIMILARITIES
+from sgh.errors import one_line
+from sgh.search.asymmetric import AsymmetricScore
+from sgh.search.decoded import DecodedRescorer, DecoderNetwork
+
+
+@dataclass(frozen=True)
+class ScoreSet:
+    """Scores by kind (`SCORE_KINDS` order) and the validated choices (module doc).
+
+    Attributes:
+        scores: the per-bit scores, by kind.
+        chosen: the kind for a scan of the database.
+        rescore_chosen: the kind for rescoring a shortlist.
+        joint_weight: the weight ``lambda`` of the decoder's likelihood in the joint score.
+        selection: one line: how the choice was made (goes into results files).
+        validation: the validation figure of each candidate, by name (empty without validation).
+        similarity: what the decoder's scores measure (``euclidean``, ``angular``,
+            ``inner_product``).
+        decoder: an mlp decoder (`sgh.search.decoded`), which rescores shortlists by decoding
+            them: its ``decoder`` and ``joint`` kinds have no per-bit form; None otherwise.
+    """
+
+    scores: dict[str, AsymmetricScore]
+    chosen: str
+    rescore_chosen: str = ""
+    joint_weight: float = 1.0
+    selection: str = ""
+    validation: dict[str, float] = field(default_factory=dict)
+    similarity: str = "euclidean"
+    decoder: DecoderNetwork | None = None
+
+    @property
+    def rescoring_kinds(self) -> tuple[str, ...]:
+        """The kinds that can rescore a shortlist: the per-bit ones, and a decoder's."""
+        decoded = ("decoder", "joint") if self.decoder is not None else ()
+        return tuple(kind for kind in SCORE_KINDS if kind in self.scores or kind in decoded)
+
+    def rescorer(self, kind: str, database_codes: np.ndarray):
+        """What rescores a shortlist of ``database_codes`` by ``kind``: the per-bit score
+        (`AsymmetricScore`), or a `DecodedRescorer` for an mlp decoder's kinds."""
+        if kind in self.scores:
+            return self.scores[kind]
+        if self.decoder is None or kind not in self.rescoring_kinds:
+            raise ValueError(f"no {kind} score to rescore with (there are: "
+                             f"{', '.join(self.rescoring_kinds)})")
+        return DecodedRescorer(self.decoder, database_codes, self.similarity, kind,
+                               self.scores["encoder"] if kind == "joint" else None,
+                               self.joint_weight)
+
+    def kind_for(self, requested: str | None, use: str, where: str = "the run") -> str:
+        """The kind ``eval.score=requested`` means for ``use`` (``asymmetric``: a scan;
+        ``rerank``: rescoring a shortlist, where decoded kinds are allowed); ValueError naming
+        what ``where`` holds when it has no such score."""
+        if requested in (None, "auto"):
+            return self.chosen if use == "asymmetric" else (self.rescore_chosen or self.chosen)
+        if requested not in SCORE_SETTINGS:
+            raise ValueError(f"eval.score={requested!r} is not known; accepted: "
+                             f"{', '.join(SCORE_SETTINGS)}")
+        available = self.scores if use == "asymmetric" else self.rescoring_kinds
+        if requested not in available:
+            what = "per-bit " if use == "asymmetric" else ""
+            raise ValueError(f"eval.score={requested}: {where} has no {what}{requested} score "
+                             f"(it has: {', '.join(available)})")
+        return requested
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write every score and the choices as an ``.npz`` of plain arrays."""
+        arrays = {"kinds": np.array(list(self.scores), dtype=np.str_),
+                  "chosen": np.str_(self.chosen), "rescore_chosen": np.str_(self.rescore_chosen),
+                  "joint_weight": np.float64(self.joint_weight),
+                  "selection": np.str_(self.selection),
+                  "validation_names": np.array(list(self.validation), dtype=np.str_),
+                  "validation_values": np.array(list(self.validation.values()), np.float64),
+                  "similarity": np.str_(self.similarity)}
+        for kind, score in self.scores.items():
+            arrays.update(score.arrays(prefix=f"{kind}."))
+        if self.decoder is not None:
+            arrays.update(self.decoder.arrays(prefix="decoder_network."))
+        with open(path, "wb") as file:
+            np.savez(file, **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ScoreSet:
+        """Read what `save` (or `AsymmetricScore.save`) wrote; ValueError naming the file and the
+        key if it is damaged or incomplete."""
+        path = Path(path)
+        try:
+            arrays = read_npz_arrays(path)
+        except ValueError as error:  # damaged bytes, pickles, a .npy
+            raise ValueError(f"{path}: not a readable asymmetric-score .npz "
+                             f"({str(error).removeprefix(f'{path}: ')})") from None
+        if "kinds" not in arrays:  # one score, as AsymmetricScore.save writes it
+            score = AsymmetricScore.from_arrays(arrays, str(path))
+            return cls({score.kind: score}, score.kind)
+        kinds = [str(kind) for kind in np.atleast_1d(arrays["kinds"])]
+        unknown = [kind for kind in kinds if kind not in SCORE_KINDS]
+        if not kinds or unknown:
+            raise ValueError(f"{path}: key 'kinds' holds {one_line(arrays['kinds'])}; accepted: "
+                             f"some of {', '.join(SCORE_KINDS)}")
+        scores = {kind: AsymmetricScore.from_arrays(arrays, str(path), prefix=f"{kind}.")
+                  for kind in kinds}
+        text = {key: str(arrays[key]) if key in arrays else "" for key in (
+            "chosen", "rescore_chosen", "selection")}
+        if text["chosen"] not in scores or text["rescore_chosen"] not in ("", *SCORE_KINDS) \
+                or "encoder" not in scores:
+            raise ValueError(f"{path}: key 'chosen' is {text['chosen']!r} and 'rescore_chosen' "
+                             f"{text['rescore_chosen']!r}; accepted: one of the file's kinds "
+                             f"({', '.join(kinds)})")
+        weight = arrays.get("joint_weight", np.float64(1.0))
+        if weight.shape != () or weight.dtype.kind != "f" or not np.isfinite(weight) \
+                or weight <= 0:
+            raise ValueError(f"{path}: key 'joint_weight' must be a positive number, got "
+                             f"{one_line(weight)}")
+        names = [str(name) for name in np.atleast_1d(arrays.get("validation_names", []))]
+        values = np.atleast_1d(arrays.get("validation_values", np.zeros(0)))
+        if len(names) != len(values) or values.dtype.kind != "f":
+            raise ValueError(f"{path}: keys 'validation_names' and 'validation_values' do not "
+                             "pair up")
+        similarity = str(arrays.get("similarity", np.str_("euclidean")))
+        if similarity not in SIMILARITIES:
+            raise ValueError(f"{path}: key 'similarity' is {similarity!r}; accepted: "
+                             f"{', '.join(SIMILARITIES)}")
+        decoder = None
+        if any(key.startswith("decoder_network.") for key in arrays):
+            decoder = DecoderNetwork.from_arrays(arrays, str(path), prefix="decoder_network.")
+        return cls(scores, text["chosen"], text["rescore_chosen"], float(weight),
+                   text["selection"], dict(zip(names, map(float, values), strict=True)),
+                   similarity, decoder)

@@ -1,0 +1,88 @@
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+"""An mlp decoder rescores a shortlist through its last layer's split: brute-force decoding's
+scores and order, for every block size, cache or none, and the joint kind."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from sgh.codes import pack_bits
+from sgh.config import ModelConfig
+from sgh.model.sgh_model import SGH
+from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.decoded import DecodedRescorer, DecoderNetwork
+
+
+def _model(seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(200, 6)) * 3 + 1).astype(np.float32)
+    model = SGH.from_training_data(ModelConfig(bits=8, encoder="mlp", decoder="mlp",
+                                               encoder_hidden=[5], decoder_hidden=[7, 4]), x, 0)
+    return model, x, rng
+
+
+def _decoded(model, bits):
+    return (model.decode(tf.constant(bits, tf.float32)).numpy() * model.scale.numpy()
+            + model.mean.numpy()).astype(np.float64)
+
+
+@pytest.mark.parametrize("similarity", ["euclidean", "inner_product"])
+@pytest.mark.parametrize("cached", [True, False])
+def test_each_candidate_scores_as_its_decoded_code_against_its_query(similarity, cached,
+                                                                     monkeypatch):
+    model, x, rng = _model()
+    bits = rng.integers(0, 2, (300, 8)).astype(np.uint8)
+    queries = x[:7]
+    candidates = rng.integers(0, 300, (7, 25))
+    candidates[:, -2:] = -1  # padding
+    # Blocks of two queries, and no cache of the hidden layers: the scores must not change.
+    monkeypatch.setattr("sgh.search.decoded.BLOCK_VALUES", 2 * 25 * 4)
+    if not cached:
+        monkeypatch.setattr("sgh.search.decoded.CACHE_BYTES", 0)
+    rescorer = DecodedRescorer(model.decoder_network(), pack_bits(bits), similarity)
+    D, I = rescorer.rescore(queries, candidates)
+    decoded = _decoded(model, bits)
+    scale = float(model.scale.numpy())
+    for row in range(7):
+        ids = candidates[row, :-2]
+        rows = decoded[ids]
+        # In the model's normalised units: the input-unit score / scale^2, up to a per-query
+        # constant for the inner product (-<x, mean> / scale^2).
+        exact = (-(rows @ queries[row]) if similarity == "inner_product"
+                 else ((rows - queries[row]) ** 2).sum(1)) / scale**2
+        order = np.lexsort((ids, exact))
+        np.testing.assert_array_equal(I[row, :-2], ids[order])
+        shift = 0.0 if similarity != "inner_product" else \
+            float(queries[row].astype(np.float64) @ model.mean.numpy()) / scale**2
+        np.testing.assert_allclose(D[row, :-2] - shift, exact[order], rtol=1e-5, atol=1e-6)
+        assert (I[row, -2:] == -1).all() and np.isinf(D[row, -2:]).all()
+
+
+def test_the_joint_kind_adds_the_weighted_decoder_term_to_the_encoder_score():
+    model, x, rng = _model(1)
+    codes = pack_bits(rng.integers(0, 2, (120, 8)).astype(np.uint8))
+    queries, candidates = x[:5], rng.integers(0, 120, (5, 30))
+    network = model.decoder_network()
+    encoder = model.asymmetric_scores("euclidean")["encoder"]
+    joint = DecodedRescorer(network, codes, "euclidean", "joint", encoder, weight=0.5)
+    decoder = DecodedRescorer(network, codes, "euclidean").scores(queries, candidates)
+    index = AsymmetricIndex(encoder)
+    index.add(codes)
+    expected = index.candidate_scores(queries, candidates) + 0.5 / (
+        2 * network.noise_variance) * decoder
+    np.testing.assert_allclose(joint.scores(queries, candidates), expected, rtol=1e-6)
+
+
+def test_the_network_round_trips_through_plain_arrays_and_names_damage():
+    model, _, _ = _model()
+    network = model.decoder_network()
+    again = DecoderNetwork.from_arrays(network.arrays("d."), "f.npz", "d.")
+    for a, b in zip(network.arrays(), again.arrays().values(), strict=True):
+        np.testing.assert_array_equal(network.arrays()[a], b)
+    broken = network.arrays()
+    broken["output_kernel"] = broken["output_kernel"][:, :3]
+    with pytest.raises(ValueError, match="f.npz: the decoder's output layer"):
+        DecoderNetwork.from_arrays(broken, "f.npz")
+    del broken["scale"]
+    with pytest.raises(ValueError, match="f.npz: an incomplete decoder network .missing scale"):
+        DecoderNetwork.from_arrays(broken, "f.npz")
