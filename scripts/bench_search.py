@@ -1,24 +1,29 @@
-"""Search beyond Hamming ranking: scan speed against faiss, and quality in every ranking.
+"""Search beyond Hamming ranking against product quantization at equal bytes: quality and speed.
 
     SGH_DATA_DIR=../shared/data python scripts/bench_search.py --json bench_search.json
-        [--datasets mnist cifar10_gist] [--bits 32] [--skip-quality] [--skip-speed]
+        [--datasets mnist cifar10_gist siftsmall] [--bits 32 64] [--skip-quality]
+        [--skip-speed] [--sgh default search]
 
-1. Speed, one thread each, side by side in one process (medians of --repeats runs):
-   1,000 queries x 1,000,000 random 32-bit codes, top 100:
-   - our asymmetric scan (`AsymmetricIndex.search`: per-query lookup tables over the 4 code
-     bytes, one float per item);
-   - our Hamming scan (`HammingIndex.search`);
-   - faiss `IndexPQ(d=32, M=4, nbits=8)`: the same 4 bytes per item, its ADC lookup-table scan.
-   `asymmetric_over_pq` = our asymmetric pairs/s over faiss's (target >= 1).
-2. Quality at --bits on each dataset, the test queries of its protocol: every method (SGH, its
-   default recipe with validation-selected weights; ITQ, PCAH, LSH, SH, SpH) in every ranking
-   (hamming; asymmetric; rerank: a Hamming shortlist of 1% of the database rescored by the
-   decoder / projection score, and by exact distances), through `sgh-train`'s pipeline and
-   `sgh-eval run=DIR`'s re-scoring. Reference row: faiss IndexPQ at the same bytes, trained on
-   the training set (ranking by its ADC distance). Recall10@100: exact Euclidean 10-NN, tie-aware
-   for the Hamming ranking, ties by id otherwise; mAP@all: label relevance, same conventions.
-   Also: Recall10@100 against the shortlist size, and queries/s of the two-stage search against
-   PQ's (one thread) on each dataset's database (the moonshot: PQ's recall at >= 2x its q/s).
+1. Scan speed, one thread each, side by side in one process (medians of --repeats runs):
+   1,000 queries x 1,000,000 random 32-bit codes, top 100: our asymmetric scan
+   (`AsymmetricIndex.search`: per-query lookup tables over the 4 code bytes, one float per
+   item), our Hamming scan (`HammingIndex.search`), and faiss `IndexPQ(d=32, M=4, nbits=8)`
+   (the same 4 bytes per item, its ADC scan). `asymmetric_over_pq` = our pairs/s over faiss's.
+2. Quality and queries/s on each dataset at each code length, the test queries of its protocol
+   (MNIST protocol A, CIFAR-10 GIST protocol B, SIFT10K protocol C), every score chosen on the
+   validation split only:
+   - SGH, each configuration of --sgh (`default`: `sgh-train`'s defaults; `search`:
+     `experiment=search`), with each per-bit score (encoder, decoder, joint, and `auto`, the
+     validated choice) scanning the whole database, and a two-stage search: the encoder's top
+     1% rescored by the validated rescoring score (through the mlp decoder for deep SGH);
+   - ITQ, PCAH, LSH with their asymmetric (projection) form;
+   - faiss `IndexPQ` at the same bytes (M = bits / 8 sub-quantizers of 8 bits), trained on the
+     training set, ranked by its ADC distance.
+   Recall10@100: the share of each query's 10 exact Euclidean nearest neighbours among its
+   first 100, ties by id (faiss: as faiss orders them). Queries/s: one thread, the top 100 of
+   every test query, median of --repeats timed calls after one warm-up.
+   `sgh_best_over_pq_recall`: the best SGH row's recall over PQ's (codes only: no original
+   vectors), `sgh_best_over_pq_qps` the same row's queries/s over PQ's, per dataset and bits.
 """
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
@@ -33,11 +38,13 @@ import time
 
 import numpy as np
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # faiss: one thread, as ours
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # faiss and BLAS: one thread, as ours
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import faiss  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 from sgh.artifacts.codes_file import load_codes  # noqa: E402
 from sgh.cli.evaluate import evaluate_codes  # noqa: E402
@@ -47,20 +54,22 @@ from sgh.config import EvalCommandConfig, EvalConfig, dataset_config_from  # noq
 from sgh.data import load_split  # noqa: E402
 from sgh.metrics.ordered import ordered_metrics  # noqa: E402
 from sgh.pipeline import run  # noqa: E402
-from sgh.search.asymmetric import AsymmetricScore, decoder_score  # noqa: E402
+from sgh.search.asymmetric import decoder_score  # noqa: E402
 from sgh.search.asymmetric_index import AsymmetricIndex  # noqa: E402
 from sgh.search.hamming_index import HammingIndex  # noqa: E402
+from sgh.search.score_set import ScoreSet  # noqa: E402
 from sgh.search.two_stage import TwoStageSearch  # noqa: E402
 
 register_configs()
 faiss.omp_set_num_threads(1)
 
-METHODS = ("sgh", "itq", "pcah", "lsh", "sh", "sph")
-WITH_SCORE = ("sgh", "itq", "pcah", "lsh")
-SHORTLIST_CURVE = (100, 300, 1000, 3000, 10000)
+BASELINES = ("itq", "pcah", "lsh")
+SGH_CONFIGURATIONS = {"default": [], "search": ["experiment=search"]}
+TOP = 100
 
 
 def _median_seconds(function, repeats: int) -> float:
+    function()  # warm-up: compilation, caches
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -72,8 +81,7 @@ def _median_seconds(function, repeats: int) -> float:
 def speed(repeats: int) -> dict:
     rng = np.random.default_rng(0)
     n, nq, bits, k = 1_000_000, 1000, 32, 100
-    database_bits = rng.integers(0, 2, (n, bits), dtype=np.uint8)
-    codes = pack_bits(database_bits)
+    codes = pack_bits(rng.integers(0, 2, (n, bits), dtype=np.uint8))
     query_codes = pack_bits(rng.integers(0, 2, (nq, bits), dtype=np.uint8))
     dim = 32
     queries = rng.normal(size=(nq, dim)).astype(np.float32)
@@ -94,7 +102,9 @@ def speed(repeats: int) -> dict:
         for name, call in (("asymmetric", lambda: asymmetric.search(queries, k, workers=1)),
                            ("hamming", lambda: hamming.search(query_codes, k)),
                            ("faiss_pq", lambda: pq.search(queries, k))):
-            seconds.setdefault(name, []).append(_median_seconds(call, 1))
+            started = time.perf_counter()
+            call()
+            seconds.setdefault(name, []).append(time.perf_counter() - started)
     result = {"n_database": n, "n_queries": nq, "bits": bits, "k": k, "threads": 1,
               "repeats": repeats}
     for name, values in seconds.items():
@@ -102,8 +112,6 @@ def speed(repeats: int) -> dict:
         result[f"{name}_seconds"] = median
         result[f"{name}_pairs_per_second"] = n * nq / median
     result["asymmetric_over_pq"] = result["asymmetric_pairs_per_second"] / \
-        result["faiss_pq_pairs_per_second"]
-    result["hamming_over_pq"] = result["hamming_pairs_per_second"] / \
         result["faiss_pq_pairs_per_second"]
     return result
 
@@ -113,16 +121,52 @@ def _compose(overrides: list[str]):
         return OmegaConf.to_object(compose("train", overrides=overrides))
 
 
-def _rescored(run_dir: str, eval_config: EvalConfig) -> dict:
-    return evaluate_codes(EvalCommandConfig(run=run_dir, out=os.devnull, eval=eval_config))
+def _recall(run_dir: str, eval_config: EvalConfig) -> tuple[float, str]:
+    metrics = evaluate_codes(EvalCommandConfig(run=run_dir, out=os.devnull, eval=eval_config))
+    return metrics["recall10@100"], metrics["ranking"]
 
 
-def _headline(metrics: dict) -> dict:
-    return {"recall10@100": metrics.get("recall10@100"), "map": metrics.get("map"),
-            "ranking": metrics["ranking"]}
+def _split_of(run_dir: str):
+    previous = OmegaConf.to_container(OmegaConf.load(os.path.join(run_dir, "config.yaml")))
+    return load_split(dataset_config_from(previous["dataset"]))
 
 
-def pq_reference(split, bits: int, config: EvalConfig, groundtruth) -> dict:
+def _queries_per_second(search, n_queries: int, repeats: int) -> float:
+    with threadpool_limits(1):
+        return n_queries / _median_seconds(search, repeats)
+
+
+def _rows_of_run(run_dir: str, split, repeats: int, with_two_stage: bool) -> dict:
+    """Every per-bit score's scan (and, for SGH, the two-stage search) of one run."""
+    codes = load_codes(os.path.join(run_dir, "codes.npz"))
+    scores = ScoreSet.load(os.path.join(run_dir, "asymmetric.npz"))
+    rows = {}
+    for kind in ["auto", *scores.scores]:
+        recall, ranking = _recall(run_dir, EvalConfig(ranking="asymmetric", score=kind,
+                                                      recall_n=[TOP]))
+        index = AsymmetricIndex(scores.scores[scores.kind_for(kind, "asymmetric")])
+        index.add(codes.database)
+        qps = _queries_per_second(lambda index=index: index.search(split.query, TOP, workers=1),
+                                  len(split.query), repeats)
+        rows[f"scan, {kind}"] = {"recall10@100": recall, "queries_per_second": qps,
+                                 "ranking": ranking}
+    if with_two_stage:
+        shortlist = max(TOP, len(codes.database) // 100)
+        recall, ranking = _recall(run_dir, EvalConfig(
+            ranking="rerank", shortlist_by="encoder", shortlist=shortlist, recall_n=[TOP]))
+        kind = scores.kind_for("auto", "rerank")
+        search = TwoStageSearch(codes.database, codes.bits,
+                                scores.rescorer(kind, codes.database),
+                                shortlist_score=scores.scores["encoder"])
+        qps = _queries_per_second(lambda: search.search(codes.query, split.query, TOP,
+                                                        shortlist=shortlist),
+                                  len(split.query), repeats)
+        rows[f"two-stage, encoder top {shortlist} rescored by {kind}"] = {
+            "recall10@100": recall, "queries_per_second": qps, "ranking": ranking}
+    return rows
+
+
+def pq_reference(split, bits: int, groundtruth: np.ndarray, repeats: int) -> dict:
     """faiss IndexPQ at bits/8 bytes per item, trained on the training set, ranking by ADC."""
     train = np.ascontiguousarray(split.train, np.float32)
     database = np.ascontiguousarray(split.database, np.float32)
@@ -132,85 +176,77 @@ def pq_reference(split, bits: int, config: EvalConfig, groundtruth) -> dict:
     pq.add(database)
 
     class Ranking:
-        description = f"faiss IndexPQ(M={bits // 8}, nbits=8): ADC distance, ties as faiss"
-
         def order_blocks(self, depth):
-            step = max(1, (1 << 22) // depth)
-            for q0 in range(0, len(queries), step):
-                q1 = min(q0 + step, len(queries))
-                yield q0, q1, pq.search(queries[q0:q1], depth)[1]
+            yield 0, len(queries), pq.search(queries, depth)[1]
 
-    metrics = ordered_metrics(Ranking(), len(queries), len(database), split.query_labels,
-                              split.database_labels, (), config.map_k_denominator, groundtruth,
-                              10, [100])
-    started = time.perf_counter()
-    pq.search(queries, 100)
-    metrics["queries_per_second"] = len(queries) / (time.perf_counter() - started)
-    return metrics
+    metrics = ordered_metrics(Ranking(), len(queries), len(database), groundtruth=groundtruth,
+                              recall_k=10, recall_n=[TOP])
+    return {"recall10@100": metrics["recall10@100"],
+            "queries_per_second": len(queries) / _median_seconds(
+                lambda: pq.search(queries, TOP), repeats),
+            "ranking": f"faiss IndexPQ(M={bits // 8}, nbits=8): ADC distance"}
 
 
-def two_stage_speed(run_dir: str, shortlist: int) -> dict:
-    """Queries/s of `TwoStageSearch` (Hamming top S, decoder rescoring, top 100)."""
-    codes = load_codes(os.path.join(run_dir, "codes.npz"))
-    score = AsymmetricScore.load(os.path.join(run_dir, "asymmetric.npz"))
-    previous = OmegaConf.to_container(OmegaConf.load(os.path.join(run_dir, "config.yaml")))
-    split = load_split(dataset_config_from(previous["dataset"]))
-    search = TwoStageSearch(codes.database, codes.bits, score=score)
-    search.search(codes.query[:10], split.query[:10], 100, shortlist=shortlist)
-    started = time.perf_counter()
-    _, I = search.search(codes.query, split.query, 100, shortlist=shortlist)
-    return {"shortlist": shortlist,
-            "queries_per_second": len(I) / (time.perf_counter() - started)}
-
-
-def quality(dataset: str, bits: int, root: str) -> dict:
-    table, runs = {}, {}
-    for method in METHODS:
-        run_dir = os.path.join(root, f"{dataset}_{method}_{bits}")
-        model = [] if method == "sgh" else [f"model={method}"]
+def quality(dataset: str, bits: int, configurations: list[str], root: str,
+            repeats: int) -> dict:
+    table = {}
+    for name in configurations:
+        run_dir = os.path.join(root, f"{dataset}_sgh_{name}_{bits}")
         started = time.perf_counter()
-        metrics = run(_compose([f"dataset={dataset}", *model, f"model.bits={bits}"]), run_dir)
-        runs[method] = run_dir
-        n_database = metrics["n_database"]
-        shortlist = max(1, n_database // 100)
-        rows = {"hamming": _headline(metrics)}
-        rows["hamming"]["seconds"] = time.perf_counter() - started
-        rows["rerank_exact_1pct"] = _headline(_rescored(run_dir, EvalConfig(
-            ranking="rerank", shortlist=shortlist, rescore="exact")))
-        if method in WITH_SCORE:
-            rows["asymmetric"] = _headline(_rescored(run_dir, EvalConfig(ranking="asymmetric")))
-            rows["rerank_decoder_1pct"] = _headline(_rescored(run_dir, EvalConfig(
-                ranking="rerank", shortlist=shortlist)))
-            rows["rerank_over_asymmetric"] = (rows["rerank_decoder_1pct"]["recall10@100"]
-                                              / rows["asymmetric"]["recall10@100"])
-        table[method] = rows
-        print(f"[bench] {dataset} {method}: " + ", ".join(
-            f"{name} {row['recall10@100']:.4f}/{row['map']:.4f}"
-            for name, row in rows.items() if isinstance(row, dict)), flush=True)
-    # The reference at equal bytes, and the SGH curve against the shortlist size.
-    codes = load_codes(os.path.join(runs["sgh"], "codes.npz"))
-    previous = OmegaConf.to_container(OmegaConf.load(os.path.join(runs["sgh"], "config.yaml")))
-    split = load_split(dataset_config_from(previous["dataset"]))
-    table["faiss_pq"] = pq_reference(split, bits, EvalConfig(), codes.groundtruth)
-    curve = []
-    for size in SHORTLIST_CURVE:
-        if size <= len(codes.database):
-            recall = _rescored(runs["sgh"], EvalConfig(ranking="rerank", shortlist=size,
-                                                       recall_n=[100]))["recall10@100"]
-            curve.append({**two_stage_speed(runs["sgh"], size), "recall10@100": recall})
-    return {"methods": table, "sgh_shortlist_curve": curve,
-            "targets": {
-                "sgh_asymmetric_minus_itq_asymmetric":
-                    table["sgh"]["asymmetric"]["recall10@100"]
-                    - table["itq"]["asymmetric"]["recall10@100"],
-                "sgh_rerank_1pct_over_asymmetric": table["sgh"]["rerank_over_asymmetric"]}}
+        metrics = run(_compose([f"dataset={dataset}", f"model.bits={bits}",
+                                *SGH_CONFIGURATIONS[name]]), run_dir)
+        split = _split_of(run_dir)
+        rows = _rows_of_run(run_dir, split, repeats, with_two_stage=True)
+        for row in rows.values():
+            row["train_seconds"] = metrics.get("train_seconds")
+        rows["hamming"] = {"recall10@100": metrics["recall10@100"], "ranking": "hamming, "
+                           "tie-aware", "run_seconds": time.perf_counter() - started}
+        table[f"sgh {name}"] = {"rows": rows, "validation": metrics.get(
+            "validation_recall10@100_by_score"), "score_selection": metrics.get(
+            "score_selection")}
+        _print(dataset, bits, f"sgh {name}", rows)
+    for method in BASELINES:
+        run_dir = os.path.join(root, f"{dataset}_{method}_{bits}")
+        if method in ("pcah", "itq") and bits > split.train.shape[1]:
+            continue
+        run(_compose([f"dataset={dataset}", f"model={method}", f"model.bits={bits}"]), run_dir)
+        rows = _rows_of_run(run_dir, split, repeats, with_two_stage=False)
+        table[method] = {"rows": {"scan, projection": rows["scan, auto"]}}
+        _print(dataset, bits, method, table[method]["rows"])
+    groundtruth = load_codes(os.path.join(run_dir, "codes.npz")).groundtruth
+    table["faiss_pq"] = {"rows": {"ADC": pq_reference(split, bits, groundtruth, repeats)}}
+    _print(dataset, bits, "faiss_pq", table["faiss_pq"]["rows"])
+    sgh_rows = [(f"{name}: {row_name}", row) for name, entry in table.items()
+                if name.startswith("sgh") for row_name, row in entry["rows"].items()
+                if "queries_per_second" in row]
+    best_name, best = max(sgh_rows, key=lambda item: item[1]["recall10@100"])
+    pq = table["faiss_pq"]["rows"]["ADC"]
+    baseline_best = max((row["recall10@100"] for method in BASELINES if method in table
+                         for row in table[method]["rows"].values()), default=float("nan"))
+    return {"methods": table, "targets": {
+        "sgh_best": best_name,
+        "sgh_best_recall10@100": best["recall10@100"],
+        "best_baseline_asymmetric_recall10@100": baseline_best,
+        "sgh_best_minus_best_baseline": best["recall10@100"] - baseline_best,
+        "sgh_best_over_pq_recall": best["recall10@100"] / pq["recall10@100"],
+        "sgh_best_over_pq_qps": best["queries_per_second"] / pq["queries_per_second"]}}
+
+
+def _print(dataset: str, bits: int, method: str, rows: dict) -> None:
+    for name, row in rows.items():
+        rate = row.get("queries_per_second")
+        print(f"[bench] {dataset} {bits} bits, {method}, {name}: Recall10@100 "
+              f"{row['recall10@100']:.4f}" + (f", {rate:,.0f} queries/s" if rate else ""),
+              flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", required=True)
-    parser.add_argument("--datasets", nargs="+", default=["mnist", "cifar10_gist"])
-    parser.add_argument("--bits", type=int, default=32)
+    parser.add_argument("--datasets", nargs="+", default=["mnist", "cifar10_gist", "siftsmall"])
+    parser.add_argument("--bits", type=int, nargs="+", default=[32, 64])
+    parser.add_argument("--sgh", nargs="+", default=list(SGH_CONFIGURATIONS),
+                        choices=list(SGH_CONFIGURATIONS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
@@ -220,13 +256,19 @@ def main() -> None:
         result["speed"] = speed(args.repeats)
         print(json.dumps(result["speed"], indent=1), flush=True)
     if not args.skip_quality:
+        result["quality"] = {}
         with tempfile.TemporaryDirectory() as root:
-            result["quality"] = {dataset: quality(dataset, args.bits, root)
-                                 for dataset in args.datasets}
+            for dataset in args.datasets:
+                for bits in args.bits:
+                    result["quality"][f"{dataset}_{bits}"] = quality(dataset, bits, args.sgh,
+                                                                     root, args.repeats)
+                    with open(args.json, "w") as file:  # what has run so far, kept
+                        json.dump(result, file, indent=1)
     with open(args.json, "w") as file:
         json.dump(result, file, indent=1)
-    print(json.dumps({key: value for key, value in result.items() if key != "conventions"},
-                     indent=1))
+    summary = {"speed": result.get("speed"), "targets": {
+        name: entry["targets"] for name, entry in result.get("quality", {}).items()}}
+    print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":

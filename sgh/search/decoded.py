@@ -38,8 +38,11 @@ from sgh.search.lookup_kernels import sorted_heaps
 CACHE_BYTES = 1 << 30
 # Codes run through the hidden layers at a time.
 DECODE_ROWS = 8192
-# Gathered float64 values of one block of (query, candidate) dot products (2**24: 128 MB).
+# float64 values of one block of (query, candidate) products (2**24: 128 MB).
 BLOCK_VALUES = 1 << 24
+# Shortlists that hold, on average, at least 1 / DENSE_SHARE of the distinct database codes are
+# scored by dense products with every distinct code (a GEMM), shorter ones pair by pair.
+DENSE_SHARE = 4
 
 
 @dataclass(frozen=True)
@@ -187,10 +190,43 @@ class DecodedRescorer:
                      "(2 rho^2)), each shortlisted code decoded")
 
     def _hidden_of(self, codes: np.ndarray) -> np.ndarray:
-        """phi of distinct-code ids."""
+        """phi of distinct-code ids, float64."""
         if self._hidden is not None:
-            return self._hidden[codes]
-        return self.network.hidden(self._distinct[codes])
+            return self._hidden[codes].astype(np.float64)
+        return self.network.hidden(self._distinct[codes]).astype(np.float64)
+
+    def _dense_dots(self, projected: np.ndarray, codes: np.ndarray,
+                    valid: np.ndarray) -> np.ndarray:
+        """``<x~ K^T, phi(h)>`` of each (query, candidate) from the products of each block of
+        queries with every distinct code (long shortlists: most codes are someone's)."""
+        n_codes = len(self._distinct)
+        dots = np.zeros(codes.shape)
+        step = max(1, BLOCK_VALUES // max(1, n_codes))
+        for q0 in range(0, len(codes), step):
+            q1 = min(q0 + step, len(codes))
+            products = np.empty((q1 - q0, n_codes))
+            for c0 in range(0, n_codes, DECODE_ROWS):
+                chunk = self._hidden_of(np.arange(c0, min(c0 + DECODE_ROWS, n_codes)))
+                products[:, c0 : c0 + len(chunk)] = projected[q0:q1] @ chunk.T
+            dots[q0:q1] = np.take_along_axis(products, codes[q0:q1], axis=1)
+        dots[~valid] = 0.0
+        return dots
+
+    def _gathered_dots(self, projected: np.ndarray, codes: np.ndarray,
+                       valid: np.ndarray) -> np.ndarray:
+        """The same, one dot product per (query, candidate): short shortlists."""
+        dots = np.zeros(codes.shape)
+        width = projected.shape[1]
+        step = max(1, BLOCK_VALUES // max(1, codes.shape[1] * width))
+        for q0 in range(0, len(codes), step):
+            block, kept = codes[q0 : q0 + step], valid[q0 : q0 + step]
+            distinct, inverse = np.unique(block[kept], return_inverse=True)
+            rows = np.nonzero(kept)[0]
+            part = np.zeros(block.shape)
+            part[kept] = np.einsum("ij,ij->i", self._hidden_of(distinct)[inverse],
+                                   projected[q0 + rows])
+            dots[q0 : q0 + step] = part
+        return dots
 
     def scores(self, queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
         """``(nq, S)`` float64 scores of each query's candidate ids (``-1``: ``inf``)."""
@@ -208,27 +244,18 @@ class DecodedRescorer:
         offsets = normalised @ network.output_bias.astype(np.float64)
         lengths = np.einsum("ij,ij->i", normalised, normalised)
         D = np.full(candidates.shape, np.inf)
-        width = network.output_kernel.shape[0]
-        step = max(1, BLOCK_VALUES // max(1, candidates.shape[1] * width))
-        for q0 in range(0, len(candidates), step):
-            block = candidates[q0 : q0 + step]
-            valid = block >= 0
-            codes = self._code_of_item[np.where(valid, block, 0)]
-            distinct, inverse = np.unique(codes[valid], return_inverse=True)
-            hidden = self._hidden_of(distinct).astype(np.float64)
-            rows = np.nonzero(valid)[0]
-            # Dense products when the block's distinct codes are few against its candidates
-            # (long shortlists of many queries share most codes), else one dot per pair.
-            if len(distinct) * len(block) <= 8 * valid.sum():
-                dots = (projected[q0 : q0 + len(block)] @ hidden.T)[rows, inverse]
-            else:
-                dots = np.einsum("ij,ij->i", hidden[inverse], projected[q0 + rows])
-            inner = dots + offsets[q0 + rows]
-            if self.similarity == "inner_product":
-                values = -inner
-            else:
-                values = lengths[q0 + rows] - 2.0 * inner + self._code_norms[distinct][inverse]
-            D[q0 : q0 + len(block)][valid] = values
+        valid = candidates >= 0
+        codes = self._code_of_item[np.where(valid, candidates, 0)]
+        if valid.sum() * DENSE_SHARE >= len(candidates) * len(self._distinct):
+            dots = self._dense_dots(projected, codes, valid)
+        else:
+            dots = self._gathered_dots(projected, codes, valid)
+        inner = dots + offsets[:, None]
+        if self.similarity == "inner_product":
+            values = -inner
+        else:
+            values = lengths[:, None] - 2.0 * inner + self._code_norms[codes]
+        D[valid] = values[valid]
         if self.kind == "joint":
             D = self._with_encoder(queries, candidates, D)
         return D

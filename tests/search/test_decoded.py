@@ -28,7 +28,8 @@ def _decoded(model, bits):
 
 @pytest.mark.parametrize("similarity", ["euclidean", "inner_product"])
 @pytest.mark.parametrize("cached", [True, False])
-def test_each_candidate_scores_as_its_decoded_code_against_its_query(similarity, cached,
+@pytest.mark.parametrize("dense", [True, False])
+def test_each_candidate_scores_as_its_decoded_code_against_its_query(similarity, cached, dense,
                                                                      monkeypatch):
     model, x, rng = _model()
     bits = rng.integers(0, 2, (300, 8)).astype(np.uint8)
@@ -39,6 +40,8 @@ def test_each_candidate_scores_as_its_decoded_code_against_its_query(similarity,
     monkeypatch.setattr("sgh.search.decoded.BLOCK_VALUES", 2 * 25 * 4)
     if not cached:
         monkeypatch.setattr("sgh.search.decoded.CACHE_BYTES", 0)
+    # Products with every distinct code (long shortlists), or one dot per pair (short ones).
+    monkeypatch.setattr("sgh.search.decoded.DENSE_SHARE", 10**9 if dense else 0)
     rescorer = DecodedRescorer(model.decoder_network(), pack_bits(bits), similarity)
     D, I = rescorer.rescore(queries, candidates)
     decoded = _decoded(model, bits)
