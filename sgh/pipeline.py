@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 from pathlib import Path
@@ -81,6 +82,16 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
 
     _refuse_another_configuration(run_directory, config)
     _refuse_other_data(run_directory, inputs)
+    previous = _previous_metrics(run_directory)
+    # The workers of a cluster all take part in the run's collective steps, so the chief goes
+    # through them too (it trains no step, and keeps the training record below).
+    if previous is not None and not _in_a_cluster(strategy) \
+            and _finished_as_configured(run_directory, config, previous):
+        # Finished work is never recorded again: the results as they were, no file touched.
+        logger.info("%s holds this run, finished; its results:", run_directory.path)
+        logger.info("%s", results_table(previous, run_title(previous), config.eval),
+                    extra={"plain": True})
+        return previous
     run_directory.write_config(config)
     run_directory.write_inputs(inputs)
     logger.info("%s: train %s, database %s, queries %s; %s", split.name, split.train.shape,
@@ -126,6 +137,41 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
         logger.warning("%s", warning)
     logger.info("run directory: %s", run_directory.path)
     return metrics
+
+
+def _in_a_cluster(strategy) -> bool:
+    if strategy is None:
+        return False
+    from sgh.training.devices import is_multi_worker
+
+    return is_multi_worker(strategy)
+
+
+def _previous_metrics(run_directory: RunDirectory) -> dict | None:
+    """The metrics.json of an earlier finish of this run, if there is a readable one."""
+    try:
+        metrics = json.loads(run_directory.metrics.read_text())
+    except (OSError, ValueError):
+        return None  # none yet, or damaged: the run writes it again
+    return metrics if isinstance(metrics, dict) else None
+
+
+def _finished_as_configured(run_directory: RunDirectory, config: Config,
+                            previous: dict) -> bool:
+    """Whether the directory holds this very run finished: the same configuration, the
+    evaluation included, and every file the run writes."""
+    recorded = run_directory.previous_config()
+    if recorded is None:
+        return False
+    current = OmegaConf.to_container(OmegaConf.structured(config))
+    if configuration_differences(_with_new_keys_at_their_defaults(recorded, config), current):
+        return False
+    needed = [run_directory.codes]
+    if METHODS[config.model.name].is_trained:
+        needed.append(run_directory.encoder / "saved_model.pb")
+    if "score_for_scan" in previous:
+        needed.append(run_directory.asymmetric_score)
+    return all(path.is_file() for path in needed)
 
 
 def _fit(config: Config, split: RetrievalSplit, run_directory: RunDirectory,

@@ -54,5 +54,6 @@ def fit_baseline(config: Config, split: RetrievalSplit) -> EncodedSplit:
         scores=scores, without_scores=without_scores,
         fields={"train_seconds": train_seconds, "estimator_params": {
             key: value for key, value in estimator.get_params().items()
-            if isinstance(value, (int, float, str, bool)) or value is None}},
+            if isinstance(value, (int, float, str, bool)) or value is None},
+            **(scores.metrics_fields(config.eval.recall_k) if scores is not None else {})},
     )

@@ -90,6 +90,18 @@ class ScoreSet:
                              f"(it has: {', '.join(available)})")
         return requested
 
+    def metrics_fields(self, recall_k: int) -> dict:
+        """What metrics.json reports about the choice (the figures with a validation split)."""
+        fields = {"score_for_scan": self.chosen,
+                  "score_for_rescoring": self.rescore_chosen or self.chosen,
+                  "joint_weight": self.joint_weight, "score_selection": self.selection}
+        if self.validation:
+            label = f"recall{recall_k}@100"
+            fields[f"validation_{label}_by_score"] = dict(self.validation)
+            # What a sweeper may maximise for search (an optimizable best_validation_ key).
+            fields[f"best_validation_asymmetric_{label}"] = self.validation[self.chosen]
+        return fields
+
     def save(self, path: str | os.PathLike) -> None:
         """Write every score and the choices as an ``.npz`` of plain arrays."""
         arrays = {"kinds": np.array(list(self.scores), dtype=np.str_),

@@ -41,7 +41,7 @@ from sgh.model.encoding import encode_bit_matrix, encode_packed
 from sgh.model.sgh_model import SGH
 from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore, joint_score
 from sgh.search.score_set import ScoreSet
-from sgh.training.score_selection import score_fields, select_scores
+from sgh.training.score_selection import select_scores
 from sgh.training.train_sgh import fit_sgh, hold_out
 
 # (parameter, configuration section, key in it): every parameter but n_bits and random_state.
@@ -182,7 +182,7 @@ class SGHHasher(BinaryHasher):
         self.model_ = trained.model
         self.scores_ = select_scores(trained.model, validation, train_items, "euclidean",
                                      config.eval.recall_k)
-        self.fit_info_ = {**trained.fields, **score_fields(self.scores_, config.eval.recall_k)}
+        self.fit_info_ = {**trained.fields, **self.scores_.metrics_fields(config.eval.recall_k)}
 
     # Codes come from `sgh.model.encoding`, as for sgh-train's codes.npz: float32 features in
     # the model's own chunks (not the baselines' float64 row blocks).

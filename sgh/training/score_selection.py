@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 # The validation database of the choice: every training item up to this many (a sample beyond).
 SELECTION_DATABASE = 100_000
 # The weights lambda of the decoder's likelihood tried in the joint score.
-JOINT_WEIGHTS = (0.125, 0.25, 0.5, 1.0, 2.0)
+JOINT_WEIGHTS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0)
 # The rank cut-off of the validation figure: Recall K@100, the paper's.
 CUTOFF = 100
 # Queries scored at a time (three float64 score matrices of this many rows by the database).
@@ -79,10 +79,11 @@ def select_scores(model: SGH, validation: ValidationSet | None, train_items: Fea
     chosen = max(scannable, key=lambda kind: (by_kind[kind], -SCORE_KINDS.index(kind)))
     rescore = max(SCORE_KINDS, key=lambda kind: (by_kind[kind], -SCORE_KINDS.index(kind)))
     label = f"recall{recall_k}@{CUTOFF}"
+    weights = ", ".join(f"{w:g}" for w in JOINT_WEIGHTS)
     selection = (f"validation {label.capitalize()} of the whole validation database ranked by "
                  f"each score (ties by id), exact {NEIGHBOUR_LABELS[similarity]} neighbours; "
                  f"{len(validation.query)} held-out training queries vs {len(database)} training "
-                 f"items; joint weight {weight:g} the best of {', '.join(map(str, JOINT_WEIGHTS))}")
+                 f"items; joint weight {weight:g}, the best of {weights}")
     validation_figures = {f"{kind}" + (" (decoded)" if network is not None and kind != "encoder"
                                        else ""): value for kind, value in by_kind.items()}
     validation_figures.update({f"joint {w:g}": figures[("joint", w)] for w in JOINT_WEIGHTS})
@@ -163,14 +164,3 @@ def _top_by_score_then_id(scores: np.ndarray, n: int) -> np.ndarray:
     room = n - below.sum(axis=1, keepdims=True)
     return below | (at & (np.cumsum(at, axis=1) <= room))
 
-
-def score_fields(scores: ScoreSet, recall_k: int) -> dict:
-    """What metrics.json reports about the choice (the figures only with a validation split)."""
-    fields = {"score_for_scan": scores.chosen, "score_for_rescoring": scores.rescore_chosen,
-              "joint_weight": scores.joint_weight, "score_selection": scores.selection}
-    if scores.validation:
-        label = f"recall{recall_k}@{CUTOFF}"
-        fields[f"validation_{label}_by_score"] = dict(scores.validation)
-        # What a sweeper may maximise for search (an optimizable best_validation_ key).
-        fields[f"best_validation_asymmetric_{label}"] = scores.validation[scores.chosen]
-    return fields

@@ -13,6 +13,7 @@ the exported encoder and the split's codes.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import tempfile
 import time
@@ -22,6 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from sgh.artifacts.atomic import write_json
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.config import Config
 from sgh.data import RetrievalSplit
@@ -41,7 +43,7 @@ from sgh.training.progress import (
     TrainingScalars,
     ValidationPoints,
 )
-from sgh.training.score_selection import score_fields, select_scores
+from sgh.training.score_selection import select_scores
 from sgh.training.signals import stop_on_signals
 
 logger = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     train_items, validation = hold_out(config, split.train, split_training_labels(split),
                                        repr(split.name), split.similarity)
     trained = fit_sgh(config, train_items, validation, strategy, run_directory)
+    _keep_training_record(trained.fields, run_directory)
     # The encoder that made the final codes, for sgh-encode and TF Serving (sgh.model.export).
     export_encoder(trained.model, run_directory.encoder,
                    unit_normalise=split.similarity == "angular")
@@ -73,8 +76,29 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     scores = select_scores(trained.model, validation, train_items, split.similarity,
                            config.eval.recall_k)
     return EncodedSplit(database=database, query=encode_packed(trained.model, split.query),
-                        fields={**trained.fields, **score_fields(scores, config.eval.recall_k)},
+                        fields={**trained.fields, **scores.metrics_fields(config.eval.recall_k)},
                         scores=scores)
+
+
+# The fields that describe how a run trained, and where they are kept beside its checkpoints.
+TRAINING_RECORD = ("train_seconds", "ms_per_step", "final_loss_terms_per_item",
+                   "validation_seconds")
+_RECORD_FILE = "training_record.json"
+
+
+def _keep_training_record(fields: dict, run_directory: RunDirectory) -> None:
+    """The record of the process that trained the last steps, kept beside the checkpoints: a
+    process that resumes a run at its last step (an artifact was lost, the evaluation changed)
+    trains nothing, and reports the record of the training instead of its own empty one."""
+    path = run_directory.checkpoints / _RECORD_FILE
+    if fields.get("steps_this_process", 0) > 0 or not path.is_file():
+        write_json(path, {key: fields[key] for key in TRAINING_RECORD if key in fields})
+        return
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # damaged: this process's own (empty) record stands
+    fields.update({key: kept[key] for key in TRAINING_RECORD if key in kept})
 
 
 def hold_out(config: Config, train: Features, labels: np.ndarray | None,
@@ -126,11 +150,11 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
                 model, validation, config.validation.patience, best,
                 weights_of_step=run_directory.weights_of_step if run_directory else None)
         checkpoint = trainer.checkpoint(**({"selection": selection.state} if selection else {}))
-        checkpoints = None
+        checkpoints, resumed_step = None, None
         if run_directory is not None:
             checkpoints = run_directory.checkpoint_manager(checkpoint)
             # The newest checkpoint that reads back whole (a damaged one is skipped, warned).
-            resumed_from, resumed_step = run_directory.resume_checkpoint(checkpoints), None
+            resumed_from = run_directory.resume_checkpoint(checkpoints)
             if resumed_from:
                 checkpoint.restore(resumed_from).assert_consumed()
                 resumed_step = int(trainer.step.numpy())
@@ -169,6 +193,9 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
             "estimator": config.model.estimator,
             "noise": config.model.noise,
             "steps": step,
+            # 0: the run had finished its steps before this process (its training record is
+            # the earlier process's, sgh.pipeline keeps it).
+            "steps_this_process": step - (resumed_step or 0),
             "batch_size": config.trainer.batch_size,
             "replicas": trainer.replicas,  # devices the global batch was split over
             "n_train": len(train_items),

@@ -129,9 +129,13 @@ def test_a_finished_run_is_not_retrained_and_another_config_is_refused(runs):
     # One after the other: side by side, the second would (rightly) be refused as "in use"
     # by the run lock before it read the directory's configuration.
     again = _start(run_dir)
-    out, err = again.communicate(timeout=300)  # the same command: nothing left to train
+    before = {path: path.stat().st_mtime_ns for path in run_dir.rglob("*") if path.is_file()
+              and path.name not in ("train.log", ".lock") and ".hydra" not in path.parts}
+    out, err = again.communicate(timeout=300)  # the same command: nothing left to do
     assert again.returncode == 0, err[-3000:]
-    assert "resuming from step 2000" in out
+    assert "holds this run, finished" in out and "Recall10@100" in out
+    # Finished work is not recorded again: every file of the run as it was.
+    assert {path: path.stat().st_mtime_ns for path in before} == before
     other = _start(run_dir, "trainer.seed=5")
     _, err = other.communicate(timeout=120)
     assert other.returncode == 2 and "holds a run with another configuration" in err

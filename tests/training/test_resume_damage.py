@@ -132,9 +132,10 @@ def test_damaged_best_weights_come_from_the_training_checkpoint_of_their_step(tm
 
 
 def test_a_run_resumes_past_damaged_checkpoints_to_the_same_codes(tmp_path, caplog):
-    """End to end: a finished run whose latest checkpoint, then whose best weights, are
-    damaged; each time the same command ends with the same codes, and sgh-export's restore
-    too finds intact weights."""
+    """End to end: a run whose latest checkpoint, then whose best weights, are damaged, and
+    whose codes are lost (as by a kill before they were written: a finished run is not opened
+    again); each time the same command ends with the same codes, and sgh-export's restore too
+    finds intact weights."""
     config = compose_config(*QUICK, "trainer.checkpoint_every=20", "trainer.jit_compile=false")
     run(config, tmp_path)
     with np.load(tmp_path / "codes.npz") as codes:
@@ -147,6 +148,7 @@ def test_a_run_resumes_past_damaged_checkpoints_to_the_same_codes(tmp_path, capl
                 np.testing.assert_array_equal(codes[key], expected)
 
     _damage_file(checkpoints / "ckpt-60", "truncated data")
+    (tmp_path / "codes.npz").unlink()
     caplog.clear()
     with caplog.at_level(logging.INFO):
         run(config, tmp_path)
@@ -157,6 +159,7 @@ def test_a_run_resumes_past_damaged_checkpoints_to_the_same_codes(tmp_path, capl
 
     best = checkpoints / "best" / "ckpt-60"
     _damage_file(best, "garbage index")
+    (tmp_path / "codes.npz").unlink()
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         run(config, tmp_path)

@@ -1,0 +1,74 @@
+"""Finished work is never recorded again: the same command on a finished run changes no file,
+and a run whose artifacts were lost re-creates them with its training record kept."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sgh.pipeline import run
+from tests.helpers import QUICK, compose_config
+
+
+def _config(*overrides):
+    return compose_config(*QUICK, *overrides)
+
+
+def _files(run_dir):
+    """Every file of the run with its modification time (Hydra's own files aside)."""
+    return {path: path.stat().st_mtime_ns for path in run_dir.rglob("*")
+            if path.is_file() and ".hydra" not in path.parts and path.name != ".lock"}
+
+
+@pytest.mark.parametrize("method", ["sgh", "itq"])
+def test_the_same_command_on_a_finished_run_gives_its_results_and_changes_no_file(tmp_path,
+                                                                                  method):
+    overrides = [] if method == "sgh" else ["model=itq"]
+    finished = run(_config(*overrides), tmp_path)
+    before = _files(tmp_path)
+    again = run(_config(*overrides), tmp_path)
+    assert again == json.loads((tmp_path / "metrics.json").read_text())
+    assert again["train_seconds"] == finished["train_seconds"]  # not a second, empty record
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("lost", ["codes.npz", "metrics.json"])
+def test_a_lost_artifact_is_made_again_and_the_training_record_kept(tmp_path, lost):
+    finished = run(_config(), tmp_path)
+    (tmp_path / lost).unlink()
+    again = run(_config(), tmp_path)
+    assert (tmp_path / "codes.npz").is_file() and (tmp_path / "metrics.json").is_file()
+    assert again["steps_this_process"] == 0 and again["map"] == finished["map"]
+    # The record of the training, kept beside the checkpoints, not this process's empty one.
+    for key in ("train_seconds", "ms_per_step", "final_loss_terms_per_item"):
+        assert again[key] == finished[key], key
+
+
+def test_another_evaluation_of_a_finished_run_keeps_its_training_record(tmp_path):
+    finished = run(_config(), tmp_path)
+    again = run(_config("eval.recall_n=[5,50]"), tmp_path)
+    assert "recall10@50" in again and "recall10@100" not in again
+    assert again["train_seconds"] == finished["train_seconds"] > 0.001
+    assert again["ms_per_step"] == finished["ms_per_step"] is not None
+
+
+@pytest.mark.slow  # two sweeps of two jobs through Hydra's launcher
+def test_a_resumed_sweep_does_not_record_its_finished_jobs_again(tmp_path):
+    command = [sys.executable, "-m", "sgh.cli.train", "-m", *QUICK[:-1], "model.bits=8,12",
+               f"hydra.sweep.dir={tmp_path}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    jobs = sorted(path.parent for path in tmp_path.glob("*/metrics.json"))
+    before = {job: _files(job) for job in jobs}
+    records = {job: json.loads((job / "metrics.json").read_text()) for job in jobs}
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.count("holds this run, finished") == 2
+    for job in jobs:
+        files = {path: stamp for path, stamp in _files(job).items() if path.name != "train.log"}
+        assert files == {path: stamp for path, stamp in before[job].items()
+                         if path.name != "train.log"}
+        assert json.loads((job / "metrics.json").read_text()) == records[job]
