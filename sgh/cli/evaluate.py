@@ -17,11 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 from sgh.artifacts.atomic import write_json
 from sgh.artifacts.codes_file import load_codes
 from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_inputs import changed_inputs, describe_inputs
 from sgh.cli.boundary import check_writable_place, exit_on_failure
 from sgh.cli.hydra_command import run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import EvalCommandConfig, EvalConfig, dataset_config_from, validate_eval
-from sgh.data import load_split
+from sgh.data import input_files, load_split
 from sgh.errors import UserInputError
 from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score
@@ -88,7 +89,17 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
     if previous is None or "dataset" not in previous:
         raise UserInputError(f"run={run.path}: no readable config.yaml; eval.ranking="
                              f"{config.ranking} reads the run's dataset from it")
-    split = load_split(dataset_config_from(previous["dataset"]))
+    dataset = dataset_config_from(previous["dataset"])
+    split = load_split(dataset)
+    # The features are read again: they must be the ones the run was trained and encoded on.
+    recorded = run.previous_inputs()
+    changes = [] if recorded is None else changed_inputs(recorded,
+                                                          describe_inputs(input_files(dataset)))
+    if changes:
+        raise UserInputError(
+            f"run={run.path} was trained on other data ({'; '.join(changes)}), and "
+            f"eval.ranking={config.ranking} reads its features again; put the file back as it "
+            "was, or train a new run on it as it is now")
     for part in ("query", "database"):
         if len(getattr(split, part)) != len(getattr(codes, part)):
             raise UserInputError(f"run={run.path}: its dataset now has {len(getattr(split, part))} "

@@ -24,6 +24,7 @@ from sgh.cli.boundary import check_writable_place, exit_on_failure
 from sgh.cli.hydra_command import Composed, run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import validate
+from sgh.errors import TrainingInterrupted, UserInputError
 from sgh.pipeline import run
 
 register_configs()
@@ -44,10 +45,26 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                    f"hydra.sweep.dir={HydraConfig.get().sweep.dir} to resume the sweep" if swept
                    else "interrupted before the run finished; run the same command with "
                         f"hydra.run.dir={run_dir} to resume")
+    sweep_dir = HydraConfig.get().sweep.dir
+    resume = (f"run the same command with hydra.sweep.dir={sweep_dir} to resume the sweep (its "
+              "finished jobs are not trained again)" if swept else
+              f"Run the same command with hydra.run.dir={run_dir} to resume")
     with exit_on_failure("sgh-train", output_key="hydra.sweep.dir" if swept else "hydra.run.dir",
                          output_path=run_dir, interrupted=interrupted):
-        config = OmegaConf.to_object(cfg)
-        metrics = run(config, run_dir)
+        try:
+            config = OmegaConf.to_object(cfg)
+            metrics = run(config, run_dir)
+        except TrainingInterrupted as stop:
+            where = f" in the job {run_dir} of the sweep;" if swept else "."
+            raise TrainingInterrupted(f"{stop}{where} {resume}") from None
+        except UserInputError as error:
+            if not swept:
+                raise
+            # Hydra's launcher stops the sweep at the first failing job: say so, and how on.
+            raise UserInputError(
+                f"{error} (job {HydraConfig.get().job.num} of the sweep, {run_dir}; the sweep "
+                "stopped there, its earlier jobs are finished and kept: fix that value or leave "
+                f"it out, then {resume})") from None
         return optimized_value(metrics, config.optimized_metric, warn=swept)
 
 

@@ -319,17 +319,68 @@ def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
             tensorboard_events.encoded_image(name, png, step=0, description=DESCRIPTION[name])
 
 
+def unfinished_jobs(sweep_dir) -> tuple[list[Path], int | None]:
+    """The sweep's job directories without a metrics.json (failed, interrupted or never
+    finished), and how many jobs the sweep has: from its `multirun.yaml` for Hydra's basic
+    sweeper (the product of each swept key's values), else None (unknown: an Optuna search)."""
+    sweep_dir = Path(sweep_dir)
+    jobs = sorted(path.parent for path in sweep_dir.rglob(".hydra") if path.is_dir()
+                  and path.parent != sweep_dir)
+    unfinished = [job for job in jobs if not (job / METRICS_FILE).is_file()]
+    return unfinished, _planned_jobs(sweep_dir / "multirun.yaml")
+
+
+def _planned_jobs(multirun: Path) -> int | None:
+    if not multirun.is_file():
+        return None
+    try:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from omegaconf import OmegaConf
+
+        recorded = OmegaConf.load(multirun)
+        if not str(OmegaConf.select(recorded, "hydra.sweeper._target_", default="")).endswith(
+                "BasicSweeper"):
+            return None
+        overrides = OverridesParser.create().parse_overrides(
+            list(OmegaConf.select(recorded, "hydra.overrides.task", default=[])))
+        return int(np.prod([len(list(override.sweep_string_iterator()))
+                            for override in overrides if override.is_sweep_override()]))
+    except Exception:  # noqa: BLE001  a record we cannot read counts no jobs, it refuses none
+        return None
+
+
+def incompleteness(sweep_dir, n_finished: int) -> str | None:
+    """One line naming the jobs the comparison lacks and how to finish them, or None."""
+    unfinished, planned = unfinished_jobs(sweep_dir)
+    missing = max(len(unfinished), (planned or 0) - n_finished)
+    if missing == 0:
+        return None
+    total = planned if planned is not None else n_finished + missing
+    named = ", ".join(str(job) for job in unfinished[:5]) + (", ..." if len(unfinished) > 5
+                                                              else "")
+    return (f"{missing} of {total} jobs of the sweep have no results (failed, interrupted or "
+            f"not run{': ' + named if named else ''}), so the table covers {n_finished}; run the "
+            f"sweep's command again with hydra.sweep.dir={sweep_dir} to finish them (finished "
+            "jobs are not trained again)")
+
+
 def compare(sweep_dir, out=None, tensorboard: bool = True) -> tuple[str, list[Path]]:
     """Write the comparison of the sweep's runs into `out` (default: the sweep directory).
 
-    Returns the Markdown table and the paths written.
+    Returns the Markdown table and the paths written. A sweep with jobs that have no results
+    is compared as it stands, and warned about (in the table too).
     """
-    aggregated = aggregate(collect(sweep_dir))
+    rows = collect(sweep_dir)
+    aggregated = aggregate(rows)
+    gap = incompleteness(sweep_dir, len(rows))
     out = Path(out if out is not None else sweep_dir)
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: is a file; expected a directory")
     out.mkdir(parents=True, exist_ok=True)
     table = markdown(aggregated)
+    if gap is not None:
+        logger.warning("%s", gap)
+        table = f"**Incomplete sweep**: {gap}.\n\n{table}"
     images = figures(aggregated)
     written = {out / "comparison.csv": csv_text(aggregated).encode(),
                out / "comparison.md": table.encode(),

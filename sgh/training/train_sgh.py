@@ -185,9 +185,9 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
             if step not in (periodic.last_saved, resumed_step):
                 checkpoints.save(checkpoint_number=step)
             if signals or trainer.stopped_by_another_worker:  # a Ctrl-C on any worker stops all
+                # The command line says how to resume (a run's or a sweep's directory).
                 raise TrainingInterrupted(
-                    f"interrupted at step {step} of {config.trainer.steps}; checkpoint saved. Run "
-                    f"the same command with hydra.run.dir={run_directory.path} to resume")
+                    f"interrupted at step {step} of {config.trainer.steps}; checkpoint saved")
         fields = {
             "objective": config.model.objective,
             "estimator": config.model.estimator,
