@@ -23,6 +23,9 @@ from sgh.codes import validate_codes
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.lookup_kernels import scan_scores, scan_top_k, sorted_heaps
 
+# A top k of at least 1 / DENSE_TOP_SHARE of the database comes from every score, partitioned:
+# the heap would take in most items.
+DENSE_TOP_SHARE = 16
 # Queries per kernel call: their tables (code_bytes x 256 float32 each: 8 KB at 64 bits) stay in
 # L2 together, and each call is long enough that dispatch costs nothing.
 QUERY_BLOCK = 64
@@ -76,10 +79,12 @@ class AsymmetricIndex:
         """The k best-scoring database codes of each query: ``(D, I)``, see the module doc."""
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        codes, norms = self.codes(), self.norms()
+        if DENSE_TOP_SHARE * k >= len(codes) > 0:
+            return self._dense_search(queries, int(k), workers)
         tables = self.score.lookup_tables(queries)
         D = np.full((len(tables), int(k)), np.inf, np.float32)
         I = np.full((len(tables), int(k)), -1, np.int64)
-        codes, norms = self.codes(), self.norms()
         if len(codes) == 0:
             return D, I
 
@@ -89,6 +94,17 @@ class AsymmetricIndex:
 
         _run_blocks(scan, len(tables), workers)
         return sorted_heaps(D, I)
+
+    def _dense_search(self, queries: np.ndarray, k: int, workers: int | None
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """The top k from every score: for a k near the database's size, where the heap would
+        take in most items."""
+        D = np.full((len(queries), k), np.inf, np.float32)
+        I = np.full((len(queries), k), -1, np.int64)
+        kept = min(k, self.ntotal)
+        for q0, q1, scores in self.score_blocks(queries, workers=workers):
+            D[q0:q1, :kept], I[q0:q1, :kept] = smallest_by_score_then_id(scores, kept)
+        return D, I
 
     def score_blocks(self, queries: np.ndarray, block_items: int = 1 << 24,
                      workers: int | None = None):
@@ -134,6 +150,20 @@ class AsymmetricIndex:
         by (score, id); ``-1`` candidates (padding) stay last with ``D = inf``."""
         D = self.candidate_scores(queries, candidates)
         return sorted_heaps(D, np.where(np.asarray(candidates) >= 0, candidates, -1))
+
+
+def smallest_by_score_then_id(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's k smallest ``(score, id)`` of ``(nq, n)`` scores, sorted: ``(D, I)``, the
+    order and ties of the heap scan, from a partition instead."""
+    k = min(k, scores.shape[1])
+    threshold = np.partition(scores, k - 1, axis=1)[:, k - 1 : k]
+    below, at = scores < threshold, scores == threshold
+    # Of the items at the threshold, the smallest ids fill the places left.
+    chosen = below | (at & (np.cumsum(at, axis=1) <= k - below.sum(axis=1, keepdims=True)))
+    ids = np.nonzero(chosen)[1].reshape(len(scores), k)  # ascending within each row
+    values = np.take_along_axis(scores, ids, axis=1)
+    order = np.argsort(values, axis=1, kind="stable")  # equal scores stay in id order
+    return np.take_along_axis(values, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
 def _run_blocks(scan, n_queries: int, workers: int | None) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgh.codes import unpack_bits, validate_codes
+from sgh.compiled import compiled
 from sgh.search.asymmetric import ACTIVATIONS, AsymmetricScore, check_queries
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.lookup_kernels import sorted_heaps
@@ -41,8 +42,9 @@ DECODE_ROWS = 8192
 # float64 values of one block of (query, candidate) products (2**24: 128 MB).
 BLOCK_VALUES = 1 << 24
 # Shortlists that hold, on average, at least 1 / DENSE_SHARE of the distinct database codes are
-# scored by dense products with every distinct code (a GEMM), shorter ones pair by pair.
-DENSE_SHARE = 4
+# scored by dense products with every distinct code (a GEMM, several times the flops per second
+# of gathered pairs), shorter ones pair by pair.
+DENSE_SHARE = 8
 
 
 @dataclass(frozen=True)
@@ -215,17 +217,17 @@ class DecodedRescorer:
     def _gathered_dots(self, projected: np.ndarray, codes: np.ndarray,
                        valid: np.ndarray) -> np.ndarray:
         """The same, one dot product per (query, candidate): short shortlists."""
+        if self._hidden is not None:
+            return _pair_dots(projected, self._hidden, codes, valid)
         dots = np.zeros(codes.shape)
-        width = projected.shape[1]
-        step = max(1, BLOCK_VALUES // max(1, codes.shape[1] * width))
+        step = max(1, BLOCK_VALUES // max(1, codes.shape[1] * projected.shape[1]))
         for q0 in range(0, len(codes), step):
             block, kept = codes[q0 : q0 + step], valid[q0 : q0 + step]
-            distinct, inverse = np.unique(block[kept], return_inverse=True)
-            rows = np.nonzero(kept)[0]
-            part = np.zeros(block.shape)
-            part[kept] = np.einsum("ij,ij->i", self._hidden_of(distinct)[inverse],
-                                   projected[q0 + rows])
-            dots[q0 : q0 + step] = part
+            distinct, inverse = np.unique(np.where(kept, block, block[kept].min(initial=0)),
+                                          return_inverse=True)
+            hidden = self.network.hidden(self._distinct[distinct])
+            dots[q0 : q0 + step] = _pair_dots(projected[q0 : q0 + step], hidden,
+                                              inverse.reshape(block.shape), kept)
         return dots
 
     def scores(self, queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -271,3 +273,29 @@ class DecodedRescorer:
         """``(D, I)`` of the candidates sorted by (score, id); ``-1`` padding last, ``D = inf``."""
         D = self.scores(queries, candidates)
         return sorted_heaps(D, np.where(np.asarray(candidates) >= 0, candidates, -1))
+
+
+@compiled
+def _pair_dots(projected, hidden, rows, valid):
+    """``out[q, s] = <projected[q], hidden[rows[q, s]]>`` (float64 sums of float32 rows) where
+    ``valid``, else 0: no gathered copy of the rows (a shortlist's rows are read in place)."""
+    n_queries, n_candidates = rows.shape
+    width = projected.shape[1]
+    whole = width - width % 4
+    out = np.zeros((n_queries, n_candidates))
+    for q in range(n_queries):
+        for s in range(n_candidates):
+            if valid[q, s]:
+                row = rows[q, s]
+                # Four independent sums (in a fixed order: the same result every time) keep
+                # the multipliers busy; one running sum waits on each add.
+                t0 = t1 = t2 = t3 = 0.0
+                for w in range(0, whole, 4):
+                    t0 += projected[q, w] * hidden[row, w]
+                    t1 += projected[q, w + 1] * hidden[row, w + 1]
+                    t2 += projected[q, w + 2] * hidden[row, w + 2]
+                    t3 += projected[q, w + 3] * hidden[row, w + 3]
+                for w in range(whole, width):
+                    t0 += projected[q, w] * hidden[row, w]
+                out[q, s] = (t0 + t1) + (t2 + t3)
+    return out

@@ -34,7 +34,7 @@ from sgh.data.streamed_features import Features, take_rows
 from sgh.model.encoding import encode_packed
 from sgh.model.sgh_model import SGH
 from sgh.search.asymmetric import joint_score
-from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.asymmetric_index import AsymmetricIndex, smallest_by_score_then_id
 from sgh.search.decoded import DecodedRescorer
 from sgh.search.score_set import ScoreSet
 from sgh.training.holdout import ValidationSet
@@ -148,19 +148,8 @@ def _validation_recalls(model: SGH, per_bit: dict, network, codes: np.ndarray,
                 scores = decoder_scores
             else:
                 scores = encoder_scores + weight / (2.0 * variance) * decoder_scores
-            top = _top_by_score_then_id(scores, CUTOFF)
+            _, top = smallest_by_score_then_id(scores, CUTOFF)
             hits[kind, weight] = hits.get((kind, weight), 0) + int(
-                np.take_along_axis(top, truth, axis=1).sum())
+                (top[:, :, None] == truth[:, None, :]).any(axis=1).sum())
     return {key: value / (len(queries) * recall_k) for key, value in hits.items()}
-
-
-def _top_by_score_then_id(scores: np.ndarray, n: int) -> np.ndarray:
-    """``(nq, n_items)`` bool: each row's first ``n`` items by (score, id)."""
-    n = min(n, scores.shape[1])
-    threshold = np.partition(scores, n - 1, axis=1)[:, n - 1 : n]
-    below = scores < threshold
-    at = scores == threshold
-    # Of the items at the threshold, the smallest ids fill the places left.
-    room = n - below.sum(axis=1, keepdims=True)
-    return below | (at & (np.cumsum(at, axis=1) <= room))
 

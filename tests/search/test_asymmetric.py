@@ -155,3 +155,19 @@ def test_scores_of_huge_features_are_rescaled_not_overflowed(tmp_path):
     np.testing.assert_array_equal(results[0][1], results[1][1])
     np.testing.assert_allclose(results[1][0].astype(np.float64) * huge.unit,
                                results[0][0].astype(np.float64) * 1e60, rtol=1e-4)
+
+
+def test_a_long_top_k_from_every_score_is_the_heap_scans_result(monkeypatch):
+    # Many repeated codes, so that equal scores straddle the cut-off: both keep ties by id.
+    rng = np.random.default_rng(6)
+    codes = pack_bits(rng.integers(0, 2, (30, 12)))[rng.integers(0, 30, 2000)]
+    index = AsymmetricIndex(decoder_score(*_decoder(12, 5), "euclidean"))
+    index.add(codes)
+    queries = rng.normal(size=(9, 5))
+    results = {}
+    for share in (0, 10**9):  # the heap always; every score always
+        monkeypatch.setattr("sgh.search.asymmetric_index.DENSE_TOP_SHARE", share)
+        results[share] = [index.search(queries, k) for k in (7, 333, 2000, 2004)]
+    for heap, dense in zip(results[0], results[10**9], strict=True):
+        for a, b in zip(heap, dense, strict=True):
+            np.testing.assert_array_equal(a, b)
