@@ -9,9 +9,13 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import math
 import os
 import sys
 from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
 
 from sgh.cli.boundary import disk_error_line, exit_on_failure
 from sgh.cli.logs import ConsoleFormatter
@@ -51,7 +55,8 @@ def _compare(argv: list[str] | None) -> None:
     logging.getLogger("sgh").addHandler(handler)
     logging.getLogger("sgh").setLevel(logging.INFO)
     try:
-        table, paths = compare(args.sweep_dir, args.out, tensorboard=not args.no_tensorboard)
+        table, paths = compare(args.sweep_dir, args.out, tensorboard=not args.no_tensorboard,
+                               planned_jobs=planned_jobs(Path(args.sweep_dir) / "multirun.yaml"))
     except OSError as error:
         if args.out is None and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise _read_only(args.sweep_dir, f"{os.strerror(error.errno).lower()} "
@@ -65,6 +70,25 @@ def _compare(argv: list[str] | None) -> None:
     print(table)
     for path in paths:
         print(f"[sgh] wrote {path}")
+
+
+def planned_jobs(multirun: Path) -> int | None:
+    """How many jobs a sweep has, from the `multirun.yaml` Hydra writes into its directory: for
+    the basic sweeper, the product of each swept key's count of values; else None (an Optuna
+    search, or no readable record)."""
+    if not multirun.is_file():
+        return None
+    try:
+        recorded = OmegaConf.load(multirun)
+        if not str(OmegaConf.select(recorded, "hydra.sweeper._target_", default="")).endswith(
+                "BasicSweeper"):
+            return None
+        overrides = OverridesParser.create().parse_overrides(
+            list(OmegaConf.select(recorded, "hydra.overrides.task", default=[])))
+        return math.prod(len(list(override.sweep_string_iterator()))
+                         for override in overrides if override.is_sweep_override())
+    except Exception:  # noqa: BLE001  an unreadable record counts no jobs, and refuses none
+        return None
 
 
 def _read_only(sweep_dir: str, reason: str) -> UserInputError:

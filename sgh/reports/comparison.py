@@ -319,39 +319,19 @@ def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
             tensorboard_events.encoded_image(name, png, step=0, description=DESCRIPTION[name])
 
 
-def unfinished_jobs(sweep_dir) -> tuple[list[Path], int | None]:
-    """The sweep's job directories without a metrics.json (failed, interrupted or never
-    finished), and how many jobs the sweep has: from its `multirun.yaml` for Hydra's basic
-    sweeper (the product of each swept key's values), else None (unknown: an Optuna search)."""
+def unfinished_jobs(sweep_dir) -> list[Path]:
+    """The sweep's job directories (each has Hydra's `.hydra/`) without a metrics.json: failed,
+    interrupted or never finished."""
     sweep_dir = Path(sweep_dir)
     jobs = sorted(path.parent for path in sweep_dir.rglob(".hydra") if path.is_dir()
                   and path.parent != sweep_dir)
-    unfinished = [job for job in jobs if not (job / METRICS_FILE).is_file()]
-    return unfinished, _planned_jobs(sweep_dir / "multirun.yaml")
+    return [job for job in jobs if not (job / METRICS_FILE).is_file()]
 
 
-def _planned_jobs(multirun: Path) -> int | None:
-    if not multirun.is_file():
-        return None
-    try:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        from omegaconf import OmegaConf
-
-        recorded = OmegaConf.load(multirun)
-        if not str(OmegaConf.select(recorded, "hydra.sweeper._target_", default="")).endswith(
-                "BasicSweeper"):
-            return None
-        overrides = OverridesParser.create().parse_overrides(
-            list(OmegaConf.select(recorded, "hydra.overrides.task", default=[])))
-        return int(np.prod([len(list(override.sweep_string_iterator()))
-                            for override in overrides if override.is_sweep_override()]))
-    except Exception:  # noqa: BLE001  a record we cannot read counts no jobs, it refuses none
-        return None
-
-
-def incompleteness(sweep_dir, n_finished: int) -> str | None:
-    """One line naming the jobs the comparison lacks and how to finish them, or None."""
-    unfinished, planned = unfinished_jobs(sweep_dir)
+def incompleteness(sweep_dir, n_finished: int, planned: int | None = None) -> str | None:
+    """One line naming the jobs the comparison lacks and how to finish them, or None;
+    ``planned``: how many jobs the sweep has, if known (`sgh.cli.compare` reads its record)."""
+    unfinished = unfinished_jobs(sweep_dir)
     missing = max(len(unfinished), (planned or 0) - n_finished)
     if missing == 0:
         return None
@@ -364,15 +344,16 @@ def incompleteness(sweep_dir, n_finished: int) -> str | None:
             "jobs are not trained again)")
 
 
-def compare(sweep_dir, out=None, tensorboard: bool = True) -> tuple[str, list[Path]]:
+def compare(sweep_dir, out=None, tensorboard: bool = True,
+            planned_jobs: int | None = None) -> tuple[str, list[Path]]:
     """Write the comparison of the sweep's runs into `out` (default: the sweep directory).
 
     Returns the Markdown table and the paths written. A sweep with jobs that have no results
-    is compared as it stands, and warned about (in the table too).
+    (of `planned_jobs`, if known) is compared as it stands, and warned about (in the table too).
     """
     rows = collect(sweep_dir)
     aggregated = aggregate(rows)
-    gap = incompleteness(sweep_dir, len(rows))
+    gap = incompleteness(sweep_dir, len(rows), planned_jobs)
     out = Path(out if out is not None else sweep_dir)
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: is a file; expected a directory")

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from sgh.cli.compare import planned_jobs
 from sgh.pipeline import run
 from sgh.reports.comparison import compare
 from tests.helpers import QUICK, compose_config
@@ -29,7 +30,8 @@ def test_a_comparison_names_the_jobs_without_results_and_how_to_finish_them(tmp_
     failed = tmp_path / "2_job"
     (failed / ".hydra").mkdir(parents=True)  # started, then failed: no metrics.json
     (tmp_path / "multirun.yaml").write_text(BASIC_SWEEP)  # 4 jobs planned; job 3 never ran
-    table, _ = compare(tmp_path, tensorboard=False)
+    assert planned_jobs(tmp_path / "multirun.yaml") == 4
+    table, _ = compare(tmp_path, tensorboard=False, planned_jobs=4)
     expected = (f"2 of 4 jobs of the sweep have no results (failed, interrupted or not run: "
                 f"{failed}), so the table covers 2; run the sweep's command again with "
                 f"hydra.sweep.dir={tmp_path} to finish them")

@@ -149,5 +149,5 @@ def test_the_hasher_hands_its_scores_to_search():
         deep.asymmetric_score(kind="decoder")
     # Its decoder rescores shortlists instead.
     rescorer = deep.scores_.rescorer("decoder", deep.encode(x))
-    D, I = rescorer.rescore(x[:3], np.tile(np.arange(20), (3, 1)))
-    assert I.shape == (3, 20) and (np.diff(D, axis=1) >= 0).all()
+    scores, ids = rescorer.rescore(x[:3], np.tile(np.arange(20), (3, 1)))
+    assert ids.shape == (3, 20) and (np.diff(scores, axis=1) >= 0).all()
