@@ -56,6 +56,9 @@ def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+    except IsADirectoryError:  # not the directory's fault: the lock's own name is taken
+        raise UserInputError(f"{lock_file} is a directory, where {program} keeps its lock file; "
+                             "move it away, then run the command again") from None
     except OSError as error:
         raise _not_writable(run_dir, error, if_read_only) from None
     try:
