@@ -120,12 +120,12 @@ SUMMARIES = {
                  "precision 0"),
 }
 RESULT_CONVENTIONS = {
-    "map_convention": ("mAP@all over the whole Hamming ranking (distance = popcount of XOR); "
-                       "relevant = same label (multi-label: a shared label); 'map' = tie-aware "
-                       "expected AP (items at equal distance in uniformly random order, "
-                       "McSherry & Najork 2008); 'map_stable' = ties broken by database index; "
-                       "queries with no relevant item are skipped and counted in "
-                       "'map_queries_without_relevant'"),
+    "map_convention": ("mAP@all over the whole ranking ('ranking'); relevant = same label "
+                       "(multi-label: a shared label); Hamming ranking (distance = popcount of "
+                       "XOR): 'map' = tie-aware expected AP (items at equal distance in "
+                       "uniformly random order, McSherry & Najork 2008), 'map_stable' = ties "
+                       "broken by database index; other rankings: ties by id; queries with no "
+                       "relevant item are skipped and counted in 'map_queries_without_relevant'"),
     "map_at_k_convention": CONVENTIONS["map_at_k"] + " (denominator named in "
                            "'map_k_denominator'; '_stable' keys: ties by database index)",
     "precision_at_k_convention": CONVENTIONS["precision_at_k"],
@@ -139,10 +139,12 @@ RESULT_CONVENTIONS = {
                           "other rankings: ties by id"),
     "ranking_convention": ("'ranking' says how the database was ordered for every metric: "
                            "hamming (by Hamming distance; metrics tie-aware, '_stable' twins "
-                           "with ties by index, hash lookup), asymmetric (by the method's "
-                           "asymmetric score of the query's features against each code, ties "
-                           "by id; no lookup) or rerank (a Hamming shortlist reordered by the "
-                           "rescoring rule, then the rest in Hamming order, ties by id)"),
+                           "with ties by index, hash lookup), asymmetric (by the method's score "
+                           "of the query's features against each code, 'eval.score': encoder, "
+                           "decoder or joint likelihood, ties by id; no lookup) or rerank (a "
+                           "shortlist by Hamming distance or the encoder score, reordered by "
+                           "the rescoring rule, then the rest in the shortlist's order, ties by "
+                           "id)"),
     "similarity_convention": ("'similarity': euclidean (squared L2), angular (vectors "
                               "unit-normalised, then squared L2) or inner_product (largest "
                               "<q, x>); the ground truth of Recall K@N and exact rescoring "
