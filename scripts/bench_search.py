@@ -122,7 +122,7 @@ def _compose(overrides: list[str]):
 
 
 def _recall(run_dir: str, eval_config: EvalConfig) -> tuple[float, str]:
-    metrics = evaluate_codes(EvalCommandConfig(run=run_dir, out=os.devnull, eval=eval_config))
+    metrics = evaluate_codes(EvalCommandConfig(run=run_dir, eval=eval_config))  # <run>/eval.json
     return metrics["recall10@100"], metrics["ranking"]
 
 

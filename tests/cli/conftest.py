@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging.config
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,10 +18,9 @@ PROGRAMS = {"train": ("sgh-train", "sgh.cli.train"), "eval": ("sgh-eval", "sgh.c
 @pytest.fixture
 def command_here(capsys, monkeypatch):
     """A command's `main` in this process: (returncode, stdout, stderr) like `subprocess.run`."""
-    # Hydra's logging set-up stays out of it: it closes every existing handler (those of the
-    # test session's capture too), and the errors are printed, not logged.
-    for module in ("hydra._internal.hydra", "hydra.core.utils"):
-        monkeypatch.setattr(f"{module}.configure_log", lambda *args, **kwargs: None)
+    # Hydra's logging set-up stays out of it: its dictConfig closes every existing handler
+    # (those of the test session's capture too), and the errors are printed, not logged.
+    monkeypatch.setattr(logging.config, "dictConfig", lambda *args, **kwargs: None)
 
     def call(command: str, arguments: list[str], cwd: Path):
         program, module = PROGRAMS[command]

@@ -16,7 +16,7 @@ from tests.helpers import QUICK, compose_config
 BASIC_SWEEP = """\
 hydra:
   sweeper:
-    _target_: hydra._internal.core_plugins.basic_sweeper.BasicSweeper
+    _target_: core_plugins.basic_sweeper.BasicSweeper  # the class Hydra records, shortened
   overrides:
     task: [model=itq, "model.bits=4,8,12,16"]
 """
