@@ -279,6 +279,17 @@ def validate(config: Config) -> Config:
                              f"score; accepted: a key {OPTIMIZABLE_PREFIX}... of metrics.json, "
                              "e.g. best_validation_recall10@100 (test-query figures are never "
                              "optimised)")
+    validation, recall_k = config.validation, config.eval.recall_k
+    # At most 100 validation items (the recall cut-off, sgh.training.holdout.RECALL_CUTOFF) are
+    # all in every top 100: every recall would be 1.0. (Fewer than eval.recall_k: holdout says.)
+    if isinstance(config.model, ModelConfig) and validation.every > 0 and \
+            validation.metric != "map" and recall_k <= validation.database <= 100:
+        raise UserInputError(
+            f"validation.database={validation.database} is not more than the recall cut-off "
+            f"100: every validation Recall{recall_k}@100 would be 1.0, so model selection "
+            "would mean nothing; accepted: validation.database > 100 (the default is 10000; "
+            "more than the training set has takes all of it), or validation.metric=map, or "
+            "validation.every=0")
     return validate_training(config)
 
 

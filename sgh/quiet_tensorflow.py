@@ -4,20 +4,24 @@ TensorFlow >= 2.16 prints C++ INFO lines (oneDNN notice, missing CUDA drivers) b
 logging is initialised, where TF_CPP_MIN_LOG_LEVEL is not yet honoured, and device discovery
 logs a failed CUDA initialisation on machines without a GPU. Entry points call
 `import_tensorflow()` first; the lines are captured (`captured_stderr`) and shown only if the
-import fails. It also points XLA's compilation cache at the user's cache
-(`sgh.artifacts.compile_cache`), which must be set before TensorFlow starts; loading from that
-cache logs two harmless errors, which `cached_compilation()` holds back.
+import fails for another reason than a process limit: a library the loader could not map
+for lack of memory or address space (`ulimit -v`) is raised as a `MemoryError`, which the
+command line reports in one line (`sgh.cli.boundary`). It also points XLA's compilation cache
+at the user's cache (`sgh.artifacts.compile_cache`), which must be set before TensorFlow starts;
+loading from that cache logs two harmless errors, which `cached_compilation()` holds back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import tempfile
 from collections.abc import Iterator
 
 from sgh.artifacts import compile_cache
+from sgh.errors import one_line
 
 
 class Captured:
@@ -61,16 +65,43 @@ def import_tensorflow() -> None:
     if "tensorflow" in sys.modules:
         return
     compile_cache.enable()  # checks the cache's entries in a thread meanwhile
+    captured = Captured()
     try:
         with captured_stderr() as captured:
             import tensorflow
 
             tensorflow.config.list_physical_devices()
-    except BaseException:
-        sys.stderr.write(captured.text)
+    except ImportError as error:
+        if not _lacks_memory(error):
+            sys.stderr.write(captured.text)
+            raise
+        # The loader could not map TensorFlow's libraries: a memory or address-space limit
+        # (`ulimit -v`), not a broken installation. A MemoryError says so, and the command line
+        # reports it as one line naming the limit (`sgh.cli.boundary`).
+        raise MemoryError(f"TensorFlow could not be loaded ({one_line(error)})") from error
+    except BaseException as error:
+        if not _is_limit(error):  # a limit's line says it all; TensorFlow's chatter would not
+            sys.stderr.write(captured.text)
         raise
     finally:
         compile_cache.finish_tidying()  # before any compiled call can load an entry
+
+
+# What the dynamic loader says when it cannot map a library for lack of memory or address
+# space (glibc's messages).
+_LOADER_OUT_OF_MEMORY = ("failed to map segment from shared object", "cannot allocate memory",
+                         "cannot map zero-fill pages", "cannot create shared object descriptor")
+
+
+def _lacks_memory(error: ImportError) -> bool:
+    text = str(error).lower()
+    return any(words in text for words in _LOADER_OUT_OF_MEMORY)
+
+
+def _is_limit(error: BaseException) -> bool:
+    """Out of memory, or of file descriptors: a process limit, not a broken installation."""
+    return isinstance(error, MemoryError) or (isinstance(error, OSError) and error.errno in (
+        errno.ENOMEM, errno.EMFILE, errno.ENFILE))
 
 
 # What TensorFlow logs on every load of a good compiled-step entry: its text-format parse,

@@ -21,6 +21,7 @@ import numpy as np
 from sgh.artifacts.atomic import atomic_file
 from sgh.data.npz_file import groundtruth as checked_groundtruth
 from sgh.data.npz_file import open_npz
+from sgh.data.vector_files import refuse_special_file
 from sgh.errors import UserInputError
 
 
@@ -69,8 +70,21 @@ def _labels(path: Path, arrays: dict, key: str, n: int) -> np.ndarray | None:
     if labels.ndim not in (1, 2) or len(labels) != n or not (
             np.issubdtype(labels.dtype, np.integer) or labels.dtype == np.bool_):
         raise UserInputError(f"{path}: key {key!r} has dtype {labels.dtype}, shape "
-                             f"{labels.shape}; expected {n} integer labels (1-D) or a (n, "
+                             f"{labels.shape}; expected {n} integer labels (1-D) or a ({n}, "
                              "n_labels) 0/1 matrix")
+    if labels.ndim == 2:
+        if labels.shape[1] == 0:
+            raise UserInputError(f"{path}: key {key!r} is a label matrix of shape "
+                                 f"{labels.shape}, with no label column; expected a ({n}, "
+                                 "n_labels) 0/1 matrix with n_labels >= 1, or 1-D class ids")
+        wrong = np.argwhere((labels != 0) & (labels != 1))
+        if len(wrong):
+            row, column = wrong[0]
+            raise UserInputError(
+                f"{path}: key {key!r} is a 2-D label matrix, so a 0/1 multi-hot one (1 = the "
+                f"item has that label), and holds {labels[row, column]} at row {row}, column "
+                f"{column} (entries neither 0 nor 1: {len(wrong)} of {labels.size}); expected "
+                "only 0 and 1, or 1-D integer class ids for single-label data")
     return labels
 
 
@@ -81,6 +95,8 @@ _ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 
 def load_codes(path) -> SavedCodes:
     path = Path(path)
+    # Before anything opens it: a FIFO would block forever.
+    refuse_special_file(path, expected="a codes.npz file, as sgh-train writes it")
     if path.is_file():
         with open(path, "rb") as handle:
             start = handle.read(16)

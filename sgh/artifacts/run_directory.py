@@ -1,5 +1,6 @@
 """The run directory: the only module that knows what a run writes, and under which names.
 
+    <run_dir>/.sgh-run            the marker: an sgh run's directory (with the run's first file)
     <run_dir>/.lock               who writes the run now (sgh.artifacts.run_lock): pid, host, since
     <run_dir>/config.yaml         the resolved configuration of this run
     <run_dir>/inputs.json         its dataset files: path, size, mtime (sgh.artifacts.run_inputs)
@@ -18,6 +19,11 @@ file that looks complete, and the next owner of the directory removes the tempor
 writer left (`remove_stray_temporaries`). Checkpoints are read back whole before they are used:
 a damaged one is skipped for the newest intact one beside it, with a warning
 (`resume_checkpoint`, `weights_of_step`).
+
+A run writes only into a directory that is its own (`RunDirectory.refuse_unless_ours`): a new
+one, one carrying the marker, or a run from before the marker, recognised strictly by its
+contents (`holds_a_run`); a user's folder is refused, never written over. An output of another
+command that is one of a run's files is refused too (`refuse_a_run_file`).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from sgh.artifacts import tensorboard_events
-from sgh.artifacts.atomic import atomic_file, write_json
+from sgh.artifacts.atomic import atomic_file, write_bytes, write_json
 from sgh.artifacts.codes_file import write_codes
 from sgh.artifacts.run_inputs import InputFile, inputs_from_json
 from sgh.errors import UserInputError
@@ -46,6 +52,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS_KEPT = 2
+RUN_MARKER = ".sgh-run"
 LOCK_FILE = ".lock"
 CONFIG_FILE = "config.yaml"
 INPUTS_FILE = "inputs.json"
@@ -54,6 +61,7 @@ CODES_FILE = "codes.npz"
 ASYMMETRIC_FILE = "asymmetric.npz"
 EVAL_FILE = "eval.json"
 LOG_FILE = "train.log"  # written by Hydra (configs/hydra/default.yaml names it after the job)
+HYDRA_DIR = ".hydra"  # Hydra's record of the job: its configuration and overrides
 TENSORBOARD_DIR = "tensorboard"
 CHECKPOINTS_DIR = "checkpoints"
 BEST_DIR = "best"
@@ -64,7 +72,20 @@ CHECKPOINT_STATE = "checkpoint"  # TF's list of the kept checkpoints, written la
 # leave as `.<name>.*.tmp*` when killed. Not eval.json: sgh-eval writes it without owning the
 # directory, so one of its temporaries may be in flight.
 ATOMICALLY_WRITTEN = (CONFIG_FILE, INPUTS_FILE, CODES_FILE, METRICS_FILE, ASYMMETRIC_FILE,
-                      ENCODER_DIR, LOCK_FILE)
+                      ENCODER_DIR, LOCK_FILE, RUN_MARKER)
+# Every name a run directory may hold: what a run, Hydra, sgh-export and sgh-eval put there.
+RUN_ENTRIES = frozenset({RUN_MARKER, LOCK_FILE, HYDRA_DIR, CONFIG_FILE, INPUTS_FILE, LOG_FILE,
+                         TENSORBOARD_DIR, CHECKPOINTS_DIR, ENCODER_DIR, CODES_FILE,
+                         ASYMMETRIC_FILE, METRICS_FILE, EVAL_FILE})
+# What a directory holds before its run's first write, so that it still counts as new: Hydra
+# creates it and writes its record and log there before sgh-train's code runs, and the lock is
+# taken next (`sgh.artifacts.run_lock`).
+_BEFORE_THE_RUN = frozenset({HYDRA_DIR, LOG_FILE, LOCK_FILE})
+# What only a started run leaves beside its config.yaml: with one of them, sgh's settings in
+# config.yaml and nothing outside RUN_ENTRIES, a directory is a run from before the marker. A
+# config.yaml alone, or beside codes or an encoder, may be a user's copy: not enough.
+_TRACES_OF_A_RUN = frozenset({INPUTS_FILE, CHECKPOINTS_DIR, METRICS_FILE})
+_MARKER_TEXT = "an sgh-train run directory: sgh writes and replaces the files in it\n"
 # TensorFlow's own temporaries in a checkpoint directory: a checkpoint's shards before they are
 # merged into place (`ckpt-<step>_temp/`), and the state file before its rename.
 _TF_TEMPORARY = re.compile(rf"^({CHECKPOINT_PREFIX}-\d+_temp|{CHECKPOINT_STATE}\.tmp[0-9a-f]+)$")
@@ -73,13 +94,14 @@ _START_OVER = "delete {checkpoints} to train the run again, or choose a new hydr
 
 
 class RunDirectory:
-    """One run's directory. `RunDirectory(path)` creates it for writing; `RunDirectory.existing`
-    opens a finished (or interrupted) one for reading, with one-line errors for anything else."""
+    """One run's directory. `RunDirectory(path)` claims it for writing (`claim`);
+    `RunDirectory.existing` opens a finished (or interrupted) one for reading, with one-line
+    errors for anything else."""
 
     def __init__(self, path: str | os.PathLike, create: bool = True):
         self.path = Path(path)
         if create:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.claim()
 
     @classmethod
     def existing(cls, path: str | os.PathLike, key: str = "run") -> RunDirectory:
@@ -89,7 +111,81 @@ class RunDirectory:
                                  "sgh-train run directory")
         return run
 
+    # ---- ownership --------------------------------------------------------------------------
+    def claim(self) -> None:
+        """Take the directory for this run to write: created if missing; the marker goes in
+        with the run's first file (`_mark`).
+
+        Raises:
+            UserInputError: it is not the product's (`refuse_unless_ours`); nothing is written.
+        """
+        self.refuse_unless_ours()
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def _mark(self) -> None:
+        """Every writer of the run's files calls this first: once the run has a file, the
+        marker is there, and later commands know the directory for a run's whatever it holds.
+        Not in `claim`: a finished run opened again changes no file (not even an older run
+        from before the marker)."""
+        if not self.marker.is_file():
+            write_bytes(self.marker, _MARKER_TEXT.encode())
+
+    def refuse_unless_ours(self, key: str | None = None) -> None:
+        """Refuse to write into a directory the product did not make: accepted are a path that
+        does not exist, a new directory (empty, or holding only what Hydra and the lock write
+        before a run starts), one with the marker, and a run from before the marker
+        (`holds_a_run`). `key`: the setting that chose it, for the message (`hydra.run.dir`).
+
+        Raises:
+            UserInputError: one line naming the directory and what it holds; also for an
+                unreadable config.yaml there (`previous_config`), which a resume compares.
+        """
+        named = f"{key}={self.path}" if key else str(self.path)
+        if not self.path.is_dir():
+            if self.path.exists():
+                raise UserInputError(f"{named} is a file; accepted: a directory (a new one, or "
+                                     "an earlier run's to resume it)")
+            return
+        self.previous_config()  # a damaged config.yaml: its own line, "restore it"
+        names = _entries(self.path)
+        if self.marker.is_file() or all(_named_in(name, _BEFORE_THE_RUN) for name in names) \
+                or self._from_before_the_marker(names):
+            return
+        held = sorted(name for name in names if not _named_in(name, _BEFORE_THE_RUN))
+        shown = ", ".join(held[:3]) + (f", and {len(held) - 3} more" if len(held) > 3 else "")
+        raise UserInputError(
+            f"{named} is not an sgh run directory (no {RUN_MARKER}; it holds {shown}), and sgh "
+            "never writes over what it did not write; accepted: a new or empty directory, or "
+            "an sgh-train run directory (holding only a run's files) to resume it")
+
+    def holds_a_run(self) -> bool:
+        """Whether the directory is a run: it carries the marker, or is a run from before the
+        marker (sgh's settings in config.yaml, a trace of training, nothing but a run's
+        files)."""
+        try:
+            if not self.path.is_dir():
+                return False
+            return self.marker.is_file() or self._from_before_the_marker(_entries(self.path))
+        # An unreadable config.yaml or directory: not recognisably a run.
+        except (UserInputError, OSError):
+            return False
+
+    def _from_before_the_marker(self, names: list[str]) -> bool:
+        if CONFIG_FILE not in names or not _TRACES_OF_A_RUN.intersection(names) \
+                or not all(_named_in(name, RUN_ENTRIES) for name in names):
+            return False
+        settings = self.previous_config()
+        model = settings.get("model") if settings else None
+        return (isinstance(model, dict) and isinstance(model.get("name"), str)
+                and isinstance(model.get("bits"), int)
+                and all(isinstance(settings.get(section), dict)
+                        for section in ("dataset", "trainer")))
+
     # ---- names ------------------------------------------------------------------------------
+    @property
+    def marker(self) -> Path:
+        return self.path / RUN_MARKER
+
     @property
     def lock_file(self) -> Path:
         return self.path / LOCK_FILE
@@ -186,10 +282,12 @@ class RunDirectory:
 
     # ---- writing ----------------------------------------------------------------------------
     def write_config(self, config) -> None:
+        self._mark()
         with atomic_file(self.config_file) as temporary:
             temporary.write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
 
     def write_inputs(self, inputs: list[InputFile]) -> None:
+        self._mark()
         write_json(self.inputs_file, {"files": [item.as_json() for item in inputs]})
 
     def remove_stray_temporaries(self) -> list[Path]:
@@ -211,13 +309,16 @@ class RunDirectory:
         return stray
 
     def write_metrics(self, metrics: dict) -> None:
+        self._mark()
         write_json(self.metrics, metrics)
 
     def write_codes(self, **arrays: np.ndarray) -> None:
+        self._mark()
         write_codes(self.codes, **arrays)
 
     def write_asymmetric_score(self, score) -> None:
         """`score.save(path)` (an `sgh.search.asymmetric.AsymmetricScore`), atomically."""
+        self._mark()
         with atomic_file(self.asymmetric_score, suffix=".npz") as temporary:
             score.save(temporary)
 
@@ -227,6 +328,7 @@ class RunDirectory:
         (`sgh.artifacts.tensorboard_events`, no TensorFlow needed); closed, so flushed, on exit,
         which a process ending without its final garbage collection (`sgh.cli.boundary`)
         needs."""
+        self._mark()
         return tensorboard_events.recording_to(self.tensorboard)
 
     def checkpoint_manager(self, checkpoint: tf.train.Checkpoint,
@@ -235,6 +337,7 @@ class RunDirectory:
         one-slot checkpoint of the best validated weights."""
         from sgh.artifacts.checkpoint_manager import StateFirstCheckpointManager
 
+        self._mark()
         directory = self.best_checkpoints if best else self.checkpoints
         kept = 1 if best else CHECKPOINTS_KEPT
         _rebuild_unreadable_state(directory, kept)
@@ -308,6 +411,46 @@ class RunDirectory:
             raise UserInputError(f"run={self.path}: {METRICS_FILE} has no integer 'steps'; "
                                  "expected the metrics of an SGH run")
         return self.weights_of_step(step)
+
+
+def _entries(directory: Path) -> list[str]:
+    return [entry.name for entry in directory.iterdir()]
+
+
+def _named_in(name: str, names: frozenset[str]) -> bool:
+    """`name` is one of `names`, or an atomic write's temporary of one (`.<name>.*.tmp*`)."""
+    return name in names or (name.startswith(".") and ".tmp" in name and any(
+        name.startswith(f".{known}.") for known in names))
+
+
+def refuse_a_run_file(setting: str, path: str | os.PathLike, example: str,
+                      runs: tuple[str | os.PathLike, ...] = ()) -> None:
+    """Refuse an output `path` that is one of a run's own files (its config.yaml, metrics.json,
+    codes, checkpoints/, encoder/, ...): written over, the run could neither resume nor be
+    compared. Only eval.json, which `sgh-eval` writes into a run, is an output there.
+
+    Args:
+        setting: the key that chose `path` (`out`), for the message.
+        example: an accepted value to suggest (`scores.json`).
+        runs: directories known to be runs (a command's `run=`), whatever they hold; any other
+            directory above `path` counts if it is one (`RunDirectory.holds_a_run`).
+
+    Raises:
+        UserInputError: one line naming the path and the run.
+    """
+    given = Path(os.path.abspath(path))
+    known = {Path(run).resolve() for run in runs}
+    for candidate in dict.fromkeys((given, given.resolve())):  # as written, and through links
+        for directory in candidate.parents:
+            inside = candidate.relative_to(directory)
+            if inside.parts[0] == EVAL_FILE or inside.parts[0] not in RUN_ENTRIES:
+                continue
+            if directory.resolve() in known or RunDirectory(directory, create=False).holds_a_run():
+                what = (f"the {inside} of the run {directory}" if len(inside.parts) == 1 else
+                        f"inside {directory / inside.parts[0]}, part of the run {directory}")
+                raise UserInputError(
+                    f"{setting}={path} is {what}, whose files no other output may replace; "
+                    f"accepted: a path that is none of a run's files, e.g. {setting}={example}")
 
 
 def checkpoint_files(prefix: Path) -> list[Path]:

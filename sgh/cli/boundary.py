@@ -3,7 +3,9 @@
     0    success
     2    bad input (`UserInputError`): one line naming the file, key or value, and what is accepted;
          also Hydra's own errors (`sgh.cli.hydra_errors`) and a full, read-only or forbidden
-         place to write (`OSError` ENOSPC, EDQUOT, EROFS, EACCES, ...), named by its path
+         place to write (`OSError` ENOSPC, EDQUOT, EROFS, EACCES, ...), named by its path;
+         and a process limit reached (too many open files, too little memory or address space,
+         TensorFlow's load included): which limit, its value, and what to do
     3    training diverged (`TrainingDiverged`): the step and what to change
     130  interrupted (SIGINT or SIGTERM, as for Ctrl-C in a shell), at any phase: the line says
          how to resume; files are written whole or not at all (`sgh.artifacts.atomic`)
@@ -25,7 +27,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from sgh.errors import TrainingDiverged, TrainingInterrupted, UserInputError
+from sgh.errors import TrainingDiverged, TrainingInterrupted, UserInputError, one_line
 
 # Ending a process that has imported TensorFlow took 1.3-3.5 s here, of which the interpreter's
 # final garbage collections (walking TensorFlow's millions of objects) were all but 0.1-0.3 s.
@@ -57,6 +59,58 @@ _DISK_ERROR_TEXTS = {
     "Read-only file system": errno.EROFS,
     "Permission denied": errno.EACCES,
 }
+
+
+def _limit_text(limit: str, unit: str) -> str:
+    """The soft value of the process limit `resource.<limit>`, as `ulimit` states it."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(getattr(resource, limit))[0]
+    except (ImportError, AttributeError, OSError, ValueError):  # no such limit here (Windows)
+        return "unknown"
+    if soft == resource.RLIM_INFINITY:
+        return "unlimited"
+    return f"{soft // 1024} KiB" if unit == "KiB" else str(soft)
+
+
+def _too_many_open_files(cause: BaseException) -> bool:
+    if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
+        return True
+    # TensorFlow's file system raises tf.errors.* with the text only.
+    return type(cause).__module__.startswith("tensorflow") and "Too many open files" in str(
+        cause)
+
+
+def _out_of_memory(cause: BaseException) -> bool:
+    return isinstance(cause, MemoryError) or (isinstance(cause, OSError)
+                                             and cause.errno == errno.ENOMEM)
+
+
+def resource_limit_line(error: BaseException) -> str | None:
+    """One line for a process limit reached anywhere in `error`'s chain (too many open files,
+    out of memory or address space), naming the limit and its value; else None."""
+    for cause in _causes(error):
+        if _too_many_open_files(cause):
+            system = isinstance(cause, OSError) and cause.errno == errno.ENFILE
+            which = ("the system's limit on open files" if system else
+                     "the limit on open files of this process (ulimit -n: "
+                     f"{_limit_text('RLIMIT_NOFILE', 'files')})")
+            return (f"too many open files: {which} was reached; raise it (e.g. ulimit -n 4096 "
+                    "in the shell that runs the command) and run the same command again")
+        if _out_of_memory(cause):
+            space = _limit_text("RLIMIT_AS", "KiB")
+            what = one_line(cause) if str(cause) else "an allocation failed"
+            if space == "unlimited":
+                return (f"out of memory ({what}): no address-space limit is set (ulimit -v: "
+                        "unlimited), so the machine has too little free memory for it; free "
+                        "some, or use less (dataset.streaming=always, a smaller "
+                        "trainer.batch_size), and run the same command again")
+            return (f"out of memory ({what}): the address-space limit of this process (ulimit "
+                    f"-v: {space}) was reached; raise it (e.g. ulimit -v unlimited; TensorFlow "
+                    "alone reserves several GiB of address space) and run the same command "
+                    "again")
+    return None
 
 
 def debug_requested() -> bool:
@@ -170,7 +224,10 @@ def exit_on_failure(program: str, *, output_key: str | None = None,
         with _sigterm_as_interrupt():
             yield
     except UserInputError as error:
-        _report(program, f"error: {error}", USAGE_ERROR_EXIT_CODE)
+        # Raised while handling a limit reached (a file that could not be opened for lack of
+        # descriptors): the limit is what to fix, not the file.
+        line = resource_limit_line(error) if error.__context__ is not None else None
+        _report(program, f"error: {line or error}", USAGE_ERROR_EXIT_CODE)
     except TrainingDiverged as divergence:
         _report(program, f"error: {divergence}", DIVERGED_EXIT_CODE)
     except TrainingInterrupted as interruption:
@@ -178,7 +235,7 @@ def exit_on_failure(program: str, *, output_key: str | None = None,
     except KeyboardInterrupt:
         _report(program, interrupted, INTERRUPTED_EXIT_CODE)
     except Exception as error:  # noqa: BLE001  only the user's kinds are reported, bugs re-raised
-        line = disk_error_line(error, output_key, output_path)
+        line = resource_limit_line(error) or disk_error_line(error, output_key, output_path)
         if line is None and type(error).__module__.split(".")[0] in ("hydra", "omegaconf"):
             from sgh.cli.hydra_errors import hydra_error_line
 

@@ -15,12 +15,14 @@ uint8 codes (n, ceil(bits/8)), `np.packbits(bits, axis=1)` layout.
 Streaming: `batch_size` rows are read, encoded and appended to the output at a time, so memory is
 bounded by the batch, not the file (`.npy`, `.fvecs`, `.bvecs`; `.npz` and `.mat` cannot be read
 by row range and are loaded whole). The output is written under a temporary name and renamed at
-the end: an existing `out` is replaced only by a complete file.
+the end: an existing `out` is replaced only by a complete file. `out` is never the input, nor
+one of a run's own files (`refuse_a_run_file`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -29,7 +31,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import atomic_file
-from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_directory import RunDirectory, refuse_a_run_file
 from sgh.cli.boundary import check_writable_place, exit_on_failure
 from sgh.cli.hydra_command import run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
@@ -54,6 +56,13 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
                              "path ending in .npy")
     if Path(config.out).is_dir():
         raise UserInputError(f"out={config.out}: is a directory; accepted: a path ending in .npy")
+    # An output never replaces an input: not the features being encoded, nor a run's files.
+    if Path(config.out).exists() and Path(config.input).exists() \
+            and os.path.samefile(config.out, config.input):
+        raise UserInputError(f"out={config.out} is the input file, which the codes would "
+                             "overwrite; accepted: another path ending in .npy")
+    refuse_a_run_file("out", config.out, "codes.npy",
+                      runs=() if config.run is None else (config.run,))
     if not (isinstance(config.batch_size, int) and config.batch_size >= 1):
         raise UserInputError(f"batch_size={config.batch_size!r} is impossible; accepted: an "
                              "integer >= 1")
@@ -126,8 +135,6 @@ def encode_file(config: EncodeCommandConfig) -> dict:
     from sgh.model.export import load_encoder, run_encoder_path
 
     out = Path(config.out)
-    if out.exists() and out.resolve() == vectors.path.resolve():
-        raise UserInputError(f"out={out} is the input file; choose another output path")
     encoder_path = (run_encoder_path(config.run) if config.run is not None
                     else Path(config.encoder))
     encoder = load_encoder(encoder_path)

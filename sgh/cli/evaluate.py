@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import write_json
 from sgh.artifacts.codes_file import load_codes
-from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_directory import RunDirectory, refuse_a_run_file
 from sgh.artifacts.run_inputs import changed_inputs, describe_inputs
 from sgh.cli.boundary import check_writable_place, exit_on_failure
 from sgh.cli.hydra_command import run_hydra_command
@@ -45,7 +45,7 @@ def evaluate_codes(config: EvalCommandConfig) -> dict:
     else:
         codes_path, out = Path(config.codes), config.out
     if out is not None:  # before the scoring, which may take minutes
-        _check_output(Path(out), codes_path)
+        _check_output(Path(out), codes_path, None if config.run is None else run.path)
     codes = load_codes(codes_path)
     ranking, similarity = None, None
     if config.eval.ranking != "hamming":
@@ -74,12 +74,18 @@ def _check_arguments(config: EvalCommandConfig) -> None:
     validate_eval(config.eval)
 
 
-def _check_output(out: Path, codes_path: Path) -> None:
-    """`out` can take the JSON, and is not the codes file (which it would overwrite)."""
+def _check_output(out: Path, codes_path: Path, run_dir: Path | None = None) -> None:
+    """`out` can take the JSON, and replaces nothing but a JSON file of the user's: not the
+    codes file, not a file of a run (`run_dir`, the run re-scored, or any other; its
+    eval.json excepted), not a file of another kind."""
     if out.exists() and codes_path.exists() and out.resolve() == codes_path.resolve():
         raise UserInputError(f"out={out} is the codes file, which the JSON would overwrite; "
                              "accepted: another path, e.g. out=scores.json")
+    refuse_a_run_file("out", out, "scores.json", runs=() if run_dir is None else (run_dir,))
     check_writable_place("out", out, directory_wanted=False)
+    if out.suffix != ".json":  # e.g. out=data.npz would replace a dataset with JSON
+        raise UserInputError(f"out={out}: sgh-eval writes JSON; accepted: a path ending in "
+                             ".json, e.g. out=scores.json")
 
 
 def _run_ranking(config: EvalConfig, run: RunDirectory, codes):

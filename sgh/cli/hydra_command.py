@@ -10,7 +10,10 @@ command line to `@hydra.main`:
 2. checks the config-group options (`sgh.cli.group_choices`);
 3. composes the configuration once with Hydra's compose API, as Hydra will (about 0.1 s), and
    converts it to the typed dataclasses (a missing `dataset.path` shows there); in a sweep
-   (`-m`) every other value of every swept key is checked too, before any job runs;
+   (`-m`) every other value of every swept key is checked too, before any job runs. Two things
+   Hydra accepts are refused there: a key added with `+`/`++` that the schema lacks (Hydra
+   adds it, the conversion drops it), and `dataset.path` with a named dataset (the run would
+   carry that dataset's name);
 4. runs `@hydra.main` with `HYDRA_FULL_ERROR=1`, so that what Hydra still raises (a run
    directory it cannot create, ...) reaches `sgh.cli.boundary` as an exception, not as
    Hydra's printout.
@@ -23,6 +26,7 @@ go to Hydra unchecked.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
 import sys
@@ -41,7 +45,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sgh.cli.boundary import exit_on_failure
 from sgh.cli.group_choices import check_group_choices
-from sgh.cli.hydra_errors import hydra_error_line, override_parse_line
+from sgh.cli.hydra_errors import hydra_error_line, override_parse_line, unknown_key_line
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.errors import UserInputError
 from sgh.resources import CONFIG_DIR
@@ -217,12 +221,63 @@ def _composed(config_name: str, job: list[str], texts: list[str],
     Hydra leaves to the conversion (a missing mandatory value)."""
     try:
         config = compose(config_name, overrides=job, return_hydra_config=True)
+        parsed = OverridesParser.create().parse_overrides(job)  # as compose read them
+        _refuse_added_keys_the_schema_lacks(config, parsed, context)
+        _refuse_a_dataset_file_for_a_named_dataset(config, parsed, context)
         return config, _typed(config)
     except (HydraException, OmegaConfBaseException, ValueError) as error:
         if isinstance(error, UserInputError):
             raise
         raise UserInputError(context + (hydra_error_line(error, texts)
                                         or str(error).splitlines()[0])) from error
+
+
+def _refuse_added_keys_the_schema_lacks(config: DictConfig, overrides: list[Override],
+                                        context: str = "") -> None:
+    """`+key=value` and `++key=value` add a key wherever Hydra is asked to, even to a section
+    of the typed schema (`sgh.config`), and the conversion to the dataclasses then drops it:
+    the setting would be accepted and ignored. Such a key is refused as a misspelt one is.
+    Hydra's own settings (`+hydra.job.env_set.NAME=...`) and config groups are Hydra's."""
+    groups = set(config.hydra.runtime.choices)
+    for override in overrides:
+        if not (override.is_add() or override.is_force_add()) or override.is_hydra_override() \
+                or override.package is not None or override.key_or_group in groups:
+            continue
+        node, section = config, None
+        for part in override.key_or_group.split("."):
+            schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+            if dataclasses.is_dataclass(schema):
+                keys = [field.name for field in dataclasses.fields(schema)]
+                if part not in keys:
+                    raise UserInputError(context + unknown_key_line(
+                        override.input_line, section or "the configuration", part, keys,
+                        added=True))
+            if not isinstance(node, DictConfig) or part not in node:
+                break
+            node, section = node[part], part if section is None else f"{section}.{part}"
+
+
+# The dataset options that read the user's own file (`dataset.path`); every other one with a
+# path reads its own, under `data_dir`.
+_OWN_FILE_OPTIONS = ("file", "npz")
+
+
+def _refuse_a_dataset_file_for_a_named_dataset(config: DictConfig, overrides: list[Override],
+                                               context: str = "") -> None:
+    """`dataset.path=F` with a named dataset (the default `mnist`, `cifar10_gist`, ...) would
+    train on F under the named dataset's name and settings (its run directory, its metrics, the
+    comparison tables): refused; your own file is `dataset=file`, a named dataset elsewhere
+    is `data_dir=DIR`."""
+    choice = config.hydra.runtime.choices.get("dataset")
+    if choice is None or choice in _OWN_FILE_OPTIONS:
+        return
+    for override in overrides:
+        if override.key_or_group == "dataset.path" and not override.is_delete():
+            raise UserInputError(
+                f"{context}{override.input_line} names your own file, which dataset=file reads; "
+                f"dataset={choice} reads its own (under data_dir) and would label the run "
+                f"{choice}; accepted: add dataset=file (dataset.name=NAME names the run), or "
+                f"data_dir=DIR for a copy of {choice} elsewhere")
 
 
 def _typed(config: DictConfig):

@@ -109,13 +109,19 @@ def _key_line(cause: OmegaConfBaseException, override: str | None) -> str:
         return missing_value_line(full_key)
     if isinstance(cause, (ConfigAttributeError, ConfigKeyError)) and " not in " in first:
         section = full_key.rpartition(".")[0] or "the configuration"
-        keys = _section_keys(cause)
-        accepted = f"accepted keys: {', '.join(keys)}" if keys else "accepted: its keys"
-        return f"{stated}: {section} has no key {cause.key!r}; {accepted} ({SHOW_KEYS})"
+        return unknown_key_line(stated, section, cause.key, _section_keys(cause))
     if isinstance(cause, ValidationError):
         accepted = _accepted_value(cause)
         return f"{stated}: {first}" + (f"; accepted: {accepted}" if accepted else "")
     return f"{stated}: {first}"
+
+
+def unknown_key_line(stated: str, section: str, key, keys: typing.Sequence[str],
+                     added: bool = False) -> str:
+    """A key its section does not have (misspelt, or added with `+`): the keys it has."""
+    accepted = f"accepted keys: {', '.join(keys)}" if keys else "accepted: its keys"
+    adding = "; a key added with + would be ignored" if added else ""
+    return f"{stated}: {section} has no key {key!r}{adding}; {accepted} ({SHOW_KEYS})"
 
 
 def missing_value_line(full_key: str) -> str:

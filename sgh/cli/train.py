@@ -12,6 +12,7 @@ dataclasses (`OmegaConf.to_object`): Hydra is not seen below this module.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -26,6 +27,7 @@ from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import validate
 from sgh.errors import TrainingInterrupted, UserInputError
 from sgh.pipeline import run
+from sgh.reports.comparison import COMPARISON_OUTPUTS
 
 register_configs()
 logger = logging.getLogger(__name__)
@@ -70,8 +72,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def _check_before_hydra(composed: Composed) -> None:
     """Before Hydra creates the run directory: every job's values (`sgh.config.validate`,
-    which `run` applies again), and the run (or sweep) directory can be made and written, and
-    an earlier run's config.yaml there is readable (a resumed run compares its settings)."""
+    which `run` applies again), and the run (or sweep) directory can be made and written; a
+    run directory is new or an sgh run's (`RunDirectory.refuse_unless_ours`: Hydra's `.hydra/`
+    and `train.log` must not land in a user's folder), and an earlier run's config.yaml there
+    is readable (a resumed run compares its settings)."""
     for job in composed.jobs:
         validate(job)
     key = "hydra.sweep.dir" if composed.multirun else "hydra.run.dir"
@@ -80,9 +84,34 @@ def _check_before_hydra(composed: Composed) -> None:
     except Exception:  # noqa: BLE001  resolved from what only the job knows: Hydra checks it
         return
     check_writable_place(key, directory, directory_wanted=True)
-    if not composed.multirun:
+    if composed.multirun:
+        _refuse_a_folder_that_holds_no_sweep(Path(directory))
+    else:
         refuse_if_busy(directory)  # before Hydra writes .hydra/ and train.log into it
-        RunDirectory(directory, create=False).previous_config()
+        RunDirectory(directory, create=False).refuse_unless_ours(key)
+
+
+def _refuse_a_folder_that_holds_no_sweep(directory: Path) -> None:
+    """A sweep writes into a new or empty directory, or into an earlier sweep's to resume it:
+    Hydra's `multirun.yaml` is there, or (an Optuna search writes none) nothing but job
+    directories and sgh-compare's outputs. Each job's directory is checked as a run's."""
+    if not directory.is_dir() or (directory / "multirun.yaml").is_file():
+        return
+
+    def of_a_sweep(entry: Path) -> bool:
+        if entry.name in COMPARISON_OUTPUTS or entry.suffix == ".png":
+            return True
+        return entry.is_dir() and ((entry / ".hydra").is_dir()
+                                   or RunDirectory(entry, create=False).holds_a_run())
+
+    entries = sorted(entry.name for entry in directory.iterdir() if not of_a_sweep(entry))
+    if entries:
+        shown = ", ".join(entries[:3]) + (f", and {len(entries) - 3} more" if len(entries) > 3
+                                          else "")
+        raise UserInputError(
+            f"hydra.sweep.dir={directory} is not a sweep directory (it holds "
+            f"{shown}), and sgh never writes over what it did not write; accepted: a new or "
+            "empty directory, or an earlier sweep's to resume it")
 
 
 def optimized_value(metrics: dict, key: str, warn: bool = True) -> float | None:

@@ -24,7 +24,7 @@ from sgh.data.split import (
 )
 from sgh.data.streamed_features import StreamedFeatures
 from sgh.data.synthetic import gaussian_clusters
-from sgh.data.vector_files import list_keys, require_same_scaling
+from sgh.data.vector_files import list_keys, refuse_special_file, require_same_scaling
 from sgh.errors import UserInputError
 
 __all__ = ["RetrievalSplit", "input_files", "load_split"]
@@ -79,11 +79,14 @@ def input_files(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> dict[str
 
 def _load_file(dataset: FileDatasetConfig) -> RetrievalSplit:
     path = Path(dataset.path).expanduser()
+    # Before anything opens it: a FIFO or device would block; a symlink loop cannot resolve.
+    refuse_special_file(path, "dataset.path")
     if not path.exists():
         raise UserInputError(
             f"dataset {dataset.name!r}: expected the file {path.resolve()}, which does not exist; "
             "put it there, or point data_dir (or the SGH_DATA_DIR environment variable) at a "
-            "folder laid out as <data_dir>/<dataset>/<file>, or pass dataset.path=FILE")
+            "folder laid out as <data_dir>/<dataset>/<file>, or, for your own file, pass "
+            "dataset=file dataset.path=FILE")
     if not path.is_dir() and path.suffix.lower() in HDF5_SUFFIXES:
         return load_hdf5_split(dataset, path)  # ann-benchmarks: train, test, neighbors
     # No other format states a similarity: `auto` is euclidean.
@@ -100,6 +103,7 @@ def _load_file(dataset: FileDatasetConfig) -> RetrievalSplit:
         raise UserInputError(f"{path}: keys found: {', '.join(sorted(keys)) or 'none'}; "
                              f"expected {npz_file.ACCEPTED_LAYOUTS}, or a single array (the "
                              "database, with dataset.query_path=FILE)")
+    npz_file.refuse_mixed_layouts(path, layout, keys)
     if dataset.streaming == "always":
         raise UserInputError(f"dataset.streaming=always: {path} holds named arrays, which are "
                              "read whole; store the database (and training set) as single-array "

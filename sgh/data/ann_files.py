@@ -29,6 +29,7 @@ from sgh.data.vector_files import (
     conversion_of,
     open_vectors,
     read_float32,
+    refuse_special_file,
     require_same_scaling,
 )
 from sgh.errors import UserInputError
@@ -64,6 +65,7 @@ def companion_paths(dataset, base: Path) -> dict[str, Path | None]:
         explicit = getattr(dataset, setting.split(".")[1])
         if explicit is not None:
             paths[role] = Path(explicit).expanduser()
+            refuse_special_file(paths[role], setting)
             if not paths[role].exists():
                 raise UserInputError(f"{setting}={explicit}: no such file")
         elif prefix is not None and (base.parent / siblings[role]).exists():

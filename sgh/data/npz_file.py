@@ -14,7 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from sgh.data.vector_files import MALFORMED_FILE_ERRORS, as_float32_features, read_mat_arrays
+from sgh.data.vector_files import (
+    MALFORMED_FILE_ERRORS,
+    as_float32_features,
+    read_mat_arrays,
+    refuse_special_file,
+)
 from sgh.errors import UserInputError, one_line
 
 LAYOUTS = {
@@ -24,10 +29,13 @@ LAYOUTS = {
 }
 ACCEPTED_LAYOUTS = ("labelled (X_train, y_train, X_test, y_test), ANN (base, query, optional "
                     "groundtruth and learn) or pooled (X, y)")
+# Every key a layout reads: its required keys, and the ANN layout's optional ones.
+LAYOUT_KEYS = {**LAYOUTS, "ann": (*LAYOUTS["ann"], "groundtruth", "learn")}
 
 
 def open_npz(path: Path) -> dict[str, np.ndarray]:
     """Load every array of an `.npz` file eagerly, refusing pickles and corrupt archives."""
+    refuse_special_file(path)
     if not path.exists():
         raise UserInputError(f"{path}: no such file")
     if path.is_dir():
@@ -77,11 +85,42 @@ def match_layout(keys) -> str | None:
     return None
 
 
+def _spelling(key: str) -> str:
+    return key.lower().replace("_", "").replace("-", "")
+
+
+def refuse_mixed_layouts(path: Path, layout: str, keys) -> None:
+    """Refuse a file whose arrays beside `layout`'s include a key of a layout (another one's,
+    `base` beside the labelled keys, or one spelt like a layout's key, `ground_truth`): which
+    arrays are meant is unclear, and whichever were picked, the others would be ignored
+    without a word. Other arrays (an index of the source files, say) are not read."""
+    own = LAYOUT_KEYS[layout]
+    stray = sorted(key for key in keys if key not in own)
+    reasons = []
+    for key in stray:
+        for other, names in LAYOUT_KEYS.items():
+            like = next((name for name in names if _spelling(name) == _spelling(key)), None)
+            if like is not None:
+                reasons.append(f"{key} is a key of the {_LAYOUT_NAMES[other]} layout" if like == key
+                               else f"{key} looks like the {_LAYOUT_NAMES[other]} layout's {like}")
+                break
+    if reasons:
+        raise UserInputError(
+            f"{path}: holds the {_LAYOUT_NAMES[layout]} layout "
+            f"({', '.join(key for key in own if key in keys)}) and also {', '.join(stray)}; "
+            f"{'; '.join(reasons)}, so which arrays are meant is unclear; a file holds the keys "
+            f"of one layout: {ACCEPTED_LAYOUTS}; move the other arrays to another file")
+
+
+_LAYOUT_NAMES = {"labelled": "labelled", "ann": "ANN", "pooled": "pooled"}
+
+
 def detect_layout(path: Path, arrays: dict[str, np.ndarray]) -> str:
     layout = match_layout(arrays)
     if layout is None:
         found = ", ".join(sorted(arrays)) or "none"
         raise UserInputError(f"{path}: keys found: {found}; expected {ACCEPTED_LAYOUTS}")
+    refuse_mixed_layouts(path, layout, arrays)
     return layout
 
 

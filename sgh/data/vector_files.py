@@ -22,8 +22,10 @@ what is accepted. Object (pickled) arrays are refused and never unpickled.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 import tokenize
 import zipfile
 import zlib
@@ -402,6 +404,33 @@ def read_mat_arrays(path: Path, names: list[str] | None = None):
     return {name: value for name, value in variables.items() if not name.startswith("__")}
 
 
+# What each kind of special file is called in messages (`stat.S_IFMT` of its mode).
+_SPECIAL_FILES = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device",
+                  stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def refuse_special_file(path, setting: str | None = None, expected: str | None = None) -> None:
+    """Refuse, before anything opens it, a path that is neither a regular file nor a directory
+    (a FIFO, a device, a socket: opening or reading one can block forever or never end) and a
+    loop of symbolic links; a path that does not exist is left to the caller's message.
+    `setting` (`dataset.path`, `input`, ...) names the key that chose the path; `expected`
+    says what is accepted (by default, a file of `ACCEPTED_SUFFIXES`)."""
+    named = f"{setting}={path}" if setting else f"{path}"
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise UserInputError(f"{named}: a loop of symbolic links (following them never "
+                                 "reaches a file); point it at a file") from None
+        return  # missing, or not reachable: the caller says so in its own words
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = _SPECIAL_FILES.get(stat.S_IFMT(mode), "a special file")
+    expected = expected or f"a regular file ({', '.join(ACCEPTED_SUFFIXES)})"
+    raise UserInputError(f"{named}: is {kind}, not a regular file, and is not read (it could "
+                         f"block or never end); expected {expected}")
+
+
 def _where(path, key: str | None) -> str:
     """The file (and key) at fault, as every message starts: `data.npz: key 'X'`."""
     return f"{path}" + ("" if key is None else f": key {key!r}")
@@ -412,6 +441,7 @@ def open_vectors(path, key: str | None = None) -> VectorFile:
     `.mat` and HDF5 files (optional when the file holds exactly one)."""
     path = Path(path).expanduser()
     suffix = path.suffix.lower()
+    refuse_special_file(path)
     if not path.exists():
         raise UserInputError(f"{path}: no such file")
     if path.is_dir():

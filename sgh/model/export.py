@@ -14,7 +14,9 @@ saved, and the bits come from the model's own `encode_bits` (no second implement
 hash to drift from training).
 
 Exports are atomic: the SavedModel is written to a hidden temporary directory next to the target
-and renamed onto it, so a crash never leaves a half SavedModel that looks complete.
+and renamed onto it, so a crash never leaves a half SavedModel that looks complete. The target may
+be new, an empty directory or an earlier SavedModel (`SAVED_MODEL`, recognised by its exact
+contents); a file or any other folder is the user's and is refused, never deleted.
 
 `sgh-export RUN_DIR` exports a finished run that has no `encoder/` yet (runs trained before
 training exported it): the model is rebuilt from `config.yaml` and the final checkpoint
@@ -31,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 from omegaconf import OmegaConf
 
-from sgh.artifacts.atomic import atomic_directory
+from sgh.artifacts.atomic import DirectoryKind, atomic_directory
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_lock import run_lock
 from sgh.config import ENCODE_BATCH_SIZE, ModelConfig
@@ -43,6 +45,10 @@ SERVING_SIGNATURE = "serving_default"
 METADATA_SIGNATURE = "metadata"
 INPUT_NAME = "features"
 OUTPUT_NAME = "codes"
+# What `tf.saved_model.save` writes, and so the only directory an export replaces.
+SAVED_MODEL = DirectoryKind(
+    "a SavedModel (saved_model.pb, variables/)", required=frozenset({"saved_model.pb"}),
+    optional=frozenset({"variables", "assets", "fingerprint.pb", "keras_metadata.pb"}))
 
 
 def pack_bits_in_graph(bits: tf.Tensor, n_bits: int) -> tf.Tensor:
@@ -87,7 +93,8 @@ class _ServingEncoder(tf.Module):
 
 
 def export_encoder(model: SGH, path: str | os.PathLike, unit_normalise: bool = False) -> Path:
-    """Write `model`'s encoder as a SavedModel at `path` (atomically, replacing one there).
+    """Write `model`'s encoder as a SavedModel at `path` (atomically, replacing a SavedModel
+    there; a file or a folder holding anything else is refused with `UserInputError`).
 
     `unit_normalise`: the model was trained on unit-normalised features (`dataset.similarity=
     angular`), so the graph divides each input row by its L2 norm first (float32; the training
@@ -96,7 +103,7 @@ def export_encoder(model: SGH, path: str | os.PathLike, unit_normalise: bool = F
     """
     path = Path(path)
     module = _ServingEncoder(model, unit_normalise)
-    with atomic_directory(path) as temporary:
+    with atomic_directory(path, replaces=SAVED_MODEL) as temporary:
         # Without the neuron's custom gradient: the signature ends in uint8 codes, which carry
         # no gradient, and tracing it for the file was a fifth of every export (measured).
         tf.saved_model.save(module, str(temporary), signatures={

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts import tensorboard_events
-from sgh.artifacts.atomic import atomic_directory, write_bytes
+from sgh.artifacts.atomic import DirectoryKind, atomic_directory, write_bytes
 from sgh.artifacts.codes_file import SavedCodes, load_codes
 from sgh.artifacts.run_directory import CODES_FILE, METRICS_FILE
 from sgh.errors import UserInputError
@@ -28,6 +28,12 @@ from sgh.methods import METHODS
 from sgh.metrics.conventions import LABELS, SUMMARIES
 
 logger = logging.getLogger(__name__)
+
+# What `compare` writes besides its figures (PNG files): into a sweep's directory by default.
+COMPARISON_OUTPUTS = ("comparison.csv", "comparison.md", "tensorboard_compare")
+TENSORBOARD_IMAGES = DirectoryKind("sgh-compare's TensorBoard images (event files)",
+                                   required=frozenset(),
+                                   optional_patterns=("events.out.tfevents.*",))
 
 # SGH, then the baselines, as the registry orders them: tables and legends read the same.
 METHOD_ORDER = tuple(METHODS)
@@ -312,9 +318,11 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
 
 
 def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
-    """The figures as image summaries (step 0), replacing any earlier tensorboard_compare/."""
+    """The figures as image summaries (step 0), replacing an earlier tensorboard_compare/
+    (and nothing else: a folder of the user's by that name is refused)."""
     # A fresh directory swapped in, so a rerun shows one set of images rather than two.
-    with atomic_directory(directory) as staging, tensorboard_events.recording_to(staging):
+    with atomic_directory(directory, replaces=TENSORBOARD_IMAGES) as staging, \
+            tensorboard_events.recording_to(staging):
         for name, png in images.items():
             tensorboard_events.encoded_image(name, png, step=0, description=DESCRIPTION[name])
 

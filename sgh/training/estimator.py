@@ -19,15 +19,19 @@ It shares the interface of the baselines (`sgh.hasher.BinaryHasher`): `fit`, `tr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
+from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from sgh.artifacts.atomic import atomic_directory
+from sgh.artifacts.atomic import DirectoryKind, atomic_directory
 from sgh.config import (
+    MAX_SEED,
     Config,
     EvalConfig,
     ModelConfig,
@@ -72,8 +76,9 @@ class SGHHasher(BinaryHasher):
 
     Args:
         n_bits: code length (`model.bits`).
-        random_state: integer seed (`trainer.seed`): of the initial weights, the batches and
-            the neuron's noise; the same seed gives the same codes.
+        random_state: integer seed (`trainer.seed`) of the initial weights, the batches and
+            the neuron's noise; the same seed gives the same codes. A RandomState or None (as
+            in scikit-learn): a seed drawn from it at each `fit`.
         objective, estimator, noise, normalization, init, alpha, beta, encoder, encoder_hidden,
         encoder_activation, decoder, decoder_hidden, decoder_activation: `model.*`
         (`encoder="mlp"`, `decoder="mlp"`: deep SGH, dense layers of the hidden sizes).
@@ -148,9 +153,13 @@ class SGHHasher(BinaryHasher):
     def training_config(self) -> Config:
         """These parameters as `sgh-train`'s typed configuration (checked, one-line errors)."""
         seed = self.random_state
+        if seed is None or isinstance(seed, np.random.RandomState):
+            # scikit-learn's convention: a seed drawn from the generator (None: NumPy's global
+            # one), so each fit differs unless the generator is seeded.
+            seed = int(check_random_state(seed).randint(0, MAX_SEED))
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise UserInputError(f"random_state={seed!r} is impossible; accepted: an integer "
-                                 ">= 0 (the trainer.seed of sgh-train)")
+                                 ">= 0 (the trainer.seed of sgh-train), a RandomState or None")
         sections = {"model": {"bits": self.n_bits}, "trainer": {"seed": int(seed)},
                     "validation": {}, "eval": {}}
         for parameter, (section, key) in _KEYS.items():
@@ -166,18 +175,27 @@ class SGHHasher(BinaryHasher):
     def fit(self, X, y=None):
         """Train on `X` (`(n, d)` floats); `y`: labels, used only by `validation_metric="map"`.
         Returns `self`."""
+        # Every setting, with sgh-train's one-line errors, first (and the seed drawn once).
+        self._config = self.training_config()
         self._labels = None if y is None else np.asarray(y)
         try:
             return super().fit(X)
         finally:
-            del self._labels
+            del self._labels, self._config
 
     def _fit(self, X: np.ndarray, n_bits: int) -> None:
-        config = self.training_config()
+        config = self._config
         labels = self._labels
         if labels is not None and len(labels) != len(X):
             raise UserInputError(f"y has {len(labels)} labels but X has {len(X)} items")
         train_items, validation = hold_out(config, X, labels, "X")
+        if config.trainer.batch_size > len(train_items):
+            # scikit-learn's convention (MLPClassifier): a batch larger than the data is clipped.
+            warnings.warn(f"batch_size={config.trainer.batch_size} is larger than the "
+                          f"{len(train_items)} training items; using {len(train_items)}",
+                          stacklevel=3)
+            config = dataclasses.replace(config, trainer=dataclasses.replace(
+                config.trainer, batch_size=len(train_items)))
         trained = fit_sgh(config, train_items, validation)
         self.model_ = trained.model
         self.scores_ = select_scores(trained.model, validation, train_items, "euclidean",
@@ -192,11 +210,13 @@ class SGHHasher(BinaryHasher):
 
     def transform(self, X) -> np.ndarray:
         """Hash ``X`` (``(n, d)`` floats) to ``(n, n_bits)`` bool codes; column j is code bit j."""
-        return encode_bit_matrix(self.model_, self._features(X)).astype(bool)
+        features = self._features(X)  # first: an unfitted hasher says so (NotFittedError)
+        return encode_bit_matrix(self.model_, features).astype(bool)
 
     def encode(self, X) -> np.ndarray:
         """Packed codes of ``X``, ``(n, ceil(n_bits / 8))`` uint8, as in ``codes.npz``."""
-        return encode_packed(self.model_, self._features(X))
+        features = self._features(X)
+        return encode_packed(self.model_, features)
 
     def asymmetric_score(self, similarity: str = "euclidean", *,
                          kind: str = "auto") -> AsymmetricScore:
@@ -225,10 +245,16 @@ class SGHHasher(BinaryHasher):
     # ---- saving ------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
         """Write the fitted hasher to the directory `path` (atomically): its parameters, and its
-        weights as plain arrays (`weights.npz`, read back with `allow_pickle=False`)."""
+        weights as plain arrays (`weights.npz`, read back with `allow_pickle=False`).
+
+        `path` may be new, an empty directory or an earlier `save`'s, which is replaced; a file
+        or a folder holding anything else is the user's: `UserInputError`, nothing deleted."""
         check_is_fitted(self)
         path = Path(path)
-        with atomic_directory(path) as staging:
+        saved = DirectoryKind(f"a saved SGHHasher ({_PARAMS_FILE}, {_WEIGHTS_FILE})",
+                              required=frozenset({_PARAMS_FILE, _WEIGHTS_FILE}),
+                              optional=frozenset({_SCORES_FILE}))
+        with atomic_directory(path, replaces=saved) as staging:
             (staging / _PARAMS_FILE).write_text(json.dumps(
                 {"params": self.get_params(), "n_features_in": int(self.n_features_in_),
                  "fit_info": self.fit_info_}, indent=2, default=float) + "\n")

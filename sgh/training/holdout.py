@@ -20,6 +20,7 @@ that lose Euclidean recall (64 bits: test Recall10@100 0.797 instead of 0.852).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,8 @@ from sgh.errors import UserInputError
 from sgh.metrics import mean_average_precision, recall_at_n
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.asymmetric_index import AsymmetricIndex
+
+logger = logging.getLogger(__name__)
 
 # The rank cut-off of the recall metric: the paper's headline Recall10@100.
 RECALL_CUTOFF = 100
@@ -133,6 +136,21 @@ def carve(train: Features, config: ValidationConfig, recall_k: int,
                 f"eval.recall_k={recall_k} is more than the {len(sample)} validation database "
                 f"items of {name}; accepted: eval.recall_k <= {len(sample)}, or "
                 "validation.metric=map, or validation.every=0")
+        # At most 100 items: all of them are in every top 100, so every recall is 1.0 and the
+        # model selection keeps the first validated weights, whatever they are.
+        if config.database <= RECALL_CUTOFF:
+            raise UserInputError(
+                f"validation.database={config.database} is not more than the recall cut-off "
+                f"{RECALL_CUTOFF}: every validation Recall{recall_k}@{RECALL_CUTOFF} would be "
+                "1.0, so model selection would mean nothing; accepted: validation.database > "
+                f"{RECALL_CUTOFF} (the default is 10000; more than the training set has takes "
+                "all of it), or validation.metric=map, or validation.every=0")
+        if len(sample) <= RECALL_CUTOFF:
+            logger.warning(
+                "%s leaves %d items for the validation database, not more than the recall "
+                "cut-off %d: every validation Recall%d@%d is 1.0, so the model selection keeps "
+                "the first validated weights; validation.every=0 keeps the last step's instead",
+                name, len(sample), RECALL_CUTOFF, recall_k, RECALL_CUTOFF)
         k = recall_k
         by_encoder = metric == "encoder_recall"
         ranking = ("the encoder score's ranking of the query features, ties by id" if by_encoder

@@ -208,12 +208,12 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
         if selection is not None:
             restored = selection.restore_best()  # the best validated weights make the codes
             fields.update(_selection_fields(selection, restored, validating.seconds, step,
-                                            config))
+                                            config, run_directory is not None))
     return TrainedSGH(model, fields)
 
 
 def _selection_fields(selection: ModelSelection, restored: bool, validation_seconds: float,
-                      step: int, config: Config) -> dict:
+                      step: int, config: Config, on_disk: bool) -> dict:
     """What metrics.json reports about the selection (`restored`: best weights were loaded)."""
     metric = selection.validation.metric
     stopped_early = selection.should_stop() and step < config.trainer.steps
@@ -223,6 +223,7 @@ def _selection_fields(selection: ModelSelection, restored: bool, validation_seco
     if restored:
         logger.info("final codes from step %d (best validation %s %.4f)", selection.best_step,
                     metric, selection.best_score)
+    kept = "checkpoints/best" if on_disk else "kept in memory during the fit"
     return {
         "validation_metric": metric,
         "validation_convention": selection.validation.convention,
@@ -230,6 +231,6 @@ def _selection_fields(selection: ModelSelection, restored: bool, validation_seco
         f"best_validation_{metric}": selection.best_score if restored else float("nan"),
         "stopped_early": stopped_early,
         "validation_seconds": validation_seconds,  # this process's part
-        "codes_from": ("the best validated weights (checkpoints/best)" if restored
+        "codes_from": (f"the best validated weights ({kept})" if restored
                        else "the last step (no validation point reached)"),
     }

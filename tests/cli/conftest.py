@@ -18,9 +18,10 @@ PROGRAMS = {"train": ("sgh-train", "sgh.cli.train"), "eval": ("sgh-eval", "sgh.c
 @pytest.fixture
 def command_here(capsys, monkeypatch):
     """A command's `main` in this process: (returncode, stdout, stderr) like `subprocess.run`."""
-    # Hydra's logging set-up stays out of it: its dictConfig closes every existing handler
-    # (those of the test session's capture too), and the errors are printed, not logged.
-    monkeypatch.setattr(logging.config, "dictConfig", lambda *args, **kwargs: None)
+    # Hydra's logging set-up stays out of it: configuring logging from a dict closes every
+    # existing handler (those of the test session's capture too), and the errors are printed,
+    # not logged. Hydra configures through the standard library's DictConfigurator.
+    monkeypatch.setattr(logging.config.DictConfigurator, "configure", lambda self: None)
 
     def call(command: str, arguments: list[str], cwd: Path):
         program, module = PROGRAMS[command]

@@ -83,8 +83,6 @@ def test_settings_are_checked_with_the_keys_of_sgh_train():
         SGHHasher(objective="map").fit(_blobs())
     with pytest.raises(UserInputError, match="random_state=-1 is impossible"):
         SGHHasher(random_state=-1).fit(_blobs())
-    with pytest.raises(UserInputError, match="trainer.batch_size=500 is larger than the training"):
-        SGHHasher(validation_every=0).fit(_blobs(n=100))
     with pytest.raises(UserInputError, match="validation.metric=map needs labels, and X has none"):
         SGHHasher(**{**TINY, "validation_every": 2, "validation_metric": "map"}).fit(_blobs())
 
@@ -151,3 +149,25 @@ def test_the_hasher_hands_its_scores_to_search():
     rescorer = deep.scores_.rescorer("decoder", deep.encode(x))
     scores, ids = rescorer.rescore(x[:3], np.tile(np.arange(20), (3, 1)))
     assert ids.shape == (3, 20) and (np.diff(scores, axis=1) >= 0).all()
+
+
+def test_what_a_new_user_trips_over_is_answered_as_scikit_learn_would():
+    from sklearn.exceptions import NotFittedError
+
+    x = _blobs(n=60)
+    with pytest.raises(NotFittedError):
+        SGHHasher(**TINY).transform(x)
+    with pytest.raises(UserInputError, match="model.bits=0 is impossible"):
+        SGHHasher(**{**TINY, "n_bits": 0}).fit(x)
+    # A batch larger than the data is clipped, with a warning (MLPClassifier's convention).
+    with pytest.warns(UserWarning, match="batch_size=500 is larger than the 60 training items"):
+        SGHHasher(**{**TINY, "batch_size": 500}).fit(x)
+    # A seed drawn from a generator, as scikit-learn's estimators take one.
+    first = SGHHasher(**{**TINY, "random_state": np.random.RandomState(3)}).fit(x).encode(x)
+    again = SGHHasher(**{**TINY, "random_state": np.random.RandomState(3)}).fit(x).encode(x)
+    np.testing.assert_array_equal(first, again)
+    SGHHasher(**{**TINY, "random_state": None}).fit(x)
+    validated = SGHHasher(**{**TINY, "validation_every": 2, "validation_queries": 20,
+                             "validation_database": 200}).fit(_blobs(n=300))
+    assert validated.fit_info_["codes_from"] == ("the best validated weights (kept in memory "
+                                                 "during the fit)")
