@@ -36,9 +36,11 @@ from pathlib import Path
 import numpy as np
 
 from sgh.data.ann_files import refuse_companion_paths
+from sgh.data.neighbours import exact_neighbours
 from sgh.data.npz_file import require_distinct_ids
 from sgh.data.similarity import (
     conversion_with,
+    nearness,
     normalise_in_place,
     resolve_similarity,
 )
@@ -375,6 +377,33 @@ def _checked_neighbours(path: Path, n_queries: int, n_database: int) -> np.ndarr
     return require_distinct_ids(where, ids, "'train'")
 
 
+_KEY_NAMES = {"inner_product": "minus the inner product"}
+# Queries whose listed neighbours are checked against exact ones, and how many of each.
+_SPOT_CHECKED_QUERIES, _SPOT_CHECKED_NEIGHBOURS = 8, 10
+
+
+def _spot_check_neighbours(where: str, truth: np.ndarray, query: np.ndarray,
+                           database: np.ndarray, similarity: str) -> None:
+    """A sample of queries: their first listed neighbours must be their nearest `train` items
+    (exact keys equal up to float32 rounding; ties may list either of equal items). A file
+    whose `neighbors` do not fit its vectors (another file's, shuffled rows, the farthest
+    points) would score every method on a wrong ground truth, silently."""
+    k = min(_SPOT_CHECKED_NEIGHBOURS, truth.shape[1])
+    rows = np.unique(np.linspace(0, len(query) - 1, _SPOT_CHECKED_QUERIES).astype(int))
+    nearest = exact_neighbours(query[rows], database, k, similarity)
+    for row, exact in zip(rows, nearest, strict=True):
+        q = query[row].astype(np.float64)
+        listed = np.sort(nearness(database[truth[row, :k]].astype(np.float64), q, similarity))
+        best = np.sort(nearness(database[exact].astype(np.float64), q, similarity))
+        if not np.allclose(listed, best, rtol=1e-4, atol=1e-6 * max(1.0, abs(best).max())):
+            raise UserInputError(
+                f"{where}: the neighbours of query {row} are not its {k} nearest 'train' items "
+                f"under {similarity} (the nearest is at {best[0]:.6g}, the file's first at "
+                f"{listed[0]:.6g}, as {_KEY_NAMES.get(similarity, 'squared distance')}); "
+                "the ground truth does not fit the vectors: fix the file, or remove "
+                "'neighbors' to have it computed exactly")
+
+
 def load_hdf5_split(dataset, path: Path) -> RetrievalSplit:
     """The split of an ann-benchmarks HDF5 file: database = training set = `train`, queries =
     `test`, ground truth = `neighbors` if present; the similarity from `dataset.similarity` and
@@ -407,6 +436,9 @@ def load_hdf5_split(dataset, path: Path) -> RetrievalSplit:
         database = read_float32(train)[0]
         if angular:
             normalise_in_place(database, train.where)
+    if truth is not None and not isinstance(database, StreamedFeatures):
+        _spot_check_neighbours(Hdf5Vectors(path, "neighbors").where, truth, query, database,
+                               similarity)
     split = ann_split(dataset.name, database, query, truth, None,
                       conversion_with(conversion, similarity), similarity)
     return replace(split, protocol=("ann-benchmarks HDF5: database = training set = train, "

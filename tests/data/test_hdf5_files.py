@@ -22,13 +22,30 @@ from tests.helpers import assert_same_split, damage
 RNG = np.random.default_rng(0)
 TRAIN = RNG.normal(1.0, 2.0, (300, 6)).astype(np.float32)
 TEST = RNG.normal(1.0, 2.0, (12, 6)).astype(np.float32)
-# Nearest first by squared L2 (not checked by the reader, which trusts the file's order).
+# Nearest first by squared L2.
 NEIGHBORS = np.argsort(((TEST[:, None] - TRAIN[None]) ** 2).sum(-1), 1)[:, :10].astype(np.int32)
 
 
-def write_ann(path, distance="euclidean", *, train=TRAIN, test=TEST, neighbors=NEIGHBORS,
+def exact_ids(train, test, distance="euclidean", k=10):
+    """The true neighbours under the file's `distance`, nearest first (the reader spot-checks
+    them), as int32 as ann-benchmarks writes them."""
+    train, test = np.asarray(train, np.float64), np.asarray(test, np.float64)
+    if distance == "angular":
+        train = train / np.linalg.norm(train, axis=1, keepdims=True)
+        test = test / np.linalg.norm(test, axis=1, keepdims=True)
+    keys = -(test @ train.T) if distance == "dot" else ((test[:, None] - train[None]) ** 2).sum(-1)
+    return np.argsort(keys, axis=1, kind="stable")[:, :k].astype(np.int32)
+
+
+def write_ann(path, distance="euclidean", *, train=TRAIN, test=TEST, neighbors="exact",
               fixed_length_attribute=False, **extra):
-    """An ann-benchmarks file as its `write_output` writes one (attributes, then datasets)."""
+    """An ann-benchmarks file as its `write_output` writes one (attributes, then datasets);
+    `neighbors="exact"`: the true ones under `distance`."""
+    if isinstance(neighbors, str):
+        try:
+            neighbors = exact_ids(train, test, distance or "euclidean")
+        except (TypeError, ValueError, IndexError):  # malformed splits: refused before them
+            neighbors = NEIGHBORS
     with h5py.File(path, "w") as file:
         if distance is not None:
             # ann-benchmarks writes a Python str: a variable-length string attribute.
@@ -130,7 +147,12 @@ def test_the_setting_must_agree_with_the_files_distance(tmp_path):
     # A file without the attribute states nothing: auto is euclidean, any setting is taken.
     plain = write_ann(tmp_path / "plain.hdf5", None)
     assert load_split(_dataset(plain)).similarity == "euclidean"
-    assert load_split(_dataset(plain, similarity="angular")).similarity == "angular"
+    angular = write_ann(tmp_path / "angular.hdf5", None,
+                        neighbors=exact_ids(TRAIN, TEST, "angular"))
+    assert load_split(_dataset(angular, similarity="angular")).similarity == "angular"
+    # Its Euclidean ground truth does not fit another similarity: refused, not scored wrongly.
+    assert "the ground truth does not fit the vectors" in _message(
+        load_split, _dataset(plain, similarity="angular"))
 
 
 def test_streaming_reads_the_same_arrays_as_loading(tmp_path, monkeypatch):
@@ -180,7 +202,7 @@ def test_missing_neighbors_are_computed_later(tmp_path):
 def test_uint8_features_and_integer_neighbours(tmp_path):
     pixels = RNG.integers(0, 256, (50, 4)).astype(np.uint8)
     path = write_ann(tmp_path / "u8.hdf5", train=pixels, test=pixels[:3],
-                     neighbors=np.arange(30, dtype=np.int64).reshape(3, 10))
+                     neighbors=exact_ids(pixels, pixels[:3]).astype(np.int64))
     split = load_split(_dataset(path))
     np.testing.assert_array_equal(split.database, pixels.astype(np.float32) / np.float32(255))
     assert split.feature_conversion == "uint8 / 255"

@@ -31,3 +31,32 @@ def test_a_rescore_on_a_changed_dataset_file_is_refused_naming_it(tmp_path):
     # The Hamming ranking reads no features: the codes alone are scored, as before.
     hamming = evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=EvalConfig()))
     assert hamming["n_queries"] == before["n_queries"] == 50
+
+
+def test_an_hdf5_file_whose_neighbours_are_not_the_nearest_is_refused(tmp_path):
+    import h5py
+
+    from sgh.data.neighbours import exact_neighbours
+
+    rng = np.random.default_rng(0)
+    train = rng.normal(size=(500, 8)).astype(np.float32)
+    test = rng.normal(size=(40, 8)).astype(np.float32)
+    nearest = exact_neighbours(test, train, 20)
+    farthest = np.argsort(-((test[:, None] - train[None]) ** 2).sum(-1), axis=1)[:, :20]
+    for name, neighbours in (("right", nearest), ("wrong", farthest)):
+        with h5py.File(tmp_path / f"{name}.hdf5", "w") as file:
+            file.create_dataset("train", data=train)
+            file.create_dataset("test", data=test)
+            file.create_dataset("neighbors", data=neighbours)
+            # The distances claim the nearest, whatever the ids say.
+            file.create_dataset("distances", data=np.sort(np.sqrt(
+                ((test[:, None] - train[None]) ** 2).sum(-1)), axis=1)[:, :20])
+            file.attrs["distance"] = "euclidean"
+    config = compose_config(*QUICK[1:], "dataset=file", "model=lsh",
+                            f"dataset.path={tmp_path / 'right.hdf5'}")
+    run(config, tmp_path / "run")
+    with pytest.raises(UserInputError, match=r"wrong.hdf5: key 'neighbors': the neighbours of "
+                                             "query 0 are not its 10 nearest 'train' items"):
+        run(compose_config(*QUICK[1:], "dataset=file", "model=lsh",
+                           f"dataset.path={tmp_path / 'wrong.hdf5'}"), tmp_path / "run2")
+    assert not (tmp_path / "run2" / "codes.npz").exists()
