@@ -276,6 +276,10 @@ class RunDirectory:
 
     def read_metrics(self) -> dict:
         if not self.metrics.is_file():
+            if not self.holds_a_run():  # a data folder, say: not a run to resume
+                raise UserInputError(f"run={self.path} is not an sgh-train run directory (no "
+                                     f"{RUN_MARKER} or run files there); expected the "
+                                     "directory of a finished run")
             raise UserInputError(f"run={self.path} has not finished (no {METRICS_FILE}); "
                                  "resume it with sgh-train first")
         return json.loads(self.metrics.read_text())

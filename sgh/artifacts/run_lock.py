@@ -13,6 +13,7 @@ On NFS, Linux emulates `flock` with byte-range locks, which the server arbitrate
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -60,6 +61,8 @@ def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
         raise UserInputError(f"{lock_file} is a directory, where {program} keeps its lock file; "
                              "move it away, then run the command again") from None
     except OSError as error:
+        if error.errno in (errno.EMFILE, errno.ENFILE):
+            raise  # a limit of the process, not of the directory (sgh.cli.boundary says which)
         raise _not_writable(run_dir, error, if_read_only) from None
     try:
         _take_or_refuse(descriptor, run_dir, if_busy)
