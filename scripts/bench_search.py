@@ -2,7 +2,7 @@
 
     SGH_DATA_DIR=../shared/data python scripts/bench_search.py --json bench_search.json
         [--datasets mnist cifar10_gist siftsmall] [--bits 32 64] [--skip-quality]
-        [--skip-speed] [--sgh default search]
+        [--skip-speed] [--sgh default search] [--runs DIR]
 
 1. Scan speed, one thread each, side by side in one process (medians of --repeats runs):
    1,000 queries x 1,000,000 random 32-bit codes, top 100: our asymmetric scan
@@ -21,7 +21,8 @@
      training set, ranked by its ADC distance.
    Recall10@100: the share of each query's 10 exact Euclidean nearest neighbours among its
    first 100, ties by id (faiss: as faiss orders them). Queries/s: one thread, the top 100 of
-   every test query, median of --repeats timed calls after one warm-up.
+   every test query; every search of a dataset and code length timed in --repeats interleaved
+   rounds after one warm-up, the median round of each.
    `sgh_best_over_pq_recall`: the best SGH row's recall over PQ's (codes only: no original
    vectors), `sgh_best_over_pq_qps` the same row's queries/s over PQ's, per dataset and bits.
 """
@@ -30,6 +31,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -66,16 +68,6 @@ faiss.omp_set_num_threads(1)
 BASELINES = ("itq", "pcah", "lsh")
 SGH_CONFIGURATIONS = {"default": [], "search": ["experiment=search"]}
 TOP = 100
-
-
-def _median_seconds(function, repeats: int) -> float:
-    function()  # warm-up: compilation, caches
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def speed(repeats: int) -> dict:
@@ -131,25 +123,20 @@ def _split_of(run_dir: str):
     return load_split(dataset_config_from(previous["dataset"]))
 
 
-def _queries_per_second(search, n_queries: int, repeats: int) -> float:
-    with threadpool_limits(1):
-        return n_queries / _median_seconds(search, repeats)
-
-
-def _rows_of_run(run_dir: str, split, repeats: int, with_two_stage: bool) -> dict:
-    """Every per-bit score's scan (and, for SGH, the two-stage search) of one run."""
+def _rows_of_run(run_dir: str, split, with_two_stage: bool) -> tuple[dict, dict]:
+    """Every per-bit score's scan (and, for SGH, the two-stage search) of one run: the rows,
+    and the search call that each row's queries/s times."""
     codes = load_codes(os.path.join(run_dir, "codes.npz"))
     scores = ScoreSet.load(os.path.join(run_dir, "asymmetric.npz"))
-    rows = {}
+    rows, searches = {}, {}
     for kind in ["auto", *scores.scores]:
         recall, ranking = _recall(run_dir, EvalConfig(ranking="asymmetric", score=kind,
                                                       recall_n=[TOP]))
         index = AsymmetricIndex(scores.scores[scores.kind_for(kind, "asymmetric")])
         index.add(codes.database)
-        qps = _queries_per_second(lambda index=index: index.search(split.query, TOP, workers=1),
-                                  len(split.query), repeats)
-        rows[f"scan, {kind}"] = {"recall10@100": recall, "queries_per_second": qps,
-                                 "ranking": ranking}
+        name = f"scan, {kind}"
+        rows[name] = {"recall10@100": recall, "ranking": ranking}
+        searches[name] = lambda index=index: index.search(split.query, TOP, workers=1)
     if with_two_stage:
         shortlist = max(TOP, len(codes.database) // 100)
         recall, ranking = _recall(run_dir, EvalConfig(
@@ -158,16 +145,31 @@ def _rows_of_run(run_dir: str, split, repeats: int, with_two_stage: bool) -> dic
         search = TwoStageSearch(codes.database, codes.bits,
                                 scores.rescorer(kind, codes.database),
                                 shortlist_score=scores.scores["encoder"])
-        qps = _queries_per_second(lambda: search.search(codes.query, split.query, TOP,
-                                                        shortlist=shortlist),
-                                  len(split.query), repeats)
-        rows[f"two-stage, encoder top {shortlist} rescored by {kind}"] = {
-            "recall10@100": recall, "queries_per_second": qps, "ranking": ranking}
-    return rows
+        name = f"two-stage, encoder top {shortlist} rescored by {kind}"
+        rows[name] = {"recall10@100": recall, "ranking": ranking}
+        searches[name] = lambda: search.search(codes.query, split.query, TOP,
+                                               shortlist=shortlist)
+    return rows, searches
 
 
-def pq_reference(split, bits: int, groundtruth: np.ndarray, repeats: int) -> dict:
-    """faiss IndexPQ at bits/8 bytes per item, trained on the training set, ranking by ADC."""
+def _time_side_by_side(searches: dict, n_queries: int, repeats: int) -> dict[str, float]:
+    """Queries/s of each search, one thread, timed in interleaved rounds so that the
+    machine's noise falls on all of them alike; the median round of each."""
+    with threadpool_limits(1):
+        for search in searches.values():
+            search()  # warm-up: compilation, caches
+        seconds: dict[str, list[float]] = {name: [] for name in searches}
+        for _ in range(repeats):
+            for name, search in searches.items():
+                started = time.perf_counter()
+                search()
+                seconds[name].append(time.perf_counter() - started)
+    return {name: n_queries / statistics.median(values) for name, values in seconds.items()}
+
+
+def pq_reference(split, bits: int, groundtruth: np.ndarray) -> tuple[dict, object]:
+    """faiss IndexPQ at bits/8 bytes per item, trained on the training set, ranking by ADC: its
+    row, and its search call."""
     train = np.ascontiguousarray(split.train, np.float32)
     database = np.ascontiguousarray(split.database, np.float32)
     queries = np.ascontiguousarray(split.query, np.float32)
@@ -181,41 +183,44 @@ def pq_reference(split, bits: int, groundtruth: np.ndarray, repeats: int) -> dic
 
     metrics = ordered_metrics(Ranking(), len(queries), len(database), groundtruth=groundtruth,
                               recall_k=10, recall_n=[TOP])
-    return {"recall10@100": metrics["recall10@100"],
-            "queries_per_second": len(queries) / _median_seconds(
-                lambda: pq.search(queries, TOP), repeats),
-            "ranking": f"faiss IndexPQ(M={bits // 8}, nbits=8): ADC distance"}
+    return ({"recall10@100": metrics["recall10@100"],
+             "ranking": f"faiss IndexPQ(M={bits // 8}, nbits=8): ADC distance"},
+            lambda: pq.search(queries, TOP))
 
 
 def quality(dataset: str, bits: int, configurations: list[str], root: str,
             repeats: int) -> dict:
-    table = {}
+    table, searches = {}, {}
     for name in configurations:
         run_dir = os.path.join(root, f"{dataset}_sgh_{name}_{bits}")
         started = time.perf_counter()
         metrics = run(_compose([f"dataset={dataset}", f"model.bits={bits}",
                                 *SGH_CONFIGURATIONS[name]]), run_dir)
         split = _split_of(run_dir)
-        rows = _rows_of_run(run_dir, split, repeats, with_two_stage=True)
-        for row in rows.values():
-            row["train_seconds"] = metrics.get("train_seconds")
+        rows, calls = _rows_of_run(run_dir, split, with_two_stage=True)
         rows["hamming"] = {"recall10@100": metrics["recall10@100"], "ranking": "hamming, "
-                           "tie-aware", "run_seconds": time.perf_counter() - started}
-        table[f"sgh {name}"] = {"rows": rows, "validation": metrics.get(
-            "validation_recall10@100_by_score"), "score_selection": metrics.get(
-            "score_selection")}
-        _print(dataset, bits, f"sgh {name}", rows)
+                           "tie-aware"}
+        table[f"sgh {name}"] = {"rows": rows, "train_seconds": metrics.get("train_seconds"),
+                                "run_seconds": time.perf_counter() - started,
+                                "validation": metrics.get("validation_recall10@100_by_score"),
+                                "score_selection": metrics.get("score_selection")}
+        searches.update({(f"sgh {name}", row): call for row, call in calls.items()})
     for method in BASELINES:
         run_dir = os.path.join(root, f"{dataset}_{method}_{bits}")
         if method in ("pcah", "itq") and bits > split.train.shape[1]:
             continue
         run(_compose([f"dataset={dataset}", f"model={method}", f"model.bits={bits}"]), run_dir)
-        rows = _rows_of_run(run_dir, split, repeats, with_two_stage=False)
+        rows, calls = _rows_of_run(run_dir, split, with_two_stage=False)
         table[method] = {"rows": {"scan, projection": rows["scan, auto"]}}
-        _print(dataset, bits, method, table[method]["rows"])
+        searches[(method, "scan, projection")] = calls["scan, auto"]
     groundtruth = load_codes(os.path.join(run_dir, "codes.npz")).groundtruth
-    table["faiss_pq"] = {"rows": {"ADC": pq_reference(split, bits, groundtruth, repeats)}}
-    _print(dataset, bits, "faiss_pq", table["faiss_pq"]["rows"])
+    pq_row, pq_search = pq_reference(split, bits, groundtruth)
+    table["faiss_pq"] = {"rows": {"ADC": pq_row}}
+    searches[("faiss_pq", "ADC")] = pq_search
+    for (method, row), rate in _time_side_by_side(searches, len(split.query), repeats).items():
+        table[method]["rows"][row]["queries_per_second"] = rate
+    for method, entry in table.items():
+        _print(dataset, bits, method, entry["rows"])
     sgh_rows = [(f"{name}: {row_name}", row) for name, entry in table.items()
                 if name.startswith("sgh") for row_name, row in entry["rows"].items()
                 if "queries_per_second" in row]
@@ -247,7 +252,9 @@ def main() -> None:
     parser.add_argument("--bits", type=int, nargs="+", default=[32, 64])
     parser.add_argument("--sgh", nargs="+", default=list(SGH_CONFIGURATIONS),
                         choices=list(SGH_CONFIGURATIONS))
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--runs", help="keep the runs here (the same command later reuses "
+                                       "them: a finished run is not trained again)")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
     args = parser.parse_args()
@@ -257,7 +264,8 @@ def main() -> None:
         print(json.dumps(result["speed"], indent=1), flush=True)
     if not args.skip_quality:
         result["quality"] = {}
-        with tempfile.TemporaryDirectory() as root:
+        with (contextlib.nullcontext(args.runs) if args.runs
+              else tempfile.TemporaryDirectory()) as root:
             for dataset in args.datasets:
                 for bits in args.bits:
                     result["quality"][f"{dataset}_{bits}"] = quality(dataset, bits, args.sgh,

@@ -13,11 +13,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import MISSING
-
 from sgh.errors import UserInputError
 from sgh.methods import BASELINE_NAMES, METHODS
 
+# A value the configuration must be given: OmegaConf's marker for a missing value (its
+# `omegaconf.MISSING`), spelt out so that importing the settings needs no OmegaConf (numpy-only
+# users of sgh.data and sgh.search import this module).
+MISSING = "???"
 # The metrics.json keys a sweeper may optimise: validation scores only.
 OPTIMIZABLE_PREFIX = "best_validation_"
 # Rankings and rescoring rules of evaluation (sgh/search/rankings.py, sgh/search/two_stage.py).

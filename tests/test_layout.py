@@ -60,3 +60,19 @@ def test_only_the_command_line_knows_hydra_and_nothing_reaches_back_up_to_it():
             assert source.startswith("sgh.cli"), f"{source} imports {target}"
         if target.startswith(("sgh.cli", "sgh.pipeline")):
             assert source.startswith("sgh.cli"), f"{source} imports {target}"
+
+
+def test_the_numpy_rooms_import_neither_the_config_stack_nor_tensorflow():
+    # `from sgh import HammingIndex` and the metrics are for numpy users: no omegaconf, Hydra or
+    # TensorFlow behind them (seconds of imports, and heavy dependencies, for nothing).
+    import subprocess
+    import sys
+
+    probe = ("import sys; import sgh.search, sgh.metrics, sgh.codes, sgh.data; "
+             "from sgh import HammingIndex, mean_average_precision; "
+             "print(sorted(m for m in ('omegaconf', 'hydra', 'tensorflow', 'keras') "
+             "if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -45,6 +45,7 @@ from sgh.model.encoding import encode_bit_matrix, encode_packed
 from sgh.model.sgh_model import SGH
 from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore, joint_score
 from sgh.search.score_set import ScoreSet
+from sgh.training.holdout import MAX_HELD_OUT_SHARE, RECALL_CUTOFF
 from sgh.training.score_selection import select_scores
 from sgh.training.train_sgh import fit_sgh, hold_out
 
@@ -188,6 +189,15 @@ class SGHHasher(BinaryHasher):
         labels = self._labels
         if labels is not None and len(labels) != len(X):
             raise UserInputError(f"y has {len(labels)} labels but X has {len(X)} items")
+        held_out = min(config.validation.queries, len(X) // MAX_HELD_OUT_SHARE)
+        if config.validation.every and len(X) - held_out <= RECALL_CUTOFF \
+                and config.validation.metric != "map":
+            # Too few items for a validation database beyond the recall cut-off: every score
+            # would be 1.0. scikit-learn's way: fit anyway, say so.
+            warnings.warn(f"X has {len(X)} items, too few to validate Recall@{RECALL_CUTOFF} "
+                          "on; training without validation (validation_every=0)", stacklevel=3)
+            config = dataclasses.replace(config, validation=dataclasses.replace(
+                config.validation, every=0))
         train_items, validation = hold_out(config, X, labels, "X")
         if config.trainer.batch_size > len(train_items):
             # scikit-learn's convention (MLPClassifier): a batch larger than the data is clipped.

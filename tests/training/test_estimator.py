@@ -50,8 +50,9 @@ def test_the_estimator_encodes_exactly_as_sgh_train(tmp_path):
     assert hasher.fit_info_["best_step"] == metrics["best_step"]
 
 
-@pytest.mark.slow  # about 40 s: some 45 checks, each fitting a few times
-@parametrize_with_checks([SGHHasher(**TINY)])
+@pytest.mark.slow  # about 2 x 40 s: some 45 checks, each fitting a few times
+# The second at the default batch size (500), larger than the checks' data: clipped, warned.
+@parametrize_with_checks([SGHHasher(**TINY), SGHHasher(n_bits=4, steps=20, random_state=0)])
 def test_sklearn_estimator_contract(estimator, check):
     check(estimator)
 
