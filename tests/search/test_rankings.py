@@ -50,6 +50,15 @@ def test_asymmetric_ranking_top_and_whole_agree(data):
     assert ranking.description.startswith("asymmetric: decoder, reconstruction distance")
 
 
+def _assert_shortlist_rescored_then_the_rest(orders, first_stage, rescored, size):
+    """Each row: the first stage's top `size` in the rescoring's order, then its own order."""
+    for row in range(len(orders)):
+        shortlisted = set(first_stage[row, :size])
+        np.testing.assert_array_equal(orders[row, size:], first_stage[row, size:])
+        np.testing.assert_array_equal(orders[row, :size],
+                                      [i for i in rescored[row] if i in shortlisted])
+
+
 def test_rerank_is_the_rescored_shortlist_then_the_hamming_rest(data):
     vectors, database, queries, query_codes, score = data
     config = EvalConfig(ranking="rerank", shortlist=60)
@@ -58,11 +67,7 @@ def test_rerank_is_the_rescored_shortlist_then_the_hamming_rest(data):
     hamming = hamming_order(query_codes, database, 500)
     asymmetric = _orders(evaluation_ranking(EvalConfig(ranking="asymmetric"), database,
                                             query_codes, 10, score, queries), 500)
-    for row in range(len(queries)):
-        shortlisted = set(hamming[row, :60])
-        np.testing.assert_array_equal(orders[row, 60:], hamming[row, 60:])
-        np.testing.assert_array_equal(orders[row, :60],
-                                      [i for i in asymmetric[row] if i in shortlisted])
+    _assert_shortlist_rescored_then_the_rest(orders, hamming, asymmetric, 60)
     np.testing.assert_array_equal(_orders(ranking, 100), orders[:, :100])
     everything = evaluation_ranking(EvalConfig(ranking="rerank", shortlist=500), database,
                                     query_codes, 10, score, queries)
@@ -89,11 +94,7 @@ def test_an_encoder_shortlist_is_the_encoder_top_s_rescored_then_its_rest(data):
     by_encoder = encoder.search(queries, 500)[1]
     asymmetric = _orders(evaluation_ranking(EvalConfig(ranking="asymmetric"), database,
                                             query_codes, 10, score, queries), 500)
-    for row in range(len(queries)):
-        shortlisted = set(by_encoder[row, :50])
-        np.testing.assert_array_equal(orders[row, 50:], by_encoder[row, 50:])
-        np.testing.assert_array_equal(orders[row, :50],
-                                      [i for i in asymmetric[row] if i in shortlisted])
+    _assert_shortlist_rescored_then_the_rest(orders, by_encoder, asymmetric, 50)
     # Asked for 30 (fewer than the shortlist): the same head, by the partial scan.
     np.testing.assert_array_equal(
         _orders(evaluation_ranking(config, database, query_codes, 10, score, queries), 30),
