@@ -198,7 +198,10 @@ def quality(dataset: str, bits: int, configurations: list[str], root: str,
                                 *SGH_CONFIGURATIONS[name]]), run_dir)
         split = _split_of(run_dir)
         rows, calls = _rows_of_run(run_dir, split, with_two_stage=True)
-        rows["hamming"] = {"recall10@100": metrics["recall10@100"], "ranking": "hamming, "
+        # The run's own table is in its eval.ranking (experiment=search: asymmetric).
+        hamming = evaluate_codes(EvalCommandConfig(run=run_dir, eval=EvalConfig(
+            ranking="hamming", recall_n=[TOP])))
+        rows["hamming"] = {"recall10@100": hamming["recall10@100"], "ranking": "hamming, "
                            "tie-aware"}
         table[f"sgh {name}"] = {"rows": rows, "train_seconds": metrics.get("train_seconds"),
                                 "run_seconds": time.perf_counter() - started,

@@ -92,19 +92,20 @@ class QueryNetwork:
     projection: np.ndarray
 
     def weights(self, queries: np.ndarray) -> np.ndarray:
-        """``(nq, bits)`` float64 ``phi(x) C``, in blocks of queries."""
-        out = np.empty((len(queries), self.projection.shape[1]))
+        """``(nq, bits)`` ``phi(x) C``, in blocks of queries: float32 products, as the encoder
+        computes its logits (the network is most of a query's cost before its scan)."""
+        out = np.empty((len(queries), self.projection.shape[1]), np.float32)
         act = ACTIVATIONS[self.activation]
         for start in range(0, len(queries), _HIDDEN_ROWS):
-            hidden = queries[start : start + _HIDDEN_ROWS].astype(np.float64)
+            hidden = queries[start : start + _HIDDEN_ROWS].astype(np.float32)
             for kernel, bias in zip(self.kernels, self.biases, strict=True):
-                hidden = act(hidden @ kernel.astype(np.float64) + bias)
-            out[start : start + len(hidden)] = hidden @ self.projection.astype(np.float64)
+                hidden = act(hidden @ kernel + bias).astype(np.float32, copy=False)
+            out[start : start + len(hidden)] = hidden @ self.projection
         return out
 
     def scaled(self, factor: float) -> QueryNetwork:
         return QueryNetwork(self.kernels, self.biases, self.activation,
-                            np.asarray(self.projection, np.float64) * factor)
+                            (np.asarray(self.projection, np.float64) * factor).astype(np.float32))
 
 
 @dataclass(frozen=True)

@@ -230,8 +230,11 @@ class DecodedRescorer:
                                               inverse.reshape(block.shape), kept)
         return dots
 
-    def scores(self, queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-        """``(nq, S)`` float64 scores of each query's candidate ids (``-1``: ``inf``)."""
+    def scores(self, queries: np.ndarray, candidates: np.ndarray,
+               encoder_scores: np.ndarray | None = None) -> np.ndarray:
+        """``(nq, S)`` float64 scores of each query's candidate ids (``-1``: ``inf``).
+        ``encoder_scores``: the candidates' encoder scores where the caller has them already
+        (a shortlist made by the same encoder score), for the joint kind."""
         network = self.network
         queries = check_queries(queries, network.dim)
         normalised = network.normalise(queries)
@@ -242,7 +245,8 @@ class DecodedRescorer:
         if self.similarity == "inner_product":
             # -<x, x^> = -scale^2 <x~ + mean/scale, x^~> - <x, mean>: per query a constant.
             normalised = normalised + network.mean / network.scale
-        projected = normalised @ network.output_kernel.T.astype(np.float64)  # (nq, width)
+        # float32 products, as the decoder's own (nq x dim x width: a query's largest cost).
+        projected = (normalised.astype(np.float32) @ network.output_kernel.T).astype(np.float64)
         offsets = normalised @ network.output_bias.astype(np.float64)
         lengths = np.einsum("ij,ij->i", normalised, normalised)
         D = np.full(candidates.shape, np.inf)
@@ -259,19 +263,17 @@ class DecodedRescorer:
             values = lengths[:, None] - 2.0 * inner + self._code_norms[codes]
         D[valid] = values[valid]
         if self.kind == "joint":
-            D = self._with_encoder(queries, candidates, D)
+            if encoder_scores is None:
+                encoder_scores = self._encoder_index.candidate_scores(queries, candidates)
+            D = np.asarray(encoder_scores, np.float64) + self.weight / (
+                2.0 * network.noise_variance) * D
         return D
 
-    def _with_encoder(self, queries: np.ndarray, candidates: np.ndarray,
-                      decoder: np.ndarray) -> np.ndarray:
-        """The joint score: the encoder's per-bit score plus the weighted decoder term."""
-        encoder = self._encoder_index.candidate_scores(queries, candidates).astype(np.float64)
-        return encoder + self.weight / (2.0 * self.network.noise_variance) * decoder
-
-    def rescore(self, queries: np.ndarray, candidates: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-        """``(D, I)`` of the candidates sorted by (score, id); ``-1`` padding last, ``D = inf``."""
-        D = self.scores(queries, candidates)
+    def rescore(self, queries: np.ndarray, candidates: np.ndarray,
+                encoder_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(D, I)`` of the candidates sorted by (score, id); ``-1`` padding last, ``D = inf``
+        (``encoder_scores``: as for `scores`)."""
+        D = self.scores(queries, candidates, encoder_scores)
         return sorted_heaps(D, np.where(np.asarray(candidates) >= 0, candidates, -1))
 
 

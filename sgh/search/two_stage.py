@@ -131,8 +131,15 @@ class TwoStageSearch:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         if len(query_codes) != len(queries):
             raise ValueError(f"{len(query_codes)} query codes for {len(queries)} queries")
-        D, I = self.rescore(queries, self.shortlist(query_codes, shortlist, radius, queries),
-                            rescore)
+        if rescore == "score" and self.shortlist_index is not None and radius is None \
+                and getattr(self.asymmetric, "encoder", None) is self.shortlist_index.score:
+            # The joint score adds the decoder's term to the very score that made the
+            # shortlist: its values come along instead of being computed twice.
+            first, candidates = self.shortlist_index.search(queries, shortlist)
+            D, I = self.asymmetric.rescore(queries, candidates, encoder_scores=first)
+        else:
+            D, I = self.rescore(queries, self.shortlist(query_codes, shortlist, radius, queries),
+                                rescore)
         if D.shape[1] < k:
             pad = k - D.shape[1]
             D = np.pad(D, ((0, 0), (0, pad)), constant_values=np.inf)

@@ -89,3 +89,19 @@ def test_the_network_round_trips_through_plain_arrays_and_names_damage():
     del broken["scale"]
     with pytest.raises(ValueError, match="f.npz: an incomplete decoder network .missing scale"):
         DecoderNetwork.from_arrays(broken, "f.npz")
+
+
+def test_a_two_stage_search_by_the_encoder_rescored_jointly_reuses_its_scores_exactly():
+    from sgh.search.two_stage import TwoStageSearch
+
+    model, x, rng = _model(2)
+    codes = pack_bits(rng.integers(0, 2, (400, 8)).astype(np.uint8))
+    encoder = model.asymmetric_scores("euclidean")["encoder"]
+    joint = DecodedRescorer(model.decoder_network(), codes, "euclidean", "joint", encoder, 0.25)
+    search = TwoStageSearch(codes, 8, score=joint, shortlist_score=encoder)
+    query_codes = pack_bits(rng.integers(0, 2, (6, 8)).astype(np.uint8))
+    D, I = search.search(query_codes, x[:6], 20, shortlist=60)  # the encoder's scores reused
+    candidates = search.shortlist(query_codes, 60, queries=x[:6])
+    expected_D, expected_I = joint.rescore(x[:6], candidates)  # computed afresh
+    np.testing.assert_array_equal(I, expected_I[:, :20])
+    np.testing.assert_array_equal(D, expected_D[:, :20])
