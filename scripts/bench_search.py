@@ -15,7 +15,7 @@
    - SGH, each configuration of --sgh (`default`: `sgh-train`'s defaults; `search`:
      `experiment=search`), with each per-bit score (encoder, decoder, joint, and `auto`, the
      validated choice) scanning the whole database, and a two-stage search: the encoder's top
-     1% rescored by the validated rescoring score (through the mlp decoder for deep SGH);
+     1% (at least 500) rescored by the validated rescoring score (through the mlp decoder for deep SGH);
    - ITQ, PCAH, LSH with their asymmetric (projection) form;
    - faiss `IndexPQ` at the same bytes (M = bits / 8 sub-quantizers of 8 bits), trained on the
      training set, ranked by its ADC distance.
@@ -138,7 +138,8 @@ def _rows_of_run(run_dir: str, split, with_two_stage: bool) -> tuple[dict, dict]
         rows[name] = {"recall10@100": recall, "ranking": ranking}
         searches[name] = lambda index=index: index.search(split.query, TOP, workers=1)
     if with_two_stage:
-        shortlist = max(TOP, len(codes.database) // 100)
+        # 1% of the database, and never under 5 N (SIFT10K: 1% would be the top 100 itself).
+        shortlist = max(5 * TOP, len(codes.database) // 100)
         recall, ranking = _recall(run_dir, EvalConfig(
             ranking="rerank", shortlist_by="encoder", shortlist=shortlist, recall_n=[TOP]))
         kind = scores.kind_for("auto", "rerank")
