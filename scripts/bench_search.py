@@ -15,7 +15,8 @@
    - SGH, each configuration of --sgh (`default`: `sgh-train`'s defaults; `search`:
      `experiment=search`), with each per-bit score (encoder, decoder, joint, and `auto`, the
      validated choice) scanning the whole database, and a two-stage search: the encoder's top
-     1% (at least 500) rescored by the validated rescoring score (through the mlp decoder for deep SGH);
+     1% (at least 500) rescored by the validated rescoring score (through the mlp decoder for
+     deep SGH);
    - ITQ, PCAH, LSH with their asymmetric (projection) form;
    - faiss `IndexPQ` at the same bytes (M = bits / 8 sub-quantizers of 8 bits), trained on the
      training set, ranked by its ADC distance.
