@@ -11,9 +11,9 @@ split's similarity) when every item of the validation database is ranked by the 
 id. The queries are the held-out validation queries (never trained on, never the test queries);
 the database is every other training item, up to :data:`SELECTION_DATABASE` (a fixed sample
 beyond). Not the 10,000-item sample of model selection: its top 100 is a share of the database
-seven times larger than the test protocol's (MNIST: 69,000 items), and there the scores' order
-differs from the test's, while on the whole training set it is the same (MNIST, 32 bits: the
-encoder leads both there and on the test queries; on the sample the joint score leads).
+seven times larger than the test protocol's (MNIST: 69,000 items), and on it the scores can
+rank in another order than on the test queries, where on the whole training set they rank as
+there (docs/results.md).
 
 Candidates: the encoder score; the decoder score (per-bit for the linear decoder, decoded for an
 mlp one); and the joint score at each weight of :data:`JOINT_WEIGHTS`. The scan of the whole
