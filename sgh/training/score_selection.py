@@ -13,7 +13,7 @@ the database is every other training item, up to :data:`SELECTION_DATABASE` (a f
 beyond). Not the 10,000-item sample of model selection: its top 100 is a share of the database
 seven times larger than the test protocol's (MNIST: 69,000 items), and on it the scores can
 rank in another order than on the test queries, where on the whole training set they rank as
-there (docs/results.md).
+there (docs/guide/search.md).
 
 Candidates: the encoder score; the decoder score (per-bit for the linear decoder, decoded for an
 mlp one); and the joint score at each weight of :data:`JOINT_WEIGHTS`. The scan of the whole
