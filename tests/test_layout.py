@@ -76,3 +76,17 @@ def test_the_numpy_rooms_import_neither_the_config_stack_nor_tensorflow():
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_reading_data_loads_no_compiler():
+    # Streaming a vector file chunk by chunk has a memory budget (tests/data/test_vector_files.py)
+    # smaller than numba's and scipy's imports; only the scans that need them load them.
+    import subprocess
+    import sys
+
+    probe = ("import sys; import sgh.data; "
+             "print(sorted(m for m in ('numba', 'llvmlite', 'scipy') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 
 from sgh.data.ann_files import refuse_companion_paths
-from sgh.data.neighbours import exact_neighbours
 from sgh.data.npz_file import require_distinct_ids
 from sgh.data.similarity import (
     conversion_with,
@@ -390,6 +389,10 @@ def _spot_check_neighbours(where: str, truth: np.ndarray, query: np.ndarray,
     points) would score every method on a wrong ground truth, silently."""
     k = min(_SPOT_CHECKED_NEIGHBOURS, truth.shape[1])
     rows = np.unique(np.linspace(0, len(query) - 1, _SPOT_CHECKED_QUERIES).astype(int))
+    # Imported here: the exact scan compiles with numba, which `import sgh.data` should not load
+    # (a streaming reader's whole memory budget is smaller than numba's import).
+    from sgh.data.neighbours import exact_neighbours
+
     nearest = exact_neighbours(query[rows], database, k, similarity)
     for row, exact in zip(rows, nearest, strict=True):
         q = query[row].astype(np.float64)
