@@ -22,7 +22,7 @@ import json
 import tempfile
 import time
 
-from sgh.quiet_tensorflow import import_tensorflow
+from sgh.model.quiet_tensorflow import import_tensorflow
 
 import_tensorflow()
 
@@ -55,10 +55,10 @@ def step_times() -> dict:
     trainers = {}
     for name, model_config in {
         "linear/approximate": ModelConfig(bits=32),
-        "linear/unbiased": ModelConfig(bits=32, estimator="unbiased"),
+        "linear/unbiased": ModelConfig(bits=32, gradient_estimator="unbiased"),
         "deep/approximate": ModelConfig(bits=32, encoder="mlp", decoder="mlp"),
         "deep/unbiased": ModelConfig(bits=32, encoder="mlp", decoder="mlp",
-                                     estimator="unbiased"),
+                                     gradient_estimator="unbiased"),
     }.items():
         config = TrainerConfig(steps=10**9, steps_per_call=100)
         trainer = Trainer(SGH.from_training_data(model_config, x, seed=0), x, config)

@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sgh.quiet_tensorflow import import_tensorflow  # noqa: E402
+from sgh.model.quiet_tensorflow import import_tensorflow  # noqa: E402
 
 TARGET_RSS_BYTES = 1.5 * 2**30
 GENERATE_CHUNK = 1_000_000
@@ -42,7 +42,7 @@ GENERATE_CHUNK = 1_000_000
 CHILD = """
 import json, sys
 from sgh.cli.encode import EncodeCommandConfig, encode_file
-from sgh.quiet_tensorflow import import_tensorflow
+from sgh.model.quiet_tensorflow import import_tensorflow
 import_tensorflow()
 def status(field):
     for line in open("/proc/self/status"):
@@ -95,7 +95,8 @@ def main() -> None:
 
     import_tensorflow()
     from sgh.config import ModelConfig
-    from sgh.data.vector_files import as_float32_features, open_vectors
+    from sgh.data.feature_conversion import as_float32_features
+    from sgh.data.vector_files import open_vectors
     from sgh.model.encoding import encode_packed
     from sgh.model.export import export_encoder
     from sgh.model.sgh_model import SGH

@@ -35,7 +35,7 @@ SETTINGS = {
 def gpus() -> list[str]:
     """The GPUs TensorFlow sees, asked in a subprocess: TensorFlow in this process would reserve
     the GPU's memory for the whole run, leaving none to the timed subprocesses."""
-    script = ("from sgh.quiet_tensorflow import import_tensorflow; import_tensorflow(); "
+    script = ("from sgh.model.quiet_tensorflow import import_tensorflow; import_tensorflow(); "
               "import tensorflow as tf; "
               "print(','.join(d.name for d in tf.config.list_physical_devices('GPU')))")
     out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True,

@@ -57,9 +57,10 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bench_stream import write_structured_bvecs  # noqa: E402
 from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 
+from sgh.data.feature_conversion import as_float32_features  # noqa: E402
 from sgh.data.neighbours import exact_neighbours  # noqa: E402
 from sgh.data.streamed_features import StreamedFeatures  # noqa: E402
-from sgh.data.vector_files import as_float32_features, open_vectors  # noqa: E402
+from sgh.data.vector_files import open_vectors  # noqa: E402
 
 CASES = ("sift", "sift_integers", "sift_offset", "sift_inner_product", "sift_streamed")
 CONVENTIONS = {

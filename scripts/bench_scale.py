@@ -47,7 +47,7 @@ def time_setting(setting: dict) -> dict:
     """In this (fresh) process: ms per step of each timed block, for one setting."""
     import time
 
-    from sgh.quiet_tensorflow import import_tensorflow
+    from sgh.model.quiet_tensorflow import import_tensorflow
 
     import_tensorflow()
     import tensorflow as tf

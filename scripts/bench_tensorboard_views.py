@@ -6,7 +6,7 @@
 In one process, on the bundled MNIST (60,000 training items, 784 features):
 1. trains the default model for 1,000 steps (so the codes are not those of random weights) and
    measures the median ms/step of the compiled calls (the first, compilation, excluded);
-2. times each view of `sgh.training.tensorboard_views` on a fixed sample of `--sample` training
+2. times each view of `sgh.reports.tensorboard_views` on a fixed sample of `--sample` training
    items,
    `--repeats` times after one warm-up, writing into a real event file: encoding the sample,
    `write_code_health`, `write_encoder_histograms`, `write_images`; and the once-per-run views
@@ -27,13 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from sgh.quiet_tensorflow import import_tensorflow
+from sgh.model.quiet_tensorflow import import_tensorflow
 
 import_tensorflow()
 
 import numpy as np  # noqa: E402
 
 from sgh.artifacts.tensorboard_events import recording_to  # noqa: E402
+from sgh.cli.resources import BUNDLED_DATA_DIR  # noqa: E402
 from sgh.config import (  # noqa: E402
     Config,
     ModelConfig,
@@ -42,8 +43,7 @@ from sgh.config import (  # noqa: E402
 )
 from sgh.model.encoding import encode_packed  # noqa: E402
 from sgh.model.sgh_model import SGH  # noqa: E402
-from sgh.resources import BUNDLED_DATA_DIR  # noqa: E402
-from sgh.training import tensorboard_views as views  # noqa: E402
+from sgh.reports import tensorboard_views as views  # noqa: E402
 from sgh.training.loop import Trainer, median_ms_per_step  # noqa: E402
 
 WARMUP_STEPS = 1000

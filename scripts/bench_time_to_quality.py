@@ -38,7 +38,7 @@ from pathlib import Path
 
 COMMANDS = {"itq": ["model=itq"], "sgh_fast": ["experiment=fast"]}
 IMPORT_ONLY = [sys.executable, "-c",
-               "from sgh.quiet_tensorflow import import_tensorflow; import_tensorflow()"]
+               "from sgh.model.quiet_tensorflow import import_tensorflow; import_tensorflow()"]
 
 
 def timed_run(overrides: list[str], bits: int, env: dict | None = None) -> dict:

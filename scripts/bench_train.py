@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sgh.quiet_tensorflow import import_tensorflow
+from sgh.model.quiet_tensorflow import import_tensorflow
 
 import_tensorflow()
 
@@ -152,7 +152,7 @@ def step_products(model: SGH, batch: int) -> list[tuple[str, int, int, int, bool
             products.append((f"{name} kernel gradient", fan_in, batch, fan_out, True, False))
             if part == "decoder" or index > 0:
                 products.append((f"{name} input gradient", batch, fan_out, fan_in, False, True))
-    if model.config.estimator == "unbiased" and model.config.decoder == "mlp":
+    if model.config.gradient_estimator == "unbiased" and model.config.decoder == "mlp":
         rows = batch * 2 * model.bits
         products += [(f"decoder[{index}] finite differences", rows, *kernel.shape, False, False)
                      for index, kernel in enumerate(decoder)]

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sgh.quiet_tensorflow import import_tensorflow
+from sgh.model.quiet_tensorflow import import_tensorflow
 
 import_tensorflow()
 
@@ -34,10 +34,10 @@ register_configs()
 # when the defaults change. "chosen" is the default recipe (configs/model/sgh.yaml,
 # configs/trainer/default.yaml).
 SHORT = ["trainer.learning_rate=0.01", "trainer.steps=5000"]
-UNBIASED = ["model.estimator=unbiased"]
+UNBIASED = ["model.gradient_estimator=unbiased"]
 VARIANTS = {
     "chosen": [],
-    "approximate_lr1e-2_5k": [*SHORT, "model.estimator=approximate"],
+    "approximate_lr1e-2_5k": [*SHORT, "model.gradient_estimator=approximate"],
     "unbiased": UNBIASED,
     "unbiased_lr1e-2_5k": [*SHORT, *UNBIASED],
     "unbiased_lr3e-3_5k": ["trainer.steps=5000", *UNBIASED],

@@ -28,7 +28,7 @@ _EXPORTS = {
     "RetrievalSplit": "sgh.data", "load_split": "sgh.data",
     "euclidean_neighbours": "sgh.data.neighbours", "exact_neighbours": "sgh.data.neighbours",
     # SGH as building blocks (TensorFlow): the estimator, the Keras layers, the model
-    "SGHHasher": "sgh.training.estimator", "DoublySN": "sgh.model.layers",
+    "SGHHasher": "sgh.training.sgh_hasher", "DoublySN": "sgh.model.layers",
     "StraightThroughSign": "sgh.model.layers", "GradientReversal": "sgh.model.layers",
     "SGH": "sgh.model.sgh_model", "doubly_sn": "sgh.model.ops",
     "export_encoder": "sgh.model.export", "load_encoder": "sgh.model.export",
@@ -52,7 +52,7 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'sgh' has no attribute {name!r}")
     module = _EXPORTS[name]
     if module.startswith(("sgh.model", "sgh.training", "sgh.pipeline")):
-        from sgh.quiet_tensorflow import import_tensorflow
+        from sgh.model.quiet_tensorflow import import_tensorflow
 
         import_tensorflow()
     value = getattr(importlib.import_module(module), name)

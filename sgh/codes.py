@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from sgh.errors import UserInputError, check_int, one_line
+
 _BYTE_POPCOUNT = np.array([bin(value).count("1") for value in range(256)], dtype=np.uint8)
 
 
@@ -62,8 +64,7 @@ def validate_codes(packed: np.ndarray, bits: int, name: str = "codes") -> np.nda
     with ``ceil(bits / 8)`` bytes per row whose padding bits are all zero. Non-zero padding
     usually means ``bits`` is wrong for these codes.
     """
-    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)) or bits < 1:
-        raise ValueError(f"bits must be a positive integer, got {bits!r}")
+    check_int("bits", bits, 1)
     packed = np.asarray(packed)
     if packed.ndim != 2 or packed.dtype != np.uint8:
         raise ValueError(
@@ -84,6 +85,20 @@ def validate_codes(packed: np.ndarray, bits: int, name: str = "codes") -> np.nda
             f"{bits}-bit codes?"
         )
     return np.ascontiguousarray(packed)
+
+
+def stored_bits(arrays, where: str, key: str = "bits") -> int:
+    """The code length a file stores under `key` (codes.npz, a Hamming index, an asymmetric
+    score): a scalar integer >= 1, else one line naming the file and key, and the keys found."""
+    value = arrays.get(key) if hasattr(arrays, "get") else None
+    if value is None:
+        raise UserInputError(f"{where}: missing key {key!r} (the code length); keys found: "
+                             f"{', '.join(sorted(arrays)) or 'none'}")
+    value = np.asarray(value)
+    if value.shape != () or value.dtype.kind not in "iu" or value < 1:
+        raise UserInputError(f"{where}: key {key!r} holds {one_line(value)}; accepted: the "
+                             "code length, a scalar integer >= 1")
+    return int(value)
 
 
 def as_words(packed: np.ndarray) -> np.ndarray:

@@ -15,7 +15,7 @@ def compiled(function):
     ``nogil``: the callers run kernels on several threads at once. numba caches next to the
     kernel's file, else in its per-user directory (``NUMBA_CACHE_DIR`` or ``~/.cache/numba``);
     when neither is writable it refuses ``cache=True`` at decoration time, so we compile on first
-    use in every process instead (~1 s per kernel and signature) rather than fail.
+    use in every process instead (once per kernel and signature) rather than fail.
     """
     try:
         return numba.njit(nogil=True, cache=True)(function)

@@ -9,11 +9,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgh.errors import UserInputError
+from sgh.errors import UserInputError, check_choice, check_int, check_real
 from sgh.methods import BASELINE_NAMES, METHODS
 
 # A value the configuration must be given: OmegaConf's marker for a missing value (its
@@ -96,7 +96,9 @@ class ModelConfig:
     # released: the authors' demo loss (affine decoder, alpha-BCE, beta weight decay).
     objective: str = "paper"
     noise: str = "uniform"  # uniform: xi ~ U(0,1) (the paper) | fixed: xi = 0.5 (released demo)
-    estimator: str = "approximate"  # approximate | unbiased (closed form, linear decoder)
+    # The gradient estimator of the binary codes: approximate (the neuron's own backward) |
+    # unbiased (closed form with a linear decoder, finite differences with an mlp one).
+    gradient_estimator: str = "approximate"
     normalization: str = "isotropic"  # isotropic: (x - mean) / one global scale | none
     init: str = "random"  # random: W~N(0,1/d), b=0 | released: the demo's, b~N(0,1)
     alpha: float = 1e-3  # objective=released: weight of the BCE term
@@ -212,6 +214,12 @@ class EvalCommandConfig:
 # 65,536 rows of 128 floats are 32 MB: large enough that per-call overhead is negligible,
 # small enough that memory is bounded far below the 1.5 GiB target at any file size.
 ENCODE_BATCH_SIZE = 65536
+# How sgh-encode's input values become the encoder's input: `auto` converts a file as sgh-train
+# does (uint8 / 255, other dtypes as they are) and refuses input stored unlike the run's training
+# features; `none` takes the values as they are whatever the dtype (BIGANN's uint8 .bvecs
+# through a run trained on SIFT's float .fvecs); `uint8` divides any dtype by 255 (float pixels
+# 0..255 through a run trained on uint8 images).
+INPUT_SCALES = ("auto", "none", "uint8")
 
 
 @dataclass
@@ -224,6 +232,7 @@ class EncodeCommandConfig:
     out: str | None = None  # the codes, .npy
     key: str | None = None  # the array in an .npz / .mat / .hdf5 input
     batch_size: int = ENCODE_BATCH_SIZE  # rows read and encoded at a time
+    input_scale: str = "auto"  # INPUT_SCALES: auto (as at training), none, uint8 (/ 255)
 
 
 def dataset_config_from(section: dict) -> FileDatasetConfig | SyntheticDatasetConfig:
@@ -234,17 +243,73 @@ def dataset_config_from(section: dict) -> FileDatasetConfig | SyntheticDatasetCo
     return schema(**{key: value for key, value in section.items() if key in known})
 
 
+# Keys renamed since earlier runs: old -> new. On the command line the old key is refused in one
+# line naming the new one (`sgh.cli.hydra_errors.unknown_key_line`); in a run's config.yaml it
+# is read as the new one (`with_renamed_keys`), so that earlier runs still resume and re-score.
+RENAMED_KEYS = {"model.estimator": "model.gradient_estimator"}
+
+
+def with_renamed_keys(settings: dict) -> dict:
+    """A configuration read back as mappings (a run's config.yaml) with each key renamed since
+    (`RENAMED_KEYS`) under its new name; a value under the new name already wins."""
+    renamed = dict(settings)
+    for old, new in RENAMED_KEYS.items():
+        (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")
+        section = renamed.get(old_section)
+        if not isinstance(section, Mapping) or old_key not in section:
+            continue
+        section = dict(section)
+        value = section.pop(old_key)
+        renamed[old_section] = section
+        target = dict(renamed.get(new_section) or {})
+        target.setdefault(new_key, value)
+        renamed[new_section] = target
+    return renamed
+
+
+def flatten_config(values, prefix: str = "") -> dict:
+    """A configuration, nested (a `Config`, or a config.yaml read back as mappings) -> one
+    entry per setting, `{"model.bits": 32, ...}`: the values as they are (lists, None), and an
+    empty section as its own value (`{}`). The one flattening of the settings: a resume's
+    comparison with the run's config.yaml (`sgh.artifacts.resume_checks`) and TensorBoard's
+    HParams (`sgh.reports.tensorboard_views`) both read it."""
+    if dataclasses.is_dataclass(values) and not isinstance(values, type):
+        values = dataclasses.asdict(values)
+    flat = {}
+    for key, value in values.items():
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+# The values a setting may name, owned here, where every setting is checked: the rooms that act
+# on them import these tuples (the neuron its NOISES, the metrics their DENOMINATORS), since this
+# is the one module every room may import without a cycle; the implementations keyed by them
+# (the activations of sgh_model and of search.asymmetric) are held to them by tests.
+OBJECTIVES = ("paper", "released")  # the paper's MDL objective, or the authors' demo's
+NOISES = ("uniform", "fixed")  # the neuron's training noise: xi ~ U(0, 1), or xi = 1/2
+GRADIENT_ESTIMATORS = ("unbiased", "approximate")  # the neuron's gradient (sgh.model.ops)
+NORMALIZATIONS = ("isotropic", "none")
+INITS = ("random", "released")
+NETWORKS = ("linear", "mlp")  # the encoder's and the decoder's form
+ACTIVATIONS = ("relu", "tanh", "gelu", "elu", "sigmoid")  # of an mlp's hidden layers
+DENOMINATORS = ("retrieved", "min_rk", "r")  # of mAP@k (sgh.metrics.conventions)
+
 CHOICES = {
     "model.name": tuple(METHODS),
-    "model.objective": ("paper", "released"),
-    "model.noise": ("uniform", "fixed"),
-    "model.estimator": ("unbiased", "approximate"),
-    "model.normalization": ("isotropic", "none"),
-    "model.init": ("random", "released"),
-    "model.encoder": ("linear", "mlp"),
-    "model.decoder": ("linear", "mlp"),
-    "model.encoder_activation": ("relu", "tanh", "gelu", "elu", "sigmoid"),
-    "model.decoder_activation": ("relu", "tanh", "gelu", "elu", "sigmoid"),
+    "model.objective": OBJECTIVES,
+    "model.noise": NOISES,
+    "model.gradient_estimator": GRADIENT_ESTIMATORS,
+    "model.normalization": NORMALIZATIONS,
+    "model.init": INITS,
+    "model.encoder": NETWORKS,
+    "model.decoder": NETWORKS,
+    "model.encoder_activation": ACTIVATIONS,
+    "model.decoder_activation": ACTIVATIONS,
     "trainer.schedule": ("constant", "step", "cosine"),
     "trainer.strategy": ("auto", "one_device", "mirrored", "multi_worker"),
     "dataset.query_selection": ("random", "per_class"),
@@ -256,17 +321,6 @@ CHOICES = {
 }
 
 
-def _check_choice(key: str, value: str) -> None:
-    if value not in CHOICES[key]:
-        raise UserInputError(f"{key}={value!r} is not known; accepted: {', '.join(CHOICES[key])}")
-
-
-def _check_range(key: str, value: float, low: float, high: float = math.inf) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
-        bound = f"between {low} and {high}" if math.isfinite(high) else f">= {low}"
-        raise UserInputError(f"{key}={value!r} is impossible; accepted: a number {bound}")
-
-
 def validate(config: Config) -> Config:
     """Check every value Hydra's types cannot; raise UserInputError naming the key."""
     dataset = config.dataset
@@ -274,8 +328,8 @@ def validate(config: Config) -> Config:
     if isinstance(dataset, FileDatasetConfig):
         keys += ["dataset.streaming", "dataset.stream_reader"]
     for key in keys:
-        _check_choice(key, getattr(dataset, key.split(".")[1]))
-    _check_range("dataset.n_queries", dataset.n_queries, 1)
+        check_choice(key, getattr(dataset, key.split(".")[1]), CHOICES[key])
+    check_int("dataset.n_queries", dataset.n_queries, 1)
     if not str(config.optimized_metric).startswith(OPTIMIZABLE_PREFIX):
         raise UserInputError(f"optimized_metric={config.optimized_metric!r} is not a validation "
                              f"score; accepted: a key {OPTIMIZABLE_PREFIX}... of metrics.json, "
@@ -302,33 +356,30 @@ def validate_training(config: Config) -> Config:
     sections = {"model": model, "trainer": trainer}
     keys = ["model.name", "trainer.schedule", "trainer.strategy"]
     if isinstance(model, ModelConfig):
-        keys += ["model.objective", "model.noise", "model.estimator", "model.normalization",
-                 "model.init", "model.encoder", "model.decoder", "model.encoder_activation",
-                 "model.decoder_activation"]
-        _check_range("model.alpha", model.alpha, 0)
-        _check_range("model.beta", model.beta, 0)
+        keys += ["model.objective", "model.noise", "model.gradient_estimator",
+                 "model.normalization", "model.init", "model.encoder", "model.decoder",
+                 "model.encoder_activation", "model.decoder_activation"]
+        check_real("model.alpha", model.alpha, 0)
+        check_real("model.beta", model.beta, 0)
         _validate_networks(model)
     for key in keys:
         section, attribute = key.split(".")
-        _check_choice(key, getattr(sections[section], attribute))
-    if isinstance(model, ModelConfig) != METHODS[model.name].is_trained:
+        check_choice(key, getattr(sections[section], attribute), CHOICES[key])
+    if isinstance(model, ModelConfig) != (METHODS[model.name].baseline_class is None):
         raise UserInputError(f"model.name={model.name!r} does not match its option; choose "
                              f"model=sgh or model=<baseline> ({', '.join(BASELINE_NAMES)})")
-    _check_range("model.bits", model.bits, 1, MAX_BITS)
-    _check_range("trainer.steps", trainer.steps, 0)
-    _check_range("trainer.batch_size", trainer.batch_size, 1)
-    _check_range("trainer.learning_rate", trainer.learning_rate, 1e-12)
-    _check_range("trainer.decay_every", trainer.decay_every, 1)
-    _check_range("trainer.decay_rate", trainer.decay_rate, 0, 1)
-    _check_range("trainer.steps_per_call", trainer.steps_per_call, 1)
-    _check_range("trainer.checkpoint_every", trainer.checkpoint_every, 1)
-    _check_range("trainer.logical_cpus", trainer.logical_cpus, 0, 256)
+    check_int("model.bits", model.bits, 1, MAX_BITS)
+    check_int("trainer.steps", trainer.steps, 0)
+    check_int("trainer.batch_size", trainer.batch_size, 1)
+    check_real("trainer.learning_rate", trainer.learning_rate, 1e-12)
+    check_int("trainer.decay_every", trainer.decay_every, 1)
+    check_real("trainer.decay_rate", trainer.decay_rate, 0, 1)
+    check_int("trainer.steps_per_call", trainer.steps_per_call, 1)
+    check_int("trainer.checkpoint_every", trainer.checkpoint_every, 1)
+    check_int("trainer.logical_cpus", trainer.logical_cpus, 0, 256)
     # The seed of TensorFlow's and NumPy's generators and the baselines' random_state, which
     # all take 0 .. 2**32 - 1 (NumPy raises on a negative seed, deep inside the run).
-    if isinstance(trainer.seed, bool) or not isinstance(trainer.seed, int) \
-            or not 0 <= trainer.seed <= MAX_SEED:
-        raise UserInputError(f"trainer.seed={trainer.seed!r} is impossible; accepted: an integer "
-                             f"between 0 and {MAX_SEED}")
+    check_int("trainer.seed", trainer.seed, 0, MAX_SEED)
     validate_eval(config.eval)
     _validate_validation(config.validation)
     return config
@@ -345,28 +396,23 @@ def _validate_networks(model: ModelConfig) -> None:
             raise UserInputError(f"model.{part}_hidden is empty; accepted: a list of layer "
                                  "sizes, e.g. [512]")
         for size in hidden:
-            if isinstance(size, bool) or not isinstance(size, int):
-                raise UserInputError(f"model.{part}_hidden has {size!r}; accepted: integer "
-                                     "layer sizes >= 1")
-            _check_range(f"model.{part}_hidden", size, 1, 65536)
+            check_int(f"model.{part}_hidden", size, 1, 65536)
 
 
 def _validate_validation(config: ValidationConfig) -> None:
-    _check_choice("validation.metric", config.metric)
-    _check_range("validation.every", config.every, 0)
-    _check_range("validation.queries", config.queries, 1)
-    _check_range("validation.database", config.database, 1)
-    _check_range("validation.patience", config.patience, 0)
+    check_choice("validation.metric", config.metric, CHOICES["validation.metric"])
+    check_int("validation.every", config.every, 0)
+    check_int("validation.queries", config.queries, 1)
+    check_int("validation.database", config.database, 1)
+    check_int("validation.patience", config.patience, 0)
 
 
 def validate_eval(config: EvalConfig) -> EvalConfig:
-    _check_range("eval.recall_k", config.recall_k, 1)
-    _check_range("eval.radius", config.radius, 0, MAX_BITS)
+    check_int("eval.recall_k", config.recall_k, 1)
+    check_int("eval.radius", config.radius, 0, MAX_BITS)
     for k in config.map_k:
-        _check_range("eval.map_k", k, 1)
-    if config.map_k_denominator not in ("retrieved", "min_rk", "r"):
-        raise UserInputError(f"eval.map_k_denominator={config.map_k_denominator!r} is not "
-                             "known; accepted: retrieved, min_rk, r")
+        check_int("eval.map_k", k, 1)
+    check_choice("eval.map_k_denominator", config.map_k_denominator, DENOMINATORS)
     if not config.recall_n:
         raise UserInputError("eval.recall_n is empty; accepted: a list of cut-offs N >= 1")
     if config.rescore == "decoder":  # the name before eval.score chose among scores
@@ -374,16 +420,14 @@ def validate_eval(config: EvalConfig) -> EvalConfig:
                              "eval.score=decoder (or eval.score=auto: the validated choice)")
     for key, accepted in (("ranking", RANKINGS), ("rescore", RESCORE_RULES),
                           ("score", SCORE_SETTINGS), ("shortlist_by", SHORTLIST_STAGES)):
-        if getattr(config, key) not in accepted:
-            raise UserInputError(f"eval.{key}={getattr(config, key)!r} is not known; accepted: "
-                                 f"{', '.join(accepted)}")
+        check_choice(f"eval.{key}", getattr(config, key), accepted)
     if config.shortlist_by == "encoder" and config.shortlist_radius is not None:
         raise UserInputError(f"eval.shortlist_radius={config.shortlist_radius} is a Hamming "
                              "radius, and eval.shortlist_by=encoder ranks by score; accepted: "
                              "eval.shortlist_by=hamming with a radius, or eval.shortlist=S")
-    _check_range("eval.shortlist", config.shortlist, 1)
+    check_int("eval.shortlist", config.shortlist, 1)
     if config.shortlist_radius is not None:
-        _check_range("eval.shortlist_radius", config.shortlist_radius, 0, MAX_BITS)
+        check_int("eval.shortlist_radius", config.shortlist_radius, 0, MAX_BITS)
     for n in config.recall_n:
-        _check_range("eval.recall_n", n, 1)
+        check_int("eval.recall_n", n, 1)
     return config

@@ -28,3 +28,62 @@ def one_line(value: object, limit: int = 200) -> str:
         return f"an array of shape {shape} and dtype {value.dtype}"
     text = " ".join(str(value.item() if shape == () else value).split()) or type(value).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- the checks of a value: one vocabulary, one message style -------------------------------
+# "NAME=VALUE is impossible; accepted: WHAT", whether NAME is a configuration key
+# (`model.bits`) or a Python argument (`k`): a `UserInputError`, so also the `ValueError`
+# Python and scikit-learn callers expect.
+
+def check_int(name: str, value: object, minimum: int | None = None,
+              maximum: int | None = None, *, maximum_is: str = "") -> int:
+    """`value` as an int in [minimum, maximum] (either bound may be None); bools refused.
+    `maximum_is` says what the maximum is, for the message ("the database size")."""
+    import numbers
+
+    within = (minimum is None or value >= minimum) and (maximum is None or value <= maximum) \
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) else False
+    if not within:
+        if minimum is not None and maximum is not None:
+            bound = f"an integer between {minimum} and {maximum}" + (
+                f" ({maximum_is})" if maximum_is else "")
+        elif minimum is not None:
+            bound = f"an integer >= {minimum}"
+        elif maximum is not None:
+            bound = f"an integer <= {maximum}"
+        else:
+            bound = "an integer"
+        shown = repr(value) if isinstance(value, str) else one_line(value)
+        raise UserInputError(f"{name}={shown} is impossible; accepted: {bound}")
+    return int(value)
+
+
+def check_real(name: str, value: object, low: float = float("-inf"), high: float = float("inf"),
+               *, low_open: bool = False) -> float:
+    """`value` as a finite float in [low, high] (`(low, high]` with `low_open`); bools refused."""
+    import math
+    import numbers
+
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool) \
+        and math.isfinite(value)
+    within = number and (value > low if low_open else value >= low) and value <= high
+    if not within:
+        if math.isfinite(low) and math.isfinite(high):
+            bound = (f"a number in ({low:g}, {high:g}]" if low_open
+                     else f"a number between {low:g} and {high:g}")
+        elif math.isfinite(low):
+            bound = f"a number {'>' if low_open else '>='} {low:g}"
+        elif math.isfinite(high):
+            bound = f"a number <= {high:g}"
+        else:
+            bound = "a finite number"
+        raise UserInputError(f"{name}={value!r} is impossible; accepted: {bound}")
+    return float(value)
+
+
+def check_choice(name: str, value: object, accepted) -> object:
+    """`value` if it is one of `accepted` (the owner's tuple of names)."""
+    if value not in accepted:
+        raise UserInputError(f"{name}={value!r} is not known; accepted: "
+                             f"{', '.join(str(choice) for choice in accepted)}")
+    return value

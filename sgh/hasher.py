@@ -14,24 +14,17 @@ float64 or float32 (other dtypes are converted to float64) and must be finite.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from sgh.codes import pack_bits
+from sgh.errors import check_int
 from sgh.search.asymmetric import AsymmetricScore
 
 # Bytes of float64 rows converted at a time by `row_blocks`.
 BLOCK_BYTES = 1 << 25
-
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, or ValueError quoting it."""
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def row_blocks(X: np.ndarray, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[slice, np.ndarray]]:

@@ -3,7 +3,7 @@
 They live in `sgh.model.layers` (see there); importing this module imports TensorFlow, quietly.
 """
 
-from sgh.quiet_tensorflow import import_tensorflow
+from sgh.model.quiet_tensorflow import import_tensorflow
 
 import_tensorflow()
 

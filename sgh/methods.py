@@ -1,13 +1,14 @@
-"""The hashing methods `sgh-train` knows: the one registry of their names and titles.
+"""The hashing methods `sgh-train` knows: the one registry of their names, titles and capabilities.
 
     model=sgh                     Stochastic Generative Hashing, trained by `sgh.training`
     model=lsh|pcah|itq|sh|sph     the classic baselines of `sgh.baselines`, fitted in closed form
 
 Every list of methods (the accepted `model.name` values, the order of tables and plot legends,
-the titles of results) is read from `METHODS`. Each method turns a split into an `EncodedSplit`:
-packed codes of the database and the queries, and what it reports about its own fitting
-(`sgh.pipeline` calls the trainer or the baseline fit). This module imports nothing of the
-package, so that every stage may read it.
+the titles of results) is read from `METHODS`, and so is what a method can do (TensorFlow or a
+closed form, a bit limit, an asymmetric score): the stages ask the method, never its name. Each
+method turns a split into an `EncodedSplit`: packed codes of the database and the queries, and
+what it reports about its own fitting (`sgh.pipeline` calls the trainer or the baseline fit).
+This module imports nothing of the package, so that every stage may read it.
 """
 
 from __future__ import annotations
@@ -33,25 +34,34 @@ class EncodedSplit:
 
 @dataclass(frozen=True)
 class Method:
+    """A method's name and title, and what it can do: the stages ask it, never its name."""
+
     name: str  # the model= option and model.name
     title: str  # how tables and plots name it
-    # The class name in `sgh.baselines` for a baseline; None for SGH, which `sgh.training`
-    # trains.
-    estimator: str | None = None
-
-    @property
-    def is_trained(self) -> bool:
-        """Trained with TensorFlow (devices, checkpoints, an exported encoder) vs closed form."""
-        return self.estimator is None
+    # The class name in `sgh.baselines` for a baseline (`sgh.baselines.fitting.baseline_class`
+    # gives the class); None for SGH, which `sgh.training` trains.
+    baseline_class: str | None = None
+    # Trained with TensorFlow (devices, checkpoints, an exported encoder, the SGH settings of
+    # model=sgh), rather than fitted in closed form.
+    uses_tensorflow: bool = False
+    # One bit per principal direction (PCAH, ITQ): model.bits <= the number of features.
+    bits_at_most_features: bool = False
+    # Has a query-against-code score for asymmetric and rescored rankings. A baseline's class
+    # says why it has none (`without_asymmetric`); tests/test_methods.py checks that the two
+    # agree.
+    asymmetric_score: bool = False
 
 
 # In the order of every table and legend: SGH first, then the baselines as the docs list them.
 METHODS: dict[str, Method] = {method.name: method for method in (
-    Method("sgh", "SGH"),
-    Method("lsh", "LSH", "LSH"),
-    Method("pcah", "PCAH", "PCAH"),
-    Method("itq", "ITQ", "ITQ"),
-    Method("sh", "SH", "SH"),
-    Method("sph", "SpH", "SpH"),
+    Method("sgh", "SGH", uses_tensorflow=True, asymmetric_score=True),
+    Method("lsh", "LSH", baseline_class="LSH", asymmetric_score=True),
+    Method("pcah", "PCAH", baseline_class="PCAH", bits_at_most_features=True,
+           asymmetric_score=True),
+    Method("itq", "ITQ", baseline_class="ITQ", bits_at_most_features=True,
+           asymmetric_score=True),
+    Method("sh", "SH", baseline_class="SH"),
+    Method("sph", "SpH", baseline_class="SpH"),
 )}
-BASELINE_NAMES = tuple(name for name, method in METHODS.items() if not method.is_trained)
+BASELINE_NAMES = tuple(name for name, method in METHODS.items()
+                       if method.baseline_class is not None)

@@ -4,41 +4,47 @@
       validate the settings                  sgh.config
       load the split                         sgh.data
       fit or train the method                sgh.methods -> sgh.training / sgh.baselines
-      ground truth for Recall K@N            sgh.artifacts.ground_truth_cache
+      ground truth for Recall K@N            sgh.data.ground_truth, sgh.artifacts.ground_truth_cache
       the ranking (Hamming, asymmetric, ...)  sgh.search.rankings
       score both protocols                   sgh.metrics.scoring
-      write codes, metrics, TensorBoard      sgh.artifacts, sgh.training.tensorboard_views
+      write codes, metrics, TensorBoard      sgh.artifacts, sgh.reports.tensorboard_views
       log the results table                  sgh.reports.results_table
 
 Each stage only hands its result to the next; nothing below knows Hydra (`sgh.cli.train` is the
 boundary), and tests call `run` directly. A run directory that already holds a checkpoint of the
-same configuration, on the same dataset files, is resumed from it. The run owns its directory
-from start to end (`sgh.artifacts.run_lock`): a second writer is refused.
+same configuration, on the same dataset files, is resumed from it (the comparison:
+`sgh.artifacts.resume_checks`). The run owns its directory from start to end
+(`sgh.artifacts.run_lock`): a second writer is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
 
-from sgh.artifacts.ground_truth_cache import split_ground_truth
+from sgh.artifacts.ground_truth_cache import cached_exact_neighbours
+from sgh.artifacts.resume_checks import (
+    finished_as_configured,
+    refuse_another_configuration,
+    refuse_other_data,
+)
 from sgh.artifacts.run_directory import RunDirectory
-from sgh.artifacts.run_inputs import InputFile, changed_inputs, describe_inputs
+from sgh.artifacts.run_inputs import InputFile, describe_inputs
 from sgh.artifacts.run_lock import run_lock
 from sgh.config import Config, validate
 from sgh.data import RetrievalSplit, input_files, load_split
+from sgh.data.ground_truth import split_ground_truth
 from sgh.errors import UserInputError
 from sgh.methods import METHODS, EncodedSplit
 from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score
-from sgh.quiet_tensorflow import import_tensorflow
+from sgh.model.quiet_tensorflow import import_tensorflow
 from sgh.reports.results_table import collapse_warning, results_table, run_title
 from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
 from sgh.search.rankings import evaluation_ranking
@@ -54,7 +60,7 @@ def run(config: Config, run_dir: str | os.PathLike) -> dict:
     split = load_split(config.dataset)
     inputs = describe_inputs(input_files(config.dataset))
     _check_settings_against_data(config, split)
-    if method.is_trained:
+    if method.uses_tensorflow:
         # TensorFlow takes seconds to import: only now, so that every mistake in the settings
         # and the data above is answered in about a second; and only to train (a baseline's
         # run, TensorBoard's views included, needs none of it).
@@ -81,15 +87,15 @@ def run(config: Config, run_dir: str | os.PathLike) -> dict:
 
 def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
          inputs: list[InputFile], strategy) -> dict:
-    from sgh.training.tensorboard_views import write_run_summary
+    from sgh.reports.tensorboard_views import write_run_summary
 
-    _refuse_another_configuration(run_directory, config)
-    _refuse_other_data(run_directory, inputs)
+    refuse_another_configuration(run_directory, config)
+    refuse_other_data(run_directory, inputs)
     previous = _previous_metrics(run_directory)
     # The workers of a cluster all take part in the run's collective steps, so the chief goes
     # through them too (it trains no step, and keeps the training record below).
     if previous is not None and not _in_a_cluster(strategy) \
-            and _finished_as_configured(run_directory, config, previous):
+            and finished_as_configured(run_directory, config, previous):
         # Finished work is never recorded again: the results as they were, no file touched.
         logger.info("%s holds this run, finished; its results:", run_directory.path)
         logger.info("%s", results_table(previous, run_title(previous), config.eval),
@@ -101,8 +107,8 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
                 split.database.shape, split.query.shape, split.protocol)
 
     encoded = _fit(config, split, run_directory, strategy)
-    groundtruth, groundtruth_source = split_ground_truth(
-        split, config.eval.recall_k, getattr(config.dataset, "path", None))
+    groundtruth, groundtruth_source = split_ground_truth(split, config.eval.recall_k, partial(
+        cached_exact_neighbours, dataset_path=getattr(config.dataset, "path", None)))
     if encoded.scores is not None:  # for sgh-eval run=DIR eval.ranking=...
         run_directory.write_asymmetric_score(encoded.scores)
     ranking = evaluation_ranking(config.eval, encoded.database, encoded.query, config.model.bits,
@@ -159,28 +165,10 @@ def _previous_metrics(run_directory: RunDirectory) -> dict | None:
     return metrics if isinstance(metrics, dict) else None
 
 
-def _finished_as_configured(run_directory: RunDirectory, config: Config,
-                            previous: dict) -> bool:
-    """Whether the directory holds this very run finished: the same configuration, the
-    evaluation included, and every file the run writes."""
-    recorded = run_directory.previous_config()
-    if recorded is None:
-        return False
-    current = OmegaConf.to_container(OmegaConf.structured(config))
-    if configuration_differences(_with_new_keys_at_their_defaults(recorded, config), current):
-        return False
-    needed = [run_directory.codes]
-    if METHODS[config.model.name].is_trained:
-        needed.append(run_directory.encoder / "saved_model.pb")
-    if "score_for_scan" in previous:
-        needed.append(run_directory.asymmetric_score)
-    return all(path.is_file() for path in needed)
-
-
 def _fit(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
          strategy) -> EncodedSplit:
     """Train (resuming from the run directory) or fit the method; its codes of the split."""
-    if METHODS[config.model.name].is_trained:
+    if METHODS[config.model.name].uses_tensorflow:
         from sgh.training.train_sgh import train_sgh
 
         return train_sgh(config, split, run_directory, strategy)
@@ -194,12 +182,13 @@ def _check_settings_against_data(config: Config, split: RetrievalSplit) -> None:
     would otherwise surface only after training, or silently change what is measured."""
     n_features, bits = split.train.shape[1], config.model.bits
     # PCAH and ITQ take one bit per principal direction (sgh.baselines: n_bits <= n_features).
-    if config.model.name in ("pcah", "itq") and bits > n_features:
+    if METHODS[config.model.name].bits_at_most_features and bits > n_features:
+        unlimited = ", ".join(name for name, method in METHODS.items()
+                              if not method.bits_at_most_features)
         raise UserInputError(
             f"model.bits={bits} is more than the {n_features} features of {split.name!r}, and "
             f"model={config.model.name} takes one bit per principal component; accepted: "
-            f"model.bits <= {n_features}, or a method without that limit (model=sgh, lsh, sh, "
-            "sph)")
+            f"model.bits <= {n_features}, or a method without that limit (model={unlimited})")
     n_database, k = len(split.database), config.eval.recall_k
     if k > n_database:
         raise UserInputError(f"eval.recall_k={k} is more than the database of {split.name!r} "
@@ -218,104 +207,24 @@ def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
     setting = (f"eval.ranking={evaluation.ranking} (eval.score={evaluation.score}, eval.rescore="
                f"{evaluation.rescore}, eval.shortlist_by={evaluation.shortlist_by})")
     named = evaluation.score if scan or evaluation.rescore == "score" else "auto"
-    if METHODS[config.model.name].is_trained:
+    method = METHODS[config.model.name]
+    if not method.asymmetric_score:
+        from sgh.baselines.fitting import baseline_class
+
+        reason = baseline_class(method.name).without_asymmetric
+    elif method.uses_tensorflow:
         # An mlp decoder rescores a shortlist by decoding it, but has no per-bit tables for a
         # scan of the whole database.
         reason = (None if config.model.decoder == "linear" or not scan
                   or named in ("auto", "encoder")
                   else f"{ASYMMETRIC_NEEDS_LINEAR_DECODER} (eval.score=encoder scans, and "
                        "eval.ranking=rerank decodes a shortlist for the decoder and joint scores)")
+    elif named not in ("auto", "encoder"):  # a projection baseline: LSH, PCAH, ITQ
+        reason = ("its one score is its projection's, an encoder score; accepted: "
+                  "eval.score=auto or encoder")
     else:
-        from sgh.baselines.fitting import estimator_class
-        from sgh.hasher import BinaryHasher
-
-        estimator = estimator_class(config.model.name)
-        if estimator.asymmetric_score is BinaryHasher.asymmetric_score:
-            reason = estimator.without_asymmetric
-        elif named not in ("auto", "encoder"):
-            reason = ("its one score is its projection's, an encoder score; accepted: "
-                      "eval.score=auto or encoder")
-        else:
-            reason = None
+        reason = None
     if reason is not None:
         raise UserInputError(f"{setting} needs a score, and model={config.model.name}: {reason}; "
                              "accepted: eval.ranking=hamming, or eval.ranking=rerank "
                              "eval.rescore=exact")
-
-
-def _comparable(values: dict) -> dict:
-    """What defines a training run: everything but the evaluation settings."""
-    return {key: value for key, value in values.items() if key != "eval"}
-
-
-def _with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
-    """An earlier run's configuration, with the keys added to the schema since then (absent
-    from its config.yaml) at their defaults: the run it describes had those defaults."""
-    filled = dict(previous)
-    for section, value in vars(config).items():
-        if dataclasses.is_dataclass(value) and isinstance(previous.get(section), dict):
-            defaults = {}
-            for field in dataclasses.fields(value):
-                if field.default is not dataclasses.MISSING:
-                    defaults[field.name] = field.default
-                elif field.default_factory is not dataclasses.MISSING:
-                    defaults[field.name] = field.default_factory()
-            filled[section] = {**defaults, **previous[section]}
-    return filled
-
-
-def _flat(values: dict, prefix: str = "") -> dict:
-    """`{"model": {"bits": 32}}` -> `{"model.bits": 32}`."""
-    flat = {}
-    for key, value in values.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-_ABSENT = object()
-_DIFFERENCES_SHOWN = 6  # another dataset section would make a line of dozens
-
-
-def _shown(value) -> str:
-    return "(absent)" if value is _ABSENT else "null" if value is None else str(value)
-
-
-def configuration_differences(previous: dict, current: dict) -> list[str]:
-    """`key: old -> new` for every key whose value differs, in key order."""
-    before, now = _flat(previous), _flat(current)
-    return [f"{key}: {_shown(before.get(key, _ABSENT))} -> {_shown(now.get(key, _ABSENT))}"
-            for key in sorted(before.keys() | now.keys())
-            if before.get(key, _ABSENT) != now.get(key, _ABSENT)]
-
-
-def _refuse_another_configuration(run_directory: RunDirectory, config: Config) -> None:
-    previous = run_directory.previous_config()
-    if not run_directory.has_checkpoint() or previous is None:
-        return
-    current = OmegaConf.to_container(OmegaConf.structured(config))
-    differences = configuration_differences(
-        _comparable(_with_new_keys_at_their_defaults(previous, config)), _comparable(current))
-    if differences:
-        shown = ", ".join(differences[:_DIFFERENCES_SHOWN]) + (
-            f", and {len(differences) - _DIFFERENCES_SHOWN} more"
-            if len(differences) > _DIFFERENCES_SHOWN else "")
-        raise UserInputError(
-            f"{run_directory.path} holds a run with another configuration ({shown}); resume it "
-            "with the same settings, or choose a new hydra.run.dir")
-
-
-def _refuse_other_data(run_directory: RunDirectory, inputs: list[InputFile]) -> None:
-    """A resume trains on the files the run started on, or not at all: a model half trained
-    on one version of a file and finished on another is neither's."""
-    recorded = run_directory.previous_inputs()
-    if not run_directory.has_checkpoint() or recorded is None:
-        return
-    changes = changed_inputs(recorded, inputs)
-    if changes:
-        raise UserInputError(
-            f"{run_directory.path} holds a run on other data ({'; '.join(changes)}); put the "
-            "file back as it was to resume the run, or choose a new hydra.run.dir to train on "
-            "it as it is now")

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from sgh.cli.resources import CONFIG_DIR
 from sgh.cli.schemas import register_configs
-from sgh.resources import CONFIG_DIR
 
 register_configs()
 
@@ -20,6 +23,45 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # A run of seconds: synthetic data, few steps, short codes.
 QUICK = ["dataset=synthetic", "trainer.steps=60", "trainer.batch_size=100",
          "trainer.steps_per_call=20", "model.bits=12"]
+
+
+def quick(*overrides: str, without: tuple[str, ...] = ()) -> list[str]:
+    """`QUICK` with `overrides` (`key=value`: a key of QUICK takes the new value in its place,
+    a new key comes after) and without the keys in `without`."""
+    changes = dict(override.split("=", 1) for override in overrides)
+    kept = [f"{key}={changes.pop(key, value)}"
+            for key, value in (setting.split("=", 1) for setting in QUICK) if key not in without]
+    return kept + [f"{key}={value}" for key, value in changes.items()]
+
+
+def trained(run_dir: Path, config) -> tuple[Path, dict]:
+    """`run_dir` and the metrics of `sgh.pipeline.run(config, run_dir)`: a finished run."""
+    from sgh.pipeline import run
+
+    return run_dir, run(config, run_dir)
+
+
+def start_training(run_dir: Path, *arguments: str) -> subprocess.Popen:
+    """`sgh-train` with `arguments` writing `run_dir`, started as a process (output piped)."""
+    return subprocess.Popen([sys.executable, "-m", "sgh.cli.train", *arguments,
+                             f"hydra.run.dir={run_dir}"],
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def run_codes(run_dir: Path) -> dict[str, np.ndarray]:
+    """The database and query codes of a finished run (its `codes.npz`)."""
+    with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
+        return {key: codes[key] for key in ("database", "query")}
+
+
+def labelled_arrays(n_train: int = 20, n_test: int = 10, dim: int = 4,
+                    rng: np.random.Generator | None = None) -> dict[str, np.ndarray]:
+    """The arrays of a small labelled `.npz` (`X_train`, `y_train`, `X_test`, `y_test`: normal
+    features, 3 classes), drawn from `rng` (None: seed 0)."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    return {"X_train": rng.normal(size=(n_train, dim)), "y_train": rng.integers(0, 3, n_train),
+            "X_test": rng.normal(size=(n_test, dim)), "y_test": rng.integers(0, 3, n_test)}
 
 
 def compose_config(*overrides: str, config_name: str = "train"):
@@ -61,3 +103,18 @@ def damage(path: Path, position: float, flip: int, cut: bool) -> None:
     else:
         data[at] ^= flip
     Path(path).write_bytes(bytes(data))
+
+
+def fresh_python(program: str) -> str:
+    """What `program` prints when run by a fresh interpreter (nothing imported yet: what an
+    import loads is its own doing); a failure shows its stderr."""
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def modules_loaded_by(imports: str, watched: tuple[str, ...]) -> list[str]:
+    """Which of `watched` a fresh interpreter has loaded after running `imports`."""
+    return eval(fresh_python(f"import sys\n{imports}\n"
+                             f"print(sorted(m for m in {watched!r} if m in sys.modules))"))

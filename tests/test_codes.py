@@ -45,7 +45,7 @@ def test_validate_codes_names_the_bad_value():
         validate_codes(codes, 32)
     with pytest.raises(ValueError, match="non-zero padding bits after bit 10"):
         validate_codes(codes, 10)
-    with pytest.raises(ValueError, match="positive integer, got 0"):
+    with pytest.raises(ValueError, match="bits=0 is impossible; accepted: an integer >= 1"):
         validate_codes(codes, 0)
     with pytest.raises(ValueError, match="dtype int64"):
         validate_codes(codes.astype(np.int64), 12)
@@ -142,3 +142,29 @@ def test_code_entropy_and_bit_entropy():
     assert health["bit_entropy"] == pytest.approx([0.5 + 0.75 * np.log2(4 / 3), 1.0])
     # Code frequencies 1/2, 1/4, 1/4: 0.5 * 1 + 2 * 0.25 * 2 = 1.5 bits.
     assert health["code_entropy"] == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("stored", [np.int64(0), np.float64(12), np.array([12, 12])])
+def test_every_file_with_a_code_length_reads_it_with_the_same_check(tmp_path, stored):
+    # codes.npz, a saved HammingIndex and a saved asymmetric score: one rule, one message.
+    from sgh.artifacts.codes_file import load_codes
+    from sgh.search import HammingIndex
+    from sgh.search.asymmetric import AsymmetricScore
+
+    codes = np.zeros((2, 2), np.uint8)
+    files = {
+        "codes": dict(bits=stored, database=codes, query=codes),
+        "index": dict(bits=stored, codes=codes),
+        "score": dict(bits=stored, query_projection=np.zeros((3, 12)),
+                      query_offset=np.zeros(12), form=np.str_("encoder")),
+    }
+    readers = {"codes": load_codes, "index": HammingIndex.load, "score": AsymmetricScore.load}
+    for name, arrays in files.items():
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, **arrays)
+        with pytest.raises(ValueError) as raised:
+            readers[name](path)
+        assert str(raised.value).endswith(
+            "key 'bits' holds " + (f"{stored}" if np.ndim(stored) == 0 else
+                                   "an array of shape (2,) and dtype int64")
+            + "; accepted: the code length, a scalar integer >= 1"), str(raised.value)

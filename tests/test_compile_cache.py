@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from sgh.artifacts import compile_cache
-from sgh.quiet_tensorflow import cached_compilation
-from tests.helpers import damage
+from sgh.model.quiet_tensorflow import cached_compilation
+from tests.helpers import damage, run_codes
 
 
 @pytest.fixture
@@ -199,8 +199,7 @@ def _train(run_dir, xdg):
     # Loading a cached step logs nothing the user would take for a fault.
     assert "XlaSerializedCacheEntry" not in result.stderr
     assert "Target machine feature" not in result.stderr
-    with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
-        return {key: codes[key] for key in ("database", "query")}
+    return run_codes(run_dir)
 
 
 @pytest.mark.slow

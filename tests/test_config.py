@@ -3,14 +3,17 @@
 import pytest
 from hydra.errors import ConfigCompositionException
 
+from sgh.cli.resources import BUNDLED_DATA_DIR, CONFIG_DIR
 from sgh.config import (
     MAX_BITS,
+    RENAMED_KEYS,
     FileDatasetConfig,
     SyntheticDatasetConfig,
+    flatten_config,
     validate,
+    with_renamed_keys,
 )
 from sgh.errors import UserInputError
-from sgh.resources import BUNDLED_DATA_DIR, CONFIG_DIR
 from tests.helpers import compose_config as _compose
 
 
@@ -31,7 +34,18 @@ def test_every_model_option_composes(model):
 
 def test_baseline_options_have_no_sgh_keys():
     with pytest.raises(ConfigCompositionException):
-        _compose("model=itq", "model.estimator=unbiased")
+        _compose("model=itq", "model.gradient_estimator=unbiased")
+
+
+def test_every_renamed_key_is_a_key_now_its_old_name_is_not_and_a_stored_one_reads_as_new():
+    keys = flatten_config(_compose())
+    for old, new in RENAMED_KEYS.items():
+        assert new in keys and old not in keys
+    stored = {"model": {"name": "sgh", "estimator": "unbiased"}, "trainer": {"steps": 3}}
+    assert with_renamed_keys(stored) == {"model": {"name": "sgh", "gradient_estimator": "unbiased"},
+                                         "trainer": {"steps": 3}}
+    assert stored["model"]["estimator"] == "unbiased"  # the mapping read is left as it was
+    assert with_renamed_keys({"model": {"name": "lsh"}}) == {"model": {"name": "lsh"}}
 
 
 @pytest.mark.parametrize("experiment",
@@ -43,7 +57,7 @@ def test_every_experiment_composes(experiment):
 def test_released_preset_sets_the_demo_recipe():
     config = _compose("experiment=released_mnist")
     assert (config.model.objective, config.model.noise, config.model.normalization,
-            config.model.init, config.model.estimator) == ("released", "fixed", "none",
+            config.model.init, config.model.gradient_estimator) == ("released", "fixed", "none",
                                                            "released", "approximate")
     assert (config.trainer.learning_rate, config.trainer.schedule, config.trainer.batch_size,
             config.trainer.steps) == (0.01, "constant", 500, 5000)
@@ -69,9 +83,9 @@ def test_wrong_type_fails_at_compose_time():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("model.bits=0", "model.bits=0 is impossible; accepted: a number between 1 and 1024"),
+    ("model.bits=0", "model.bits=0 is impossible; accepted: an integer between 1 and 1024"),
     (f"model.bits={MAX_BITS + 1}", f"model.bits={MAX_BITS + 1} is impossible"),
-    ("trainer.batch_size=0", "trainer.batch_size=0 is impossible; accepted: a number >= 1"),
+    ("trainer.batch_size=0", "trainer.batch_size=0 is impossible; accepted: an integer >= 1"),
     ("trainer.steps=-1", "trainer.steps=-1 is impossible"),
     ("trainer.learning_rate=nan", "trainer.learning_rate=nan is impossible"),
     ("model.objective=vae", "model.objective='vae' is not known; accepted: paper, released"),
@@ -83,3 +97,15 @@ def test_impossible_values_are_named(override, message):
     with pytest.raises(UserInputError) as error:
         validate(_compose(override))
     assert message in str(error.value)
+
+
+def test_what_acts_on_a_setting_knows_every_value_it_may_name():
+    # The values live once, in sgh.config; the implementations keyed by them must cover
+    # exactly those, so that a value added in one place cannot be accepted and then fail.
+    from sgh import config
+    from sgh.model import sgh_model
+    from sgh.search import asymmetric
+
+    assert tuple(sgh_model.ACTIVATIONS) == config.ACTIVATIONS
+    assert tuple(asymmetric.ACTIVATIONS) == config.ACTIVATIONS
+    assert tuple(sgh_model.LOSS_TERMS) == config.OBJECTIVES

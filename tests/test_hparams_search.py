@@ -42,5 +42,5 @@ def test_a_three_trial_search(tmp_path):
     scores = [trial["best_validation_recall10@100"] for trial in trials]
     best = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
     assert best["best_value"] == pytest.approx(max(scores))
-    assert {"trainer.learning_rate", "model.estimator", "model.encoder"} <= set(
+    assert {"trainer.learning_rate", "model.gradient_estimator", "model.encoder"} <= set(
         best["best_params"])

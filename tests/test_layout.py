@@ -9,6 +9,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from tests.helpers import modules_loaded_by
+
 PACKAGE = Path(__file__).resolve().parents[1] / "sgh"
 
 
@@ -65,28 +67,25 @@ def test_only_the_command_line_knows_hydra_and_nothing_reaches_back_up_to_it():
 def test_the_numpy_rooms_import_neither_the_config_stack_nor_tensorflow():
     # `from sgh import HammingIndex` and the metrics are for numpy users: no omegaconf, Hydra or
     # TensorFlow behind them (seconds of imports, and heavy dependencies, for nothing).
-    import subprocess
-    import sys
-
-    probe = ("import sys; import sgh.search, sgh.metrics, sgh.codes, sgh.data; "
-             "from sgh import HammingIndex, mean_average_precision; "
-             "print(sorted(m for m in ('omegaconf', 'hydra', 'tensorflow', 'keras') "
-             "if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert modules_loaded_by(
+        "import sgh.search, sgh.metrics, sgh.codes, sgh.data\n"
+        "from sgh import HammingIndex, mean_average_precision",
+        ("omegaconf", "hydra", "tensorflow", "keras")) == []
 
 
 def test_reading_data_loads_no_compiler():
     # Streaming a vector file chunk by chunk has a memory budget (tests/data/test_vector_files.py)
     # smaller than numba's and scipy's imports; only the scans that need them load them.
-    import subprocess
-    import sys
+    assert modules_loaded_by("import sgh.data", ("numba", "llvmlite", "scipy")) == []
 
-    probe = ("import sys; import sgh.data; "
-             "print(sorted(m for m in ('numba', 'llvmlite', 'scipy') if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+
+def test_the_package_keeps_its_rooms_and_no_module_outgrows_one_concept():
+    # A module directly under sgh/ is one every room reads (config, errors, codes, ...);
+    # anything else belongs in the room of its stage. 500 lines: past that, a module holds
+    # two concepts (the kernels and their driver, the readers and the conversions).
+    package = Path(__file__).resolve().parents[1] / "sgh"
+    top_level = sorted(path.name for path in package.glob("*.py") if path.name != "__init__.py")
+    assert len(top_level) <= 8, top_level
+    lengths = {str(path.relative_to(package)): len(path.read_text().splitlines())
+               for path in package.rglob("*.py")}
+    assert not {name: n for name, n in lengths.items() if n > 500}

@@ -1,13 +1,15 @@
 """The method registry is the one list of methods: options, choices, order and titles follow it."""
 
+import numpy as np
 import pytest
 
-from sgh.baselines.fitting import estimator_class
+from sgh.baselines.fitting import baseline_class
+from sgh.cli.resources import CONFIG_DIR
 from sgh.config import CHOICES
+from sgh.hasher import BinaryHasher
 from sgh.methods import BASELINE_NAMES, METHODS
 from sgh.reports.comparison import METHOD_ORDER
 from sgh.reports.results_table import run_title
-from sgh.resources import CONFIG_DIR
 from tests.helpers import compose_config
 
 
@@ -18,18 +20,56 @@ def test_every_method_has_its_option_and_nothing_else_does():
 
 
 @pytest.mark.parametrize("name", BASELINE_NAMES)
-def test_each_baseline_names_its_estimator_and_composes(name):
+def test_each_baseline_names_its_class_and_composes(name):
     method = METHODS[name]
-    assert not method.is_trained
-    estimator = estimator_class(name)(n_bits=8, random_state=0)
-    assert estimator.get_params()["n_bits"] == 8
+    assert not method.uses_tensorflow
+    hasher = baseline_class(name)(n_bits=8, random_state=0)
+    assert hasher.get_params()["n_bits"] == 8
     assert compose_config(f"model={name}").model.name == name
 
 
-def test_sgh_is_the_trained_method_and_has_no_estimator():
-    assert [name for name, method in METHODS.items() if method.is_trained] == ["sgh"]
+def test_sgh_is_the_tensorflow_method_and_has_no_baseline_class():
+    assert [name for name, method in METHODS.items() if method.uses_tensorflow] == ["sgh"]
+    assert METHODS["sgh"].baseline_class is None
     with pytest.raises(ValueError, match="not a scikit-learn baseline"):
-        estimator_class("sgh")
+        baseline_class("sgh")
+
+
+def _fitted(name: str, n_bits: int, n_features: int):
+    x = np.random.default_rng(0).normal(size=(60, n_features))
+    return baseline_class(name)(n_bits=n_bits, random_state=0).fit(x)
+
+
+@pytest.mark.parametrize("name", BASELINE_NAMES)
+def test_each_baseline_has_an_asymmetric_score_exactly_where_its_method_says(name):
+    """The registry's `asymmetric_score` and the class (which says why it has none) agree."""
+    cls = baseline_class(name)
+    assert (cls.asymmetric_score is not BinaryHasher.asymmetric_score) \
+        == METHODS[name].asymmetric_score
+    hasher = _fitted(name, 8, 9)
+    if METHODS[name].asymmetric_score:
+        assert hasher.asymmetric_score() is not None
+    else:
+        with pytest.raises(ValueError, match=f"has no asymmetric score: {cls.without_asymmetric}"):
+            hasher.asymmetric_score()
+
+
+@pytest.mark.parametrize("name", BASELINE_NAMES)
+def test_each_baseline_limits_its_bits_to_the_features_exactly_where_its_method_says(name):
+    if METHODS[name].bits_at_most_features:
+        _fitted(name, 9, 9)
+        with pytest.raises(ValueError, match="n_bits=10 with n_features=9"):
+            _fitted(name, 10, 9)
+    else:
+        assert _fitted(name, 10, 9).n_bits_ == 10
+
+
+def test_the_capabilities_are_those_of_the_methods():
+    capabilities = {name: (method.uses_tensorflow, method.bits_at_most_features,
+                           method.asymmetric_score) for name, method in METHODS.items()}
+    assert capabilities == {"sgh": (True, False, True), "lsh": (False, False, True),
+                            "pcah": (False, True, True), "itq": (False, True, True),
+                            "sh": (False, False, False), "sph": (False, False, False)}
 
 
 def test_titles_come_from_the_registry():

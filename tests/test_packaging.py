@@ -59,7 +59,7 @@ def _command(installed, *args, timeout=600):
 
 def test_the_installed_package_is_the_wheel_with_its_configs_and_data(installed):
     bin_dir, work = installed
-    where = subprocess.run([bin_dir / "python", "-c", "import sgh.resources as r; "
+    where = subprocess.run([bin_dir / "python", "-c", "import sgh.cli.resources as r; "
                             "print(r.CONFIG_DIR); print(r.BUNDLED_DATA_DIR)"], cwd=work,
                            check=True, capture_output=True, text=True).stdout.split()
     for path in where:

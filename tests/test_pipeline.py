@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from sgh.cli.resources import CONFIG_DIR
 from sgh.errors import UserInputError
 from sgh.pipeline import run
-from sgh.resources import CONFIG_DIR
-from tests.helpers import QUICK, compose_config
+from tests.helpers import QUICK, compose_config, trained
 
 
 def _config(*overrides):
@@ -22,8 +22,7 @@ def _config(*overrides):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("run")
-    return run_dir, run(_config(), run_dir)
+    return trained(tmp_path_factory.mktemp("run"), _config())
 
 
 def test_run_directory_holds_every_artifact(finished_run):
@@ -182,7 +181,7 @@ def test_tensorboard_shows_validation_code_health_encoder_pr_curve_and_hparams(f
 
 
 DEEP = ["model.encoder=mlp", "model.decoder=mlp", "model.encoder_hidden=[24]",
-        "model.decoder_hidden=[24]", "model.estimator=unbiased", "validation.every=20"]
+        "model.decoder_hidden=[24]", "model.gradient_estimator=unbiased", "validation.every=20"]
 
 
 def test_a_deep_model_runs_resumes_and_exports_through_the_pipeline(tmp_path, caplog):

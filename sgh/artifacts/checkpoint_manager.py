@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from sgh.artifacts.run_directory import checkpoint_files
+from sgh.artifacts.checkpoint_integrity import checkpoint_files
 
 
 class StateFirstCheckpointManager(tf.train.CheckpointManager):

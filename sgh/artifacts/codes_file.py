@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts.atomic import atomic_file
+from sgh.codes import stored_bits
 from sgh.data.npz_file import groundtruth as checked_groundtruth
 from sgh.data.npz_file import open_npz
 from sgh.data.vector_files import refuse_special_file
@@ -107,13 +108,7 @@ def load_codes(path) -> SavedCodes:
                                  "starting with b'PK'); expected a codes.npz written by "
                                  "np.savez, as sgh-train writes it")
     arrays = open_npz(path)
-    if "bits" not in arrays or arrays["bits"].ndim != 0 or not np.issubdtype(
-            arrays["bits"].dtype, np.integer):
-        raise UserInputError(f"{path}: key 'bits' must hold the code length as an integer "
-                             f"scalar; keys found: {', '.join(sorted(arrays))}")
-    bits = int(arrays["bits"])
-    if bits <= 0:
-        raise UserInputError(f"{path}: bits={bits} is impossible; accepted: >= 1")
+    bits = stored_bits(arrays, str(path))
     database = _codes(path, arrays, "database", bits)
     query = _codes(path, arrays, "query", bits)
     database_labels = _labels(path, arrays, "database_labels", len(database))

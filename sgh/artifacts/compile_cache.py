@@ -1,6 +1,6 @@
 """Compiled training steps kept on disk, so that a run does not compile what an earlier one did.
 
-XLA compiles a training call in 1-3 s on a CPU: on a short run that is a large share of the
+XLA takes seconds to compile a training call on a CPU: on a short run that is a large share of the
 wall time. TensorFlow keeps compiled executables on disk when `TF_XLA_FLAGS` names a directory
 (`--tf_xla_persistent_cache_directory`); `enable()` names ``<user cache>/xla`` (see
 `sgh.artifacts.user_cache`) before TensorFlow is imported. A loaded executable is the one a
@@ -15,12 +15,12 @@ not match it (a torn disk, a killed run, a flipped bit), and TensorFlow compiles
 
 TensorFlow never deletes an entry, so `enable()` also bounds the cache: an entry (of any
 TensorFlow, options or CPU) older than `MAX_AGE_DAYS` goes, and so do the oldest beyond
-`MAX_BYTES` in all. An entry in use that ages out is compiled once more (1-3 s), and is then new.
+`MAX_BYTES` in all. An entry in use that ages out is compiled once more, and is then new.
 
-Checking the seals reads every entry of this process's prefix (about 2 ms an entry), so it runs
+Checking the seals reads every entry of this process's prefix, so it runs
 in a thread beside TensorFlow's import, which takes seconds; `finish_tidying()` waits for it,
-and `sgh.quiet_tensorflow.import_tensorflow()` calls that before it returns, so no compiled call
-can load an entry that is not yet checked.
+and `sgh.model.quiet_tensorflow.import_tensorflow()` calls that before it returns, so no
+compiled call can load an entry that is not yet checked.
 
 The prefix of the entries' names holds TensorFlow's version, a digest of `XLA_FLAGS` and one of
 the host CPU's model and instruction sets: an executable is never loaded by another TensorFlow,
@@ -30,7 +30,7 @@ shared by cluster nodes: code built for AVX-512 would die of SIGILL on a node wi
 Loading an entry makes TensorFlow log two harmless errors to the terminal: its text-format
 parse, tried before the binary one, and XLA's notice that the entry was built with LLVM's
 tuning features (`+prefer-no-gather`...), which no host ever lists.
-`sgh.quiet_tensorflow.cached_compilation()`, around the call that compiles or loads, holds
+`sgh.model.quiet_tensorflow.cached_compilation()`, around the call that compiles or loads, holds
 them back and then calls `seal()`.
 `SGH_COMPILE_CACHE=off` turns the cache off, as does a `TF_XLA_FLAGS` that names its own
 directory (that one is left alone).

@@ -1,8 +1,8 @@
-"""Ground truth for Recall K@N: the dataset's own, or exact k-NN cached next to it.
+"""The exact k-NN ground truth of a dataset, cached next to it.
 
-`split_ground_truth` is what a run asks for: the dataset file's neighbours when it has enough,
-else the exact ones by the split's similarity (`RetrievalSplit.similarity`: Euclidean, angular
-or inner product), computed once per dataset and cached.
+A run's ground truth (`sgh.data.ground_truth.split_ground_truth`) is the dataset file's own
+neighbours when it has enough, else the exact ones by the split's similarity (Euclidean,
+angular or inner product), which `cached_exact_neighbours` computes once per dataset and caches.
 
 Recall K@N needs each query's exact K best database items
 (:func:`sgh.data.neighbours.exact_neighbours`), which costs minutes on large datasets that ship
@@ -42,10 +42,11 @@ import numpy as np
 
 from sgh.artifacts.atomic import atomic_file
 from sgh.artifacts.user_cache import may_write, user_cache_dir
+from sgh.data.ground_truth import checked_ids, computed_source
 from sgh.data.neighbours import exact_neighbours
 from sgh.data.similarity import NEIGHBOUR_LABELS, nearness
-from sgh.data.split import RetrievalSplit
 from sgh.data.streamed_features import StreamedFeatures, take_rows
+from sgh.errors import UserInputError, check_choice, check_int
 
 logger = logging.getLogger(__name__)
 
@@ -112,11 +113,12 @@ def _trusted(path: Path, query, database, k: int, similarity: str,
             "ground-truth cache %s has %d neighbours per query, %d needed", path, ids.shape[1], k
         )
         return None
-    elif ids.size and (ids.min() < 0 or ids.max() >= n_database):
-        problem = f"ids outside [0, {n_database})"
-    elif ids.shape[1] > 1 and (np.diff(np.sort(ids, axis=1), axis=1) == 0).any():
-        problem = "a query lists the same id twice"
     else:
+        try:
+            checked_ids("its ids", ids, n_database)
+        except UserInputError as error:
+            problem = str(error)
+    if problem is None:
         row = _first_row_out_of_order(query, database, ids[:, :k], similarity)
         if row is not None:
             problem = f"query {row}'s neighbours are not in order of {similarity} similarity"
@@ -175,14 +177,9 @@ def cached_exact_neighbours(
         neighbours, computed blockwise; cached in PATH``. Never fails for a cache problem: the
         ground truth is then computed (and, where possible, cached).
     """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= len(database):
-        raise ValueError(
-            f"k must be an integer between 1 and the database size {len(database)}, got {k!r}"
-        )
-    if similarity not in NEIGHBOUR_LABELS:
-        raise ValueError(f"similarity must be one of {', '.join(NEIGHBOUR_LABELS)}, got "
-                         f"{similarity!r}")
-    exact = f"exact {NEIGHBOUR_LABELS[similarity]} neighbours, computed blockwise"
+    check_int("k", k, 1, len(database), maximum_is="the database size")
+    check_choice("similarity", similarity, tuple(NEIGHBOUR_LABELS))
+    exact = computed_source(similarity)
 
     def compute():  # bounded memory, in memory or streamed
         return exact_neighbours(query, database, k, similarity)
@@ -200,24 +197,3 @@ def cached_exact_neighbours(
         if _write(path, ids, digest):
             return ids, f"{exact}; cached in {path}"
     return ids, f"{exact} (no writable cache location)"
-
-
-def split_ground_truth(
-    split: RetrievalSplit, k: int, dataset_path: str | os.PathLike | None = None
-) -> tuple[np.ndarray, str]:
-    """The split's neighbours by its similarity, and where they come from (a line for
-    metrics.json).
-
-    The dataset's own if it has k of them per query; else (with a warning when the dataset has
-    fewer) computed exactly and cached next to ``dataset_path`` (the dataset's file; None: not
-    cached), see the module doc.
-    """
-    if split.groundtruth is not None and split.groundtruth.shape[1] >= k:
-        return split.groundtruth, "from the dataset file"
-    if split.groundtruth is not None:
-        logger.warning("the dataset's ground truth has %d neighbours per query, fewer than "
-                       "eval.recall_k=%d: computing the exact %d instead (eval.recall_k=%d "
-                       "uses the file's)", split.groundtruth.shape[1], k, k,
-                       split.groundtruth.shape[1])
-    return cached_exact_neighbours(split.query, split.database, k, dataset_path,
-                                   split.similarity)

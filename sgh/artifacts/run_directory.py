@@ -42,8 +42,10 @@ from omegaconf import OmegaConf
 
 from sgh.artifacts import tensorboard_events
 from sgh.artifacts.atomic import atomic_file, write_bytes, write_json
+from sgh.artifacts.checkpoint_integrity import checkpoint_files, first_intact
 from sgh.artifacts.codes_file import write_codes
 from sgh.artifacts.run_inputs import InputFile, inputs_from_json
+from sgh.config import with_renamed_keys
 from sgh.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -236,7 +238,8 @@ class RunDirectory:
 
     # ---- reading ----------------------------------------------------------------------------
     def previous_config(self) -> dict | None:
-        """The configuration a run in this directory was started with, if any."""
+        """The configuration a run in this directory was started with, if any (keys renamed
+        since, `sgh.config.RENAMED_KEYS`, under their new names)."""
         if not self.config_file.is_file():
             return None
         try:  # a hand-edited or damaged file: one line naming it, not a YAML traceback
@@ -250,7 +253,7 @@ class RunDirectory:
             raise UserInputError(f"{self.config_file}: holds a {type(loaded).__name__}, not the "
                                  "settings of a run (a mapping); restore it, or choose another "
                                  "directory")
-        return loaded
+        return with_renamed_keys(loaded)
 
     def previous_inputs(self) -> list[InputFile] | None:
         """The dataset files a run in this directory started on (`write_inputs`), if recorded;
@@ -270,9 +273,12 @@ class RunDirectory:
         return (self.checkpoints / "checkpoint").is_file()
 
     def model_section(self) -> dict:
-        """The `model` section of the run's configuration."""
-        return (OmegaConf.load(self.config_file).get("model") or {}) \
-            if self.config_file.is_file() else {}
+        """The `model` section of the run's configuration (keys renamed since under their new
+        names)."""
+        if not self.config_file.is_file():
+            return {}
+        model = OmegaConf.to_container(OmegaConf.load(self.config_file)).get("model") or {}
+        return with_renamed_keys({"model": model})["model"]
 
     def read_metrics(self) -> dict:
         if not self.metrics.is_file():
@@ -361,15 +367,12 @@ class RunDirectory:
         listed = list(checkpoints.checkpoints)
         if checkpoints.latest_checkpoint and checkpoints.latest_checkpoint not in listed:
             listed.append(checkpoints.latest_checkpoint)
-        damaged = []
-        for prefix in reversed(listed):  # newest first
-            problem = checkpoint_damage(prefix)
-            if problem is None:
-                for name, why in damaged:
-                    logger.warning("checkpoint %s is damaged (%s); resuming from %s, the newest "
-                                   "intact one", name, why, prefix)
-                return prefix
-            damaged.append((prefix, problem))
+        prefix, damaged = first_intact(reversed(listed))  # newest first
+        if prefix is not None:
+            for name, why in damaged:
+                logger.warning("checkpoint %s is damaged (%s); resuming from %s, the newest "
+                               "intact one", name, why, prefix)
+            return prefix
         if damaged:
             raise UserInputError(
                 f"no intact checkpoint in {checkpoints.directory} ("
@@ -385,18 +388,14 @@ class RunDirectory:
         Raises:
             UserInputError: neither is there intact.
         """
-        damaged = []
-        for directory in (self.best_checkpoints, self.checkpoints):
-            prefix = directory / f"{CHECKPOINT_PREFIX}-{step}"
-            if not checkpoint_files(prefix):
-                continue
-            problem = checkpoint_damage(prefix)
-            if problem is None:
-                for name, why in damaged:
-                    logger.warning("checkpoint %s is damaged (%s); the weights of step %d come "
-                                   "from %s instead", name, why, step, prefix)
-                return str(prefix)
-            damaged.append((prefix, problem))
+        candidates = [directory / f"{CHECKPOINT_PREFIX}-{step}"
+                      for directory in (self.best_checkpoints, self.checkpoints)]
+        prefix, damaged = first_intact(path for path in candidates if checkpoint_files(path))
+        if prefix is not None:
+            for name, why in damaged:
+                logger.warning("checkpoint %s is damaged (%s); the weights of step %d come "
+                               "from %s instead", name, why, step, prefix)
+            return str(prefix)
         found = "; ".join(f"{name}: {why}" for name, why in damaged) or "none is kept"
         raise UserInputError(
             f"no intact checkpoint of step {step}, whose weights make the run's codes, in "
@@ -455,35 +454,6 @@ def refuse_a_run_file(setting: str, path: str | os.PathLike, example: str,
                 raise UserInputError(
                     f"{setting}={path} is {what}, whose files no other output may replace; "
                     f"accepted: a path that is none of a run's files, e.g. {setting}={example}")
-
-
-def checkpoint_files(prefix: Path) -> list[Path]:
-    """The files of the checkpoint `prefix` (`<prefix>.index`, `<prefix>.data-*`) on disk."""
-    return sorted(prefix.parent.glob(f"{prefix.name}.*")) if prefix.parent.is_dir() else []
-
-
-def checkpoint_damage(prefix: str | os.PathLike) -> str | None:
-    """Why the checkpoint `prefix` cannot be restored, in a few words; None if it is intact.
-
-    Intact means: its index reads, and every tensor it lists reads back from the data files
-    with the checksum it was saved with (TensorFlow checks a CRC32C per tensor), so a truncated,
-    overwritten or missing file is found before anything is restored from it.
-    """
-    import tensorflow as tf
-
-    prefix = Path(prefix)
-    if not prefix.with_name(f"{prefix.name}.index").is_file():
-        return f"no {prefix.name}.index"
-    try:
-        reader = tf.train.load_checkpoint(str(prefix))
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
-    # The reader reports damage as OpError subclasses, but a short read as IndexError: any
-    # failure to read the checkpoint back means it is damaged.
-    except Exception as error:  # noqa: BLE001
-        lines = str(error).strip().splitlines()
-        return (lines[0] if lines else type(error).__name__)[:200]
-    return None
 
 
 def _rebuild_unreadable_state(directory: Path, kept: int) -> None:

@@ -1,5 +1,5 @@
-"""What the baselines share beyond the hasher interface (`sgh.hasher.BinaryHasher`): argument
-checks and PCA.
+"""What the baselines share beyond the hasher interface (`sgh.hasher.BinaryHasher`): the
+bits-per-component check and PCA.
 
 Numerics: all arithmetic is float64; the data are converted one block of rows at a time
 (:func:`sgh.hasher.row_blocks`, ~32 MB of float64 per block), so a float32 database is never
@@ -9,25 +9,16 @@ copied whole. The bits of a row depend on that row only (up to BLAS rounding of 
 
 from __future__ import annotations
 
-from numbers import Real
-
 import numpy as np
 
 from sgh.hasher import row_blocks
 
 
-def check_fraction(name: str, value: object) -> float:
-    """``value`` as a float in (0, 1], or ValueError quoting it."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 < value <= 1:
-        raise ValueError(f"{name} must be a number in (0, 1], got {value!r}")
-    return float(value)
-
-
-def check_bits_fit_features(estimator: str, n_bits: int, n_features: int) -> None:
+def check_bits_fit_features(method: str, n_bits: int, n_features: int) -> None:
     """Methods with one bit per principal direction need ``n_bits <= n_features``."""
     if n_bits > n_features:
         raise ValueError(
-            f"{estimator} takes one bit per principal component, so n_bits must be <= the number "
+            f"{method} takes one bit per principal component, so n_bits must be <= the number "
             f"of features; got n_bits={n_bits} with n_features={n_features}"
         )
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
 
 from sgh.baselines._base import check_bits_fit_features, principal_components
-from sgh.hasher import BinaryHasher, check_int, row_blocks
-from sgh.search.asymmetric import AsymmetricScore, projection_score
+from sgh.baselines.projection import ProjectionHasher
+from sgh.errors import check_int
+from sgh.hasher import row_blocks
 
 
-class ITQ(BinaryHasher):
+class ITQ(ProjectionHasher):
     """PCA to ``n_bits`` dimensions, then a rotation learned by iterative quantization.
 
     ``fit``: ``mean_`` and ``components_`` as in :class:`~sgh.baselines.pcah.PCAH`; V = the
@@ -47,6 +47,8 @@ class ITQ(BinaryHasher):
             Non-increasing.
         n_iter_: iterations run (= n_iter). n_bits_: code length. n_features_in_: d.
     """
+
+    projection_attribute = "projection_"
 
     def __init__(self, n_bits: int = 32, n_iter: int = 50, random_state=None):
         self.n_bits = n_bits
@@ -81,12 +83,3 @@ class ITQ(BinaryHasher):
         self.projection_ = components @ rotation
         self.loss_history_ = np.asarray(losses)
         self.n_iter_ = n_iter
-
-    def _encode(self, block: np.ndarray) -> np.ndarray:
-        return (block - self.mean_) @ self.projection_ >= 0
-
-    def asymmetric_score(self) -> AsymmetricScore:
-        """``-<(x - mean_) P, 2h - 1>``, P = ``projection_``: the query's projection against the
-        code's signs (:func:`sgh.search.asymmetric.projection_score`)."""
-        check_is_fitted(self)
-        return projection_score(self.mean_, self.projection_, "ITQ")

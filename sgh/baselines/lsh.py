@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted
 
-from sgh.hasher import BinaryHasher, row_blocks
-from sgh.search.asymmetric import AsymmetricScore, projection_score
+from sgh.baselines.projection import ProjectionHasher
+from sgh.hasher import row_blocks
 
 
-class LSH(BinaryHasher):
+class LSH(ProjectionHasher):
     """Sign of random Gaussian projections of centred data.
 
     ``fit`` stores the training mean ``mean_`` (``(d,)``) and draws ``projections_``
@@ -33,9 +32,7 @@ class LSH(BinaryHasher):
         n_bits_: code length. n_features_in_: d.
     """
 
-    def __init__(self, n_bits: int = 32, random_state=None):
-        self.n_bits = n_bits
-        self.random_state = random_state
+    projection_attribute = "projections_"
 
     def _fit(self, X: np.ndarray, n_bits: int) -> None:
         rng = check_random_state(self.random_state)
@@ -44,12 +41,3 @@ class LSH(BinaryHasher):
             mean += block.sum(axis=0)
         self.mean_ = mean / X.shape[0]
         self.projections_ = rng.standard_normal((X.shape[1], n_bits))
-
-    def _encode(self, block: np.ndarray) -> np.ndarray:
-        return (block - self.mean_) @ self.projections_ >= 0
-
-    def asymmetric_score(self) -> AsymmetricScore:
-        """``-<(x - mean_) P, 2h - 1>``, P = ``projections_``: the query's projection against the
-        code's signs (:func:`sgh.search.asymmetric.projection_score`)."""
-        check_is_fitted(self)
-        return projection_score(self.mean_, self.projections_, "LSH")

@@ -9,14 +9,12 @@ stops improving, or drops, as n_bits grows.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 from sgh.baselines._base import check_bits_fit_features, principal_components
-from sgh.hasher import BinaryHasher
-from sgh.search.asymmetric import AsymmetricScore, projection_score
+from sgh.baselines.projection import ProjectionHasher
 
 
-class PCAH(BinaryHasher):
+class PCAH(ProjectionHasher):
     """Sign of the top ``n_bits`` principal components of centred data.
 
     ``fit`` computes the training mean ``mean_`` and the eigenvectors of the sample covariance
@@ -34,19 +32,8 @@ class PCAH(BinaryHasher):
         n_bits_: code length. n_features_in_: d.
     """
 
-    def __init__(self, n_bits: int = 32, random_state=None):
-        self.n_bits = n_bits
-        self.random_state = random_state
+    projection_attribute = "components_"
 
     def _fit(self, X: np.ndarray, n_bits: int) -> None:
         check_bits_fit_features("PCAH", n_bits, X.shape[1])
         self.mean_, self.components_ = principal_components(X, n_bits)
-
-    def _encode(self, block: np.ndarray) -> np.ndarray:
-        return (block - self.mean_) @ self.components_ >= 0
-
-    def asymmetric_score(self) -> AsymmetricScore:
-        """``-<(x - mean_) P, 2h - 1>``, P = ``components_``: the query's projection against the
-        code's signs (:func:`sgh.search.asymmetric.projection_score`)."""
-        check_is_fitted(self)
-        return projection_score(self.mean_, self.components_, "PCAH")

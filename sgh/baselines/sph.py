@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-from sgh.baselines._base import check_fraction
-from sgh.hasher import BinaryHasher, check_int
+from sgh.errors import check_int, check_real
+from sgh.hasher import BinaryHasher
 
 # Sample points averaged into each initial pivot (the authors' MATLAB `random_center`).
 _POINTS_PER_INITIAL_PIVOT = 5
@@ -87,8 +87,9 @@ class SpH(BinaryHasher):
     def _fit(self, X: np.ndarray, n_bits: int) -> None:
         n_samples = check_int("n_samples", self.n_samples, 2)
         max_iter = check_int("max_iter", self.max_iter, 0)
-        epsilon_mean = check_fraction("epsilon_mean", self.epsilon_mean)
-        epsilon_stddev = check_fraction("epsilon_stddev", self.epsilon_stddev)
+        epsilon_mean = check_real("epsilon_mean", self.epsilon_mean, 0, 1, low_open=True)
+        epsilon_stddev = check_real("epsilon_stddev", self.epsilon_stddev, 0, 1,
+                                    low_open=True)
         rng = check_random_state(self.random_state)
         n = min(n_samples, X.shape[0])
         sample = np.asarray(X[np.sort(rng.choice(X.shape[0], n, replace=False))], np.float64)

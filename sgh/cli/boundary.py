@@ -29,8 +29,8 @@ from pathlib import Path
 
 from sgh.errors import TrainingDiverged, TrainingInterrupted, UserInputError, one_line
 
-# Ending a process that has imported TensorFlow took 1.3-3.5 s here, of which the interpreter's
-# final garbage collections (walking TensorFlow's millions of objects) were all but 0.1-0.3 s.
+# Ending a process that has imported TensorFlow is slow, and almost all of it is the
+# interpreter's final garbage collections (walking TensorFlow's millions of objects).
 # By the time atexit runs a command's files are whole (atomic renames, closed writers), so the
 # objects still alive are frozen out of those collections; the interpreter still runs the other
 # atexit handlers, flushes the standard streams and tears down its modules.
@@ -234,6 +234,11 @@ def exit_on_failure(program: str, *, output_key: str | None = None,
         _report(program, str(interruption), INTERRUPTED_EXIT_CODE)
     except KeyboardInterrupt:
         _report(program, interrupted, INTERRUPTED_EXIT_CODE)
+    except BrokenPipeError:
+        # The reader of stdout has gone (`sgh-train --help | head`): nothing to tell it, and
+        # Python's final flush would fail again. Exit as a process ended by SIGPIPE reads.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(128 + signal.SIGPIPE) from None
     except Exception as error:  # noqa: BLE001  only the user's kinds are reported, bugs re-raised
         line = resource_limit_line(error) or disk_error_line(error, output_key, output_path)
         if line is None and type(error).__module__.split(".")[0] in ("hydra", "omegaconf"):
@@ -243,7 +248,3 @@ def exit_on_failure(program: str, *, output_key: str | None = None,
         if line is None:
             raise
         _report(program, f"error: {line}", USAGE_ERROR_EXIT_CODE)
-
-
-# The earlier name, which sgh-export uses: the same boundary.
-exit_on_user_error = exit_on_failure

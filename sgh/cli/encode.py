@@ -9,8 +9,10 @@ or `.bvecs` (`sgh.data.vector_files`). The features are converted exactly as at 
 data equal its `codes.npz` bit for bit. Input stored unlike the run's training features (its
 metrics.json `feature_conversion`) is refused, as `sgh-train` refuses such a mix of splits:
 uint8 for a run trained on other dtypes, or floats beyond [0, 1] for a run trained on uint8 /
-255 (floats already divided by 255 are its encoder's input). `out` is an `.npy` of packed
-uint8 codes (n, ceil(bits/8)), `np.packbits(bits, axis=1)` layout.
+255 (floats already divided by 255 are its encoder's input); `input_scale=none` (values as
+they are) or `input_scale=uint8` (divided by 255) sets the conversion instead, for input stored
+otherwise than the training features on purpose. `out` is an `.npy` of packed uint8 codes
+(n, ceil(bits/8)), `np.packbits(bits, axis=1)` layout.
 
 Streaming: `batch_size` rows are read, encoded and appended to the output at a time, so memory is
 bounded by the batch, not the file (`.npy`, `.fvecs`, `.bvecs`; `.npz` and `.mat` cannot be read
@@ -32,13 +34,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import atomic_file
 from sgh.artifacts.run_directory import RunDirectory, refuse_a_run_file
-from sgh.cli.boundary import check_writable_place, exit_on_failure
-from sgh.cli.hydra_command import run_hydra_command
+from sgh.cli.boundary import check_writable_place
+from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
-from sgh.config import EncodeCommandConfig
-from sgh.data.vector_files import UINT8_CONVERSION, as_float32_features, open_vectors
+from sgh.config import INPUT_SCALES, EncodeCommandConfig
+from sgh.data.feature_conversion import UINT8_CONVERSION, as_float32_features
+from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError
-from sgh.quiet_tensorflow import import_tensorflow
+from sgh.model.quiet_tensorflow import import_tensorflow
 
 register_configs()
 
@@ -63,6 +66,9 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
                              "overwrite; accepted: another path ending in .npy")
     refuse_a_run_file("out", config.out, "codes.npy",
                       runs=() if config.run is None else (config.run,))
+    if config.input_scale not in INPUT_SCALES:
+        raise UserInputError(f"input_scale={config.input_scale!r} is not known; accepted: "
+                             f"{', '.join(INPUT_SCALES)}")
     if not (isinstance(config.batch_size, int) and config.batch_size >= 1):
         raise UserInputError(f"batch_size={config.batch_size!r} is impossible; accepted: an "
                              "integer >= 1")
@@ -95,8 +101,10 @@ def _refuse_another_scale(vectors, training: tuple[str, str] | None) -> None:
     if vectors.dtype == np.uint8 and conversion != UINT8_CONVERSION:
         raise UserInputError(
             f"{vectors.where} is uint8 (converted as '{UINT8_CONVERSION}') but {run} was trained "
-            f"on features converted as '{conversion}'; store the input with the training "
-            "features' kind of dtype (uint8 is divided by 255, other types are not)")
+            f"on features converted as '{conversion}'; accepted: input_scale=none to encode its "
+            "values as they are (uint8 0..255 against features on the same scale, e.g. "
+            "BIGANN .bvecs through a SIFT .fvecs run), or the input stored as the training "
+            "features' dtype")
 
 
 def _needs_unit_range(training: tuple[str, str] | None, stored) -> bool:
@@ -115,14 +123,16 @@ def _refuse_unscaled_rows(features: np.ndarray, stored, training, where: str,
         raise UserInputError(
             f"{where} has values outside [0, 1] (first at row {first_row + row}, column "
             f"{column}: {features[row, column]:g}) but {training[1]} was trained on uint8 "
-            "features divided by 255; store the input as uint8, or divide it by 255 first")
+            "features divided by 255; accepted: input_scale=uint8 to divide it by 255, or the "
+            "input stored as uint8")
 
 
 def encode_file(config: EncodeCommandConfig) -> dict:
     """Encode `config.input` to `config.out`; print and return a summary."""
     _check_arguments(config)
     vectors = open_vectors(config.input, config.key)
-    training = _training_conversion(config)
+    # An explicit input_scale is the user's statement of the scale: nothing to compare.
+    training = _training_conversion(config) if config.input_scale == "auto" else None
     _refuse_another_scale(vectors, training)
     if _needs_unit_range(training, vectors.dtype):
         # The first batch now, before the TensorFlow import; every batch as it is encoded.
@@ -144,7 +154,8 @@ def encode_file(config: EncodeCommandConfig) -> dict:
                              f"{encoder_path} takes {encoder.dim}; encode features of the kind "
                              "the run was trained on")
     started = time.perf_counter()
-    conversion = _stream_codes(vectors, encoder, out, config.batch_size, training)
+    conversion = _stream_codes(vectors, encoder, out, config.batch_size, training,
+                               config.input_scale)
     seconds = time.perf_counter() - started
     summary = {"n": n, "dim": dim, "bits": encoder.bits, "conversion": conversion,
                "seconds": seconds, "vectors_per_second": n / seconds if seconds > 0 else None,
@@ -155,7 +166,20 @@ def encode_file(config: EncodeCommandConfig) -> dict:
     return summary
 
 
-def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None) -> str:
+def _scaled(rows: np.ndarray, vectors, first_row: int, input_scale: str):
+    """`rows` as the encoder's float32 input, and how they were converted: as a file is for
+    training (`as_float32_features`, which also refuses NaN/Inf), or as `input_scale` says."""
+    features, conversion = as_float32_features(rows, vectors.path, vectors.key, first_row)
+    if input_scale == "none" and rows.dtype == np.uint8:
+        features, conversion = rows.astype(np.float32), "uint8 as stored (input_scale=none)"
+    elif input_scale == "uint8" and rows.dtype != np.uint8:
+        features /= np.float32(255)  # the same float32(x) / float32(255) as uint8's
+        conversion = f"{conversion} / 255 (input_scale=uint8)"
+    return features, conversion
+
+
+def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None,
+                  input_scale: str = "auto") -> str:
     """Read, convert, encode and append `batch_size` rows at a time; return the conversion.
 
     The `.npy` header is written first and the codes appended through a plain file handle (not
@@ -171,8 +195,8 @@ def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None) -
         np.lib.format.write_array_header_1_0(handle, header)
         for start in range(0, n, batch_size):
             stop = min(start + batch_size, n)
-            features, conversion = as_float32_features(
-                vectors.read(start, stop), vectors.path, vectors.key, first_row=start)
+            features, conversion = _scaled(vectors.read(start, stop), vectors, start,
+                                           input_scale)
             _refuse_unscaled_rows(features, vectors.dtype, training, vectors.where, start)
             handle.write(encoder.encode_batch(features).tobytes())
     return conversion
@@ -180,15 +204,12 @@ def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None) -
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="encode")
 def _hydra_main(cfg: DictConfig) -> None:
-    with exit_on_failure("sgh-encode", output_key="out", output_path=cfg.out,
-                         interrupted=f"interrupted; out={cfg.out} was not written (or left as "
-                                     "it was): run the same command again"):
+    with writing_out("sgh-encode", cfg.out, f"out={cfg.out}"):
         encode_file(OmegaConf.to_object(cfg))
 
 
 def main() -> None:
-    run_hydra_command("sgh-encode", "encode", _hydra_main, output_key="out",
-                      check=lambda composed: [_check_arguments(job) for job in composed.jobs])
+    run_out_file_command("sgh-encode", "encode", _hydra_main, _check_arguments)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from sgh.artifacts.atomic import write_json
 from sgh.artifacts.codes_file import load_codes
 from sgh.artifacts.run_directory import RunDirectory, refuse_a_run_file
 from sgh.artifacts.run_inputs import changed_inputs, describe_inputs
-from sgh.cli.boundary import check_writable_place, exit_on_failure
-from sgh.cli.hydra_command import run_hydra_command
+from sgh.cli.boundary import check_writable_place
+from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import EvalCommandConfig, EvalConfig, dataset_config_from, validate_eval
 from sgh.data import input_files, load_split
@@ -129,15 +129,12 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
 def _hydra_main(cfg: DictConfig) -> None:
     out = cfg.out or (None if cfg.run is None else RunDirectory(cfg.run, create=False).eval_file)
-    with exit_on_failure("sgh-eval", output_key="out", output_path=out,
-                         interrupted=f"interrupted; {out or 'nothing'} was not written (or "
-                                     "left as it was): run the same command again"):
+    with writing_out("sgh-eval", out, out or "nothing"):
         evaluate_codes(OmegaConf.to_object(cfg))
 
 
 def main() -> None:
-    run_hydra_command("sgh-eval", "evaluate", _hydra_main, output_key="out",
-                      check=lambda composed: [_check_arguments(job) for job in composed.jobs])
+    run_out_file_command("sgh-eval", "evaluate", _hydra_main, _check_arguments)
 
 
 if __name__ == "__main__":

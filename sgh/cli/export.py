@@ -1,28 +1,44 @@
-"""`sgh-export RUN_DIR`: export the encoder of a finished run that has none yet.
+"""`sgh-export RUN_DIR`: export the encoder of a finished run that has none.
 
-Runs trained before training exported its encoder (or whose `encoder/` was deleted) get
-`<run_dir>/encoder/` rebuilt from `config.yaml` and the checkpoint that made `codes.npz` (read
-back whole first; damaged best weights come from the training checkpoint of the same step). It
-owns the run directory meanwhile, so it is refused while sgh-train writes there.
+A run directory without `encoder/` (deleted, or never written) gets `<run_dir>/encoder/` rebuilt
+from `config.yaml` and the checkpoint that made `codes.npz` (read back whole first; damaged best
+weights come from the training checkpoint of the same step). It owns the run directory
+meanwhile, so it is refused while sgh-train writes there.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
-from sgh.cli.boundary import exit_on_user_error
+from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_lock import run_lock
+from sgh.cli.boundary import exit_on_failure
 from sgh.errors import UserInputError
-from sgh.quiet_tensorflow import import_tensorflow
+from sgh.model.quiet_tensorflow import import_tensorflow
+
+
+def export_run(run_dir: str | os.PathLike) -> Path:
+    """Export a finished run's encoder to `<run_dir>/encoder` (`sgh.model.export`), owning the
+    directory meanwhile (`sgh.artifacts.run_lock`): not while sgh-train writes it."""
+    from sgh.model.export import export_encoder, restore_run_model  # TensorFlow
+
+    run = RunDirectory(run_dir, create=False)
+    angular = run.read_metrics().get("similarity") == "angular"
+    with run_lock(run.path, program="sgh-export",
+                  if_busy="wait for it to finish, then export again",
+                  if_read_only="make it writable to export into it"):
+        run.remove_stray_temporaries()  # e.g. a killed export's half SavedModel
+        return export_encoder(restore_run_model(run_dir), run.encoder, unit_normalise=angular)
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    with exit_on_user_error("sgh-export"):
+    with exit_on_failure("sgh-export"):
         if len(argv) != 1 or argv[0].startswith("-"):
             raise UserInputError("usage: sgh-export RUN_DIR (a finished sgh-train run)")
         import_tensorflow()
-        from sgh.model.export import export_run
-
         print(f"[sgh] exported {export_run(argv[0])}")
 
 

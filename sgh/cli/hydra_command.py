@@ -8,7 +8,7 @@ command line to `@hydra.main`:
 1. quotes a value Hydra's grammar refuses only for its letters beyond ASCII
    (`dataset.path=/tmp/dätä/x.npz` works as typed);
 2. checks the config-group options (`sgh.cli.group_choices`);
-3. composes the configuration once with Hydra's compose API, as Hydra will (about 0.1 s), and
+3. composes the configuration once with Hydra's compose API, as Hydra will (cheap), and
    converts it to the typed dataclasses (a missing `dataset.path` shows there); in a sweep
    (`-m`) every other value of every swept key is checked too, before any job runs. Two things
    Hydra accepts are refused there: a key added with `+`/`++` that the schema lacks (Hydra
@@ -19,12 +19,14 @@ command line to `@hydra.main`:
    Hydra's printout.
 
 Every failure becomes one line through `sgh.cli.boundary.exit_on_failure`. `--help`,
-`--hydra-help`, `--info`, `--shell-completion` and other config directories (`-cp`, `-cd`)
-go to Hydra unchecked.
+`--hydra-help`, `--version`, `--info`, `--shell-completion` and other config directories
+(`-cp`, `-cd`) go to Hydra unchecked; `--experimental-rerun`, which unpickles a file, is
+refused.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import os
@@ -35,7 +37,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException, OverrideParseException
@@ -46,9 +47,9 @@ from omegaconf.errors import OmegaConfBaseException
 from sgh.cli.boundary import exit_on_failure
 from sgh.cli.group_choices import check_group_choices
 from sgh.cli.hydra_errors import hydra_error_line, override_parse_line, unknown_key_line
+from sgh.cli.resources import CONFIG_DIR
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.errors import UserInputError
-from sgh.resources import CONFIG_DIR
 
 
 @dataclass
@@ -80,13 +81,29 @@ def run_hydra_command(program: str, config_name: str, hydra_main: Callable[[], o
             hydra_main()
 
 
-def _arguments_parser():
-    parser = get_args_parser()  # @hydra.main's own parser: the same flags, the same reading
+def _arguments_parser() -> argparse.ArgumentParser:
+    """The flags `@hydra.main` reads (Hydra's documented command line,
+    https://hydra.cc/docs/advanced/hydra-command-line-flags/), read the same way, so that the
+    overrides found here are the ones Hydra will apply. Hydra's own parser is not public API;
+    tests/cli/test_hydra_flags.py checks this one against the installed Hydra's `--help`."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=True)
 
     def refuse(message: str):
         raise UserInputError(f"{message} (--help lists the options)")
 
     parser.error = refuse  # argparse would print the usage and this in two lines
+    parser.add_argument("overrides", nargs="*")
+    for flags in (("--help", "-h"), ("--hydra-help",), ("--resolve",), ("--run", "-r"),
+                  ("--multirun", "-m"), ("--shell-completion", "-sc")):
+        parser.add_argument(*flags, action="store_true")
+    parser.add_argument("--version", action="store_true")
+    parser.add_argument("--cfg", "-c", choices=["job", "hydra", "all"])
+    for flags in (("--package", "-p"), ("--config-path", "-cp"), ("--config-name", "-cn"),
+                  ("--config-dir", "-cd"), ("--experimental-rerun",)):
+        parser.add_argument(*flags)
+    parser.add_argument("--info", "-i", const="all", nargs="?",
+                        choices=["all", "config", "defaults", "defaults-tree", "plugins",
+                                 "searchpath"])
     return parser
 
 
@@ -150,7 +167,12 @@ def preflight(config_name: str, arguments: list[str]) -> Composed | None:
     """Compose the configuration `arguments` ask for, as `@hydra.main` will; raise
     UserInputError (one line) for any mistake. None when Hydra is left to it (module doc)."""
     args = _arguments_parser().parse_args(arguments)
-    if args.help or args.hydra_help:
+    if args.experimental_rerun:
+        # Hydra's rerun unpickles the file it is given; this product loads no pickles.
+        raise UserInputError(f"--experimental-rerun {args.experimental_rerun}: not accepted (it "
+                             "loads a pickle); run the same command again: a run resumes from "
+                             "its checkpoints")
+    if args.help or args.hydra_help or args.version:
         return None
     # Hydra raises these two as bare ValueErrors, outside its own error report (a traceback).
     commands = [flag for flag, given in (("--run", args.run), ("--multirun", args.multirun),
@@ -161,8 +183,7 @@ def preflight(config_name: str, arguments: list[str]) -> Composed | None:
                              "--run, --multirun (-m), --cfg, --info, --shell-completion")
     if args.resolve and not args.cfg:
         raise UserInputError("--resolve applies to --cfg only (e.g. --cfg job --resolve)")
-    if args.info or args.shell_completion or args.config_path or args.config_dir \
-            or args.experimental_rerun:
+    if args.info or args.shell_completion or args.config_path or args.config_dir:
         return None
     register_configs()  # the schemas the YAML options extend (the commands do it on import)
     texts = list(args.overrides)

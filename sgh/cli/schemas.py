@@ -11,6 +11,7 @@ import hashlib
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from sgh.cli.resources import BUNDLED_DATA_DIR, CONFIG_DIR
 from sgh.config import (
     BaselineConfig,
     Config,
@@ -20,7 +21,6 @@ from sgh.config import (
     ModelConfig,
     SyntheticDatasetConfig,
 )
-from sgh.resources import BUNDLED_DATA_DIR, CONFIG_DIR
 
 # Hydra takes a config directory as a string; an absolute path, which it never mistakes for a
 # Python package name.
@@ -35,13 +35,28 @@ def short_id(text: str) -> str:
     return hashlib.sha256(str(text).encode()).hexdigest()[:8]
 
 
+def config_groups() -> str:
+    """The configuration groups a user composes from, one line each (`model: itq, lsh, ...`):
+    the YAML options under the config directory. `sgh-train --help` lists these instead of
+    Hydra's own list, which also shows the schemas registered below (`file_schema`, ...),
+    options no one should pick."""
+    lines = []
+    for group in sorted(path for path in CONFIG_DIR.iterdir() if path.is_dir()):
+        if group.name != "hydra":  # Hydra's settings, not a choice of the run's
+            options = sorted(option.stem for option in group.glob("*.yaml"))
+            lines.append(f"{group.name}: {', '.join(options)}")
+    return "\n".join(lines)
+
+
 def register_configs() -> None:
-    """Register the schemas and the `${sgh_bundled_data_dir:}` and `${sgh_short_id:TEXT}`
-    resolvers (idempotent)."""
+    """Register the schemas and the `${sgh_bundled_data_dir:}`, `${sgh_short_id:TEXT}` and
+    `${sgh_config_groups:}` resolvers (idempotent)."""
     if not OmegaConf.has_resolver("sgh_bundled_data_dir"):
         OmegaConf.register_new_resolver("sgh_bundled_data_dir", lambda: str(BUNDLED_DATA_DIR))
     if not OmegaConf.has_resolver("sgh_short_id"):
         OmegaConf.register_new_resolver("sgh_short_id", short_id)
+    if not OmegaConf.has_resolver("sgh_config_groups"):
+        OmegaConf.register_new_resolver("sgh_config_groups", config_groups)
     store = ConfigStore.instance()
     store.store(name="config_schema", node=Config)
     store.store(name="eval_command_schema", node=EvalCommandConfig)

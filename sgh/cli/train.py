@@ -38,6 +38,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     """One run; returns its `optimized_metric` (what a sweeper such as Optuna maximises)."""
     run_dir = HydraConfig.get().runtime.output_dir
     swept = HydraConfig.get().mode == RunMode.MULTIRUN
+    # Only a sweeper such as Optuna reads the returned value; Hydra's basic one discards it.
+    optimizing = swept and HydraConfig.get().runtime.choices.get("hydra/sweeper") != "basic"
     # TensorFlow's absl INFO lines and collective all-reduce INFO lines are noise here.
     logging.getLogger("absl").setLevel(logging.WARNING)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
@@ -67,7 +69,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                 f"{error} (job {HydraConfig.get().job.num} of the sweep, {run_dir}; the sweep "
                 "stopped there, its earlier jobs are finished and kept: fix that value or leave "
                 f"it out, then {resume})") from None
-        return optimized_value(metrics, config.optimized_metric, warn=swept)
+        return optimized_value(metrics, config.optimized_metric, warn=optimizing)
 
 
 def _check_before_hydra(composed: Composed) -> None:
@@ -115,8 +117,8 @@ def _refuse_a_folder_that_holds_no_sweep(directory: Path) -> None:
 
 
 def optimized_value(metrics: dict, key: str, warn: bool = True) -> float | None:
-    """The run's `optimized_metric`; None (with a warning in a sweep) when the run has no such
-    score, e.g. a baseline or validation off: there is nothing validated to optimise."""
+    """The run's `optimized_metric`; None (with a warning to a sweeper that optimises it) when
+    the run has no such score, e.g. a baseline or validation off: nothing validated to optimise."""
     value = metrics.get(key)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         if warn:

@@ -13,6 +13,7 @@ from sgh.data.ann_files import (
     load_ann_files,
     refuse_companion_paths,
 )
+from sgh.data.feature_conversion import require_same_scaling
 from sgh.data.hdf5_files import HDF5_SUFFIXES, load_hdf5_split
 from sgh.data.similarity import conversion_with, normalise_in_place, resolve_similarity
 from sgh.data.split import (
@@ -24,7 +25,7 @@ from sgh.data.split import (
 )
 from sgh.data.streamed_features import StreamedFeatures
 from sgh.data.synthetic import gaussian_clusters
-from sgh.data.vector_files import list_keys, refuse_special_file, require_same_scaling
+from sgh.data.vector_files import list_keys, refuse_special_file
 from sgh.errors import UserInputError
 
 __all__ = ["RetrievalSplit", "input_files", "load_split"]

@@ -19,19 +19,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sgh.data.feature_conversion import conversion_of, read_float32, require_same_scaling
 from sgh.data.npz_file import groundtruth as checked_groundtruth
 from sgh.data.similarity import conversion_with, normalise_in_place
 from sgh.data.split import RetrievalSplit, ann_split
 from sgh.data.streamed_features import StreamedFeatures, choose_streaming
-from sgh.data.vector_files import (
-    VectorFile,
-    WholeArrayVectors,
-    conversion_of,
-    open_vectors,
-    read_float32,
-    refuse_special_file,
-    require_same_scaling,
-)
+from sgh.data.vector_files import VectorFile, WholeArrayVectors, open_vectors, refuse_special_file
 from sgh.errors import UserInputError
 
 TEXMEX_BASE_SUFFIX = "_base"

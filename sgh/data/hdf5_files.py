@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from sgh.data.ann_files import refuse_companion_paths
-from sgh.data.npz_file import require_distinct_ids
+from sgh.data.feature_conversion import read_float32, require_same_scaling
+from sgh.data.ground_truth import checked_ids
 from sgh.data.similarity import (
     conversion_with,
     nearness,
@@ -45,13 +46,7 @@ from sgh.data.similarity import (
 )
 from sgh.data.split import RetrievalSplit, ann_split
 from sgh.data.streamed_features import StreamedFeatures, choose_streaming
-from sgh.data.vector_files import (
-    MAT_NUMERIC_CLASSES,
-    VectorFile,
-    _where,
-    read_float32,
-    require_same_scaling,
-)
+from sgh.data.vector_files import MAT_NUMERIC_CLASSES, VectorFile, _where
 from sgh.errors import UserInputError, one_line
 
 HDF5_SUFFIXES = (".hdf5", ".h5")
@@ -367,13 +362,8 @@ def _checked_neighbours(path: Path, n_queries: int, n_database: int) -> np.ndarr
     if len(vectors) != n_queries:
         raise UserInputError(f"{where} has {len(vectors)} rows but 'test' has {n_queries} "
                              "queries; expected one row of neighbour ids per query")
-    ids = vectors.read(0, len(vectors)).astype(np.int64)
-    outside = np.argwhere((ids < 0) | (ids >= n_database))
-    if outside.size:
-        row, column = outside[0]
-        raise UserInputError(f"{where} row {row} has the id {ids[row, column]}, outside "
-                             f"0..{n_database - 1}; ids index the rows of 'train' from 0")
-    return require_distinct_ids(where, ids, "'train'")
+    return checked_ids(where, vectors.read(0, len(vectors)).astype(np.int64), n_database,
+                       "'train'")
 
 
 _KEY_NAMES = {"inner_product": "minus the inner product"}

@@ -3,21 +3,19 @@
 A streamed training call needs `steps_per_call` x `batch_size` rows (50,000 by default) at
 random positions. Positioned reads (`VectorFile.take`, `sgh.data.positioned_reads`) cost one
 system call per run of consecutive rows; through a memory map the same rows are one numpy
-gather from the page cache, with no system call once the pages are mapped (measured on 2 shared
-cores, 50,000 random rows of a page-cached 1,000,000 x 128 `.bvecs`: 1.4-2 ms against 34 ms;
-a whole `StreamedFeatures.take`, float32 conversion included, 4.7 ms against 56 ms). This is
-`dataset.stream_reader=mmap`, the default.
+gather from the page cache, with no system call once the pages are mapped, many times faster
+(`docs/performance.md`, streaming and memory). This is `dataset.stream_reader=mmap`, the
+default.
 
 **Memory.** The map is kept for as long as its `StreamedFeatures` lives: mapping the file afresh
-for every call would fault every page in again each time (measured: 4.6 ms a gather instead of
-1.4). Every page a gather touches therefore stays mapped and counts in the process's resident
-memory (RSS), up to the whole training file. Those pages are the kernel's page cache, shared and
-reclaimable, not memory the process allocated; where a limit counts RSS anyway (some batch
+for every call would fault every page in again each time, several times slower. Every page a
+gather touches therefore stays mapped and counts in the process's resident memory (RSS), up to
+the whole training file. Those pages are the kernel's page cache, shared and reclaimable, not
+memory the process allocated; where a limit counts RSS anyway (some batch
 schedulers), `dataset.stream_reader=pread` reads with positioned reads and keeps resident memory
 to the batch blocks. Only row gathers are mapped: sequential chunks (statistics, encoding the
 database, ground truth) are one read system call per 32 MiB already, which a map would not
-speed up (measured: 1.2 against 0.4 ms per 65,536-row chunk, 0.1 s over 10^7 rows) but would add
-the whole database to RSS.
+speed up (it is slower than the read) but would add the whole database to RSS.
 
 **A file that changes under the map.** Reading a page of a mapping beyond the end of its file
 raises SIGBUS, which kills the process rather than raising an exception. The run records every
@@ -70,7 +68,7 @@ class MappedRows:
             # rows (a file restored meanwhile, a file system that cannot map files).
             unique, inverse = np.unique(rows, return_inverse=True)
             return self.vectors.take(unique)[inverse.reshape(-1)]
-        records = np.take(stored, rows, axis=0)  # measured 2-4x faster than stored[rows]
+        records = np.take(stored, rows, axis=0)  # faster than stored[rows]
         try:
             return self.vectors.from_records(records, rows)
         except UserInputError:

@@ -21,16 +21,17 @@ chunk at a time:
    keep the inner-product order: <q - m, x> - <q, x> = -<m, x> depends on x). The shift is no
    part of the keys, so any m is exact, and each chunk may have its own (a streamed database
    is read once); the mean only makes the norms small. The rounding error of the fast product
-   grows with the norms: 1,000 SIFT-like queries against 20,000 items, all + 1000, took
-   32.7 s uncentred, where every item was within the margin, and take 0.33 s centred.
+   grows with the norms: uncentred, data far from the origin (SIFT-like items + 1000) put
+   every item within the margin, and the exact ranking of all of them dominates.
 2. Fast product. The centred values, rounded once to float32, go through one float32 matrix
-   product (sgemm, twice float64's rate: `docs/performance.md`); features whose values float32
+   product (sgemm, faster than float64's: `docs/performance.md`); features whose values float32
    does not hold exactly (float64, wide integers) keep float64 products, since their
-   neighbours may differ below float32's resolution. A compiled scan keeps each query's k
-   smallest approximate keys in a heap and lists every item within a rigorous margin of the
-   k-th (`_margins`), so no item of the chunk's exact top k is missed; nor, below a ceiling
-   from the exact k-th key found in earlier chunks, any item that could still enter the k
-   best (`_ceilings`): after the first chunks few items pass.
+   neighbours may differ below float32's resolution. A compiled scan
+   (`sgh.data.neighbour_kernels`, as is the centring) keeps each query's k smallest
+   approximate keys in a heap and lists every item within a rigorous margin of the k-th
+   (`_margins`), so no item of the chunk's exact top k is missed; nor, below a ceiling from
+   the exact k-th key found in earlier chunks, any item that could still enter the k best
+   (`_ceilings`): after the first chunks few items pass.
 3. Exact ranking. The listed candidates' float64 keys are merged with the k best so far,
    ordered by (key, database index) with `np.lexsort`.
 
@@ -46,8 +47,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
-from sgh.compiled import compiled
+from sgh.data.neighbour_kernels import centre_rows, column_sums, offer_items
 from sgh.data.similarity import SIMILARITIES, nearness
+from sgh.errors import check_choice, check_int
 
 # Database rows per chunk of `exact_neighbours`: 64 MiB as float64 (65,536 rows at 128
 # dimensions); each chunk is centred on its own mean, into one float32 copy of half that.
@@ -56,10 +58,6 @@ _DATABASE_CHUNK_BYTES = 1 << 26
 # (2,048 rows by 500 queries), which stays in cache between the matrix product that writes it
 # and the scan that reads it.
 _PRODUCT_BLOCK_BYTES = 1 << 22
-# Queries screened at a time by the scan once an item passes some query's threshold (one
-# vectorised pass over all its products comes first): only the segments it passes in are
-# looked at query by query.
-_SEGMENT = 64
 # Queries per product block by default (a worker's share if smaller): enough for an efficient
 # matrix product.
 _QUERY_BLOCK = 1024
@@ -91,13 +89,6 @@ def _as_features(array: np.ndarray, name: str) -> np.ndarray:
     return array
 
 
-def _check_k(k, n_database: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n_database:
-        raise ValueError(
-            f"k must be an integer between 1 and the database size {n_database}, got {k!r}"
-        )
-
-
 def _holds_float32_exactly(dtype: np.dtype) -> bool:
     """Whether float32 represents every value of ``dtype`` (float16/32, integers up to 16 bits)."""
     if np.issubdtype(dtype, np.integer):
@@ -121,125 +112,6 @@ def _refuse_overflow(name: str, array: np.ndarray) -> None:
 def _gamma(terms: int, unit_roundoff: float) -> float:
     """gamma_n = n u / (1 - n u): the relative error bound of a sum of n rounded terms."""
     return terms * unit_roundoff / (1 - terms * unit_roundoff)
-
-
-# --- compiled kernels --------------------------------------------------------------------------
-
-@compiled
-def _column_sums(rows, sums):
-    """Add the columns of ``rows`` into float64 ``sums`` (independent columns: vectorised)."""
-    for i in range(rows.shape[0]):
-        for j in range(rows.shape[1]):
-            sums[j] += rows[i, j]
-
-
-@compiled
-def _centre_rows(rows, shift, centred, squared_norms):
-    """``centred = rows - shift`` (the difference in float64, rounded once to ``centred``'s
-    dtype) and each centred row's squared norm, summed in float64 from the rounded values.
-
-    Four running sums (any order of summation has the same error bound): one sum is a chain
-    of dependent adds (measured 0.15 s per million rows of 128 dimensions, against 0.10 s)."""
-    dim = rows.shape[1]
-    for i in range(rows.shape[0]):
-        row = centred[i]
-        for j in range(dim):
-            row[j] = rows[i, j] - shift[j]
-        total0 = total1 = total2 = total3 = 0.0
-        for j in range(0, dim - 3, 4):
-            total0 += np.float64(row[j]) * np.float64(row[j])
-            total1 += np.float64(row[j + 1]) * np.float64(row[j + 1])
-            total2 += np.float64(row[j + 2]) * np.float64(row[j + 2])
-            total3 += np.float64(row[j + 3]) * np.float64(row[j + 3])
-        for j in range(dim - dim % 4, dim):
-            total0 += np.float64(row[j]) * np.float64(row[j])
-        squared_norms[i] = (total0 + total1) + (total2 + total3)
-
-
-@compiled
-def _count_within(products, item_term, product_scale, thresholds):
-    """How many queries' keys ``item_term + product_scale * products`` (one item's products
-    with a run of queries) are <= their thresholds: branch-free, so the compiler vectorises
-    it."""
-    count = 0
-    for i in range(products.shape[0]):
-        count += item_term + product_scale * np.float64(products[i]) <= thresholds[i]
-    return count
-
-
-@compiled
-def _replace_top(heap, key):
-    """Put ``key`` in place of the max-heap's root, sift it down; return the new root."""
-    size = heap.shape[0]
-    position = 0
-    while True:
-        child = 2 * position + 1
-        if child >= size:
-            break
-        if child + 1 < size and heap[child + 1] > heap[child]:
-            child += 1
-        if heap[child] <= key:
-            break
-        heap[position] = heap[child]
-        position = child
-    heap[position] = key
-    return heap[0]
-
-
-@compiled
-def _keep_within(keys, ids, count, threshold):
-    """Drop the listed candidates whose key exceeds ``threshold``; return how many are left."""
-    kept = 0
-    for c in range(count):
-        if keys[c] <= threshold:
-            keys[kept] = keys[c]
-            ids[kept] = ids[c]
-            kept += 1
-    return kept
-
-
-@compiled
-def _offer_items(products, item_terms, product_scale, first_id, margins, ceilings, thresholds,
-                 heaps, keys, ids, counts):
-    """Scan a block of items against a block of queries: ``products[j, i]`` is item
-    ``first_id + j`` with query i, whose key is ``item_terms[j] + product_scale *
-    products[j, i]`` in float64.
-
-    Per query: ``heaps[i]`` (a max-heap of the k smallest keys so far, +inf when empty) is
-    updated, ``thresholds[i]`` kept at min(``ceilings[i]``, its root + ``margins[i]``), and
-    every key <= the threshold at its turn is listed in ``keys[i]`` / ``ids[i]`` after the
-    ``counts[i]`` already there. The root only decreases, so the final list holds every item
-    within the final threshold. A full list is compacted to the current threshold; a query
-    whose list stays over half full (many near ties) gets count -1 and is skipped from then on
-    (the caller scans it again with a longer list).
-    """
-    capacity = keys.shape[1]
-    n_queries = products.shape[1]
-    for j in range(products.shape[0]):
-        term = item_terms[j]
-        if _count_within(products[j], term, product_scale, thresholds) == 0:
-            continue  # the usual case: one vectorised pass over the item's products
-        for start in range(0, n_queries, _SEGMENT):
-            stop = min(start + _SEGMENT, n_queries)
-            row = products[j, start:stop]
-            if _count_within(row, term, product_scale, thresholds[start:stop]) == 0:
-                continue
-            for i in range(start, stop):
-                key = term + product_scale * np.float64(row[i - start])
-                if key > thresholds[i]:
-                    continue
-                if key < heaps[i, 0]:
-                    thresholds[i] = min(ceilings[i], _replace_top(heaps[i], key) + margins[i])
-                count = counts[i]
-                if count == capacity:
-                    count = _keep_within(keys[i], ids[i], count, thresholds[i])
-                    if count > capacity // 2:
-                        counts[i] = -1
-                        thresholds[i] = -np.inf  # no key is listed any more
-                        continue
-                keys[i, count] = key
-                ids[i, count] = first_id + j
-                counts[i] = count + 1
 
 
 # --- one chunk of the database -----------------------------------------------------------------
@@ -280,7 +152,7 @@ def _centred(rows: np.ndarray, shift: np.ndarray, work, threads: _Threads
     squared_norms = np.empty(len(rows))
 
     def centre(_part, start, stop):
-        _centre_rows(rows[start:stop], shift, centred[start:stop], squared_norms[start:stop])
+        centre_rows(rows[start:stop], shift, centred[start:stop], squared_norms[start:stop])
 
     threads.over_rows(len(rows), centre, _ROWS_PER_THREAD)
     return centred, squared_norms
@@ -292,7 +164,7 @@ def _mean(rows: np.ndarray, threads: _Threads) -> np.ndarray:
     partial_sums = np.zeros((threads.workers, rows.shape[1]))
 
     def add(part, start, stop):
-        _column_sums(rows[start:stop], partial_sums[part])
+        column_sums(rows[start:stop], partial_sums[part])
 
     threads.over_rows(len(rows), add, _ROWS_PER_THREAD)
     return partial_sums.sum(axis=0) / len(rows)
@@ -435,12 +307,11 @@ def _scan(centred_query, margins, ceilings, centred, item_terms, product_scale, 
             for i0 in range(0, n_rows, item_block):
                 i1 = min(i0 + item_block, n_rows)
                 # Items x queries: the matrix product packs the small query block once per
-                # call and streams the items (measured 1.35 s per million items against
-                # 1.83 s for queries x items, 1,000 queries, 2 cores). A contiguous view of
-                # the buffer, which matmul fills in place.
+                # call and streams the items, faster than queries x items. A contiguous view
+                # of the buffer, which matmul fills in place.
                 products = buffer[:(i1 - i0) * (mine.stop - q0)].reshape(i1 - i0, -1)
                 np.matmul(centred[i0:i1], centred_query[mine].T, out=products)
-                _offer_items(products, item_terms[i0:i1], product_scale, i0, margins[mine],
+                offer_items(products, item_terms[i0:i1], product_scale, i0, margins[mine],
                              ceilings[mine], thresholds[mine], heaps[mine], keys[mine],
                              ids[mine], counts[mine])
 
@@ -513,16 +384,12 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
     """
     from sgh.data.streamed_features import StreamedFeatures
 
-    if similarity not in SIMILARITIES:
-        raise ValueError(f"similarity must be one of {', '.join(SIMILARITIES)}, got "
-                         f"{similarity!r}")
+    check_choice("similarity", similarity, SIMILARITIES)
     query = _as_features(query, "query")
     n_database = len(database)
-    _check_k(k, n_database)
-    if block_size is not None and (isinstance(block_size, bool)
-                                   or not isinstance(block_size, (int, np.integer))
-                                   or block_size < 1):
-        raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
+    check_int("k", k, 1, n_database, maximum_is="the database size")
+    if block_size is not None:
+        check_int("block_size", block_size, 1)
     kind = "inner_product" if similarity == "inner_product" else "euclidean"
     if not len(query):
         return np.zeros((0, k), np.int64)
@@ -540,8 +407,8 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
     best_ids = np.full((len(query), k), np.iinfo(np.int64).max)
     best_keys = np.full((len(query), k), np.inf)
     # One BLAS thread per worker, each worker running the products and scans of its own
-    # queries: BLAS's own threads spin between calls and took the cores from the scan (1,000 x
-    # 1,000,000 x 128 on 2 cores with another job running: 3.3 s against 8.9 s).
+    # queries: BLAS's own threads spin between calls and take the cores from the scan, worst
+    # when another job shares the machine.
     with ThreadPoolExecutor(workers) as pool, threadpool_limits(limits=1, user_api="blas"):
         threads = _Threads(pool if workers > 1 else None, workers)
         for start, rows in chunks:

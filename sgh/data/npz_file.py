@@ -14,12 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sgh.data.vector_files import (
-    MALFORMED_FILE_ERRORS,
-    as_float32_features,
-    read_mat_arrays,
-    refuse_special_file,
-)
+from sgh.data.feature_conversion import as_float32_features
+from sgh.data.ground_truth import checked_ids
+from sgh.data.vector_files import MALFORMED_FILE_ERRORS, read_mat_arrays, refuse_special_file
 from sgh.errors import UserInputError, one_line
 
 LAYOUTS = {
@@ -166,20 +163,4 @@ def groundtruth(path: Path, array: np.ndarray, n_queries: int, n_database: int,
         raise UserInputError(f"{where} has shape {array.shape}, dtype {array.dtype}; expected "
                              f"integer ids of shape ({n_queries}, K), one row per query")
     ids = _ids(where, array, f"integer ids of shape ({n_queries}, K)")
-    if ids.size and (ids.min() < 0 or ids.max() >= n_database):
-        raise UserInputError(f"{where} has ids outside 0..{n_database - 1} (min {ids.min()}, "
-                             f"max {ids.max()}); ids index the database rows from 0")
-    return require_distinct_ids(where, ids, "the database")
-
-
-def require_distinct_ids(where: str, ids: np.ndarray, database: str) -> np.ndarray:
-    """`ids` if no row lists an id twice, else one line naming the row. A repeated id would
-    let Recall K@N count one neighbour twice (a ground truth of 10 ids, 9 distinct, scored 0.9
-    at best), so it is refused rather than scored."""
-    ordered = np.sort(ids, axis=1)
-    repeated = np.argwhere(np.diff(ordered, axis=1) == 0)
-    if repeated.size:
-        row, column = repeated[0]
-        raise UserInputError(f"{where} row {row} lists the id {ordered[row, column]} more than "
-                             f"once; each row lists distinct rows of {database}, nearest first")
-    return ids
+    return checked_ids(where, ids, n_database)

@@ -6,10 +6,9 @@ times faster); with `dataset.stream_reader=pread`, for limits that count the map
 resident memory, they are read here instead: one `pread` per run of consecutive rows, into the
 result alone. `VectorFile.take` reads this way too. In a Python loop each call costs about as
 much again in interpreter overhead as the system call itself; compiled with numba, calling the C
-library's `pread` through ctypes, the loop costs the system calls alone (measured: 48,000 rows of
-132 bytes from the page cache in 44 ms instead of 90 ms) and holds no GIL, so the tf.data reader
-threads run in parallel with each other and with Python. Where the C library has no `pread`
-(Windows) the Python loop over `os.preadv` is used.
+library's `pread` through ctypes, the loop costs the system calls alone and holds no GIL, so the
+tf.data reader threads run in parallel with each other and with Python. Where the C library has
+no `pread` (Windows) the Python loop over `os.preadv` is used.
 """
 
 from __future__ import annotations

@@ -32,14 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from sgh.data.aligned import aligned_rows
+from sgh.data.feature_conversion import as_float32_features, conversion_of
 from sgh.data.mapped_rows import mapped_rows
 from sgh.data.similarity import unit_normalised
-from sgh.data.vector_files import (
-    VectorFile,
-    WholeArrayVectors,
-    as_float32_features,
-    conversion_of,
-)
+from sgh.data.vector_files import VectorFile, WholeArrayVectors
 from sgh.errors import UserInputError
 
 # dataset.streaming=auto streams a dataset whose training set and database would take more than
@@ -118,7 +114,7 @@ class StreamedFeatures:
         ids = np.asarray(ids, np.int64)
         if self._mapped is not None:
             # Gathered in the order asked: sorting first for page locality, then un-permuting,
-            # measured 4x slower (19 ms against 4.7 ms for 50,000 rows of 128 uint8).
+            # is several times slower.
             rows = self.file_rows(ids)
             return self._convert(self._mapped.take(rows), rows)
         # Positioned reads take sorted, distinct rows (one read per run of consecutive rows).

@@ -12,9 +12,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from sgh.config import DENOMINATORS  # eval.map_k_denominator's values, owned by the settings
+from sgh.errors import check_choice
+
 TIES = ("expected", "stable")
 NO_RELEVANT_POLICIES = ("skip", "zero", "error")
-DENOMINATORS = ("retrieved", "min_rk", "r")
 # "retrieved" is what the deep-hashing code that published mAP@K tables computes (e.g. the
 # CalcTopMap of DeepHash / HashNet / DSH ports), so it is the default that makes our numbers
 # comparable; "min_rk" is the better-behaved choice when comparing methods among themselves.
@@ -40,10 +42,14 @@ _DENOMINATOR_TEXT = {
 }
 
 
-def check_choice(name: str, value: object, accepted: tuple[str, ...]) -> None:
-    """Raise ValueError naming ``name``, the accepted values and the bad one."""
-    if not isinstance(value, str) or value not in accepted:
-        raise ValueError(f"{name} must be one of {accepted}, got {value!r}")
+_POLICIES = {"ties": TIES, "denominator": DENOMINATORS, "no_relevant": NO_RELEVANT_POLICIES}
+
+
+def check_policies(**policies: object) -> None:
+    """:func:`check_choice` of each policy given by keyword (``ties``, ``denominator``,
+    ``no_relevant``), in the order given: the first bad one raises."""
+    for name, value in policies.items():
+        check_choice(name, value, _POLICIES[name])
 
 
 def check_cutoffs(values: int | Iterable[int], name: str = "k_values") -> list[int]:

@@ -26,9 +26,9 @@ the database and the queries, never in their product:
 * per task (one per worker at a time): the class relevance table, at most
   max(:data:`TABLE_CELLS`, 4 x classes) bytes (multi-label: plus 8 per cell and label word
   while it is built), and 16 * (bits + 1) bytes of histograms per task query.
-For 1,000 queries x 1,000,000 64-bit codes, 10 labels, 2 workers: ~25 MB at the peak (measured
-with tracemalloc: 24 MB for :func:`sgh.metrics.evaluate_labels`, 27 MB with stable ties),
-whatever the number of workers. "The database" above is one shard: beyond
+For 1,000 queries x 1,000,000 64-bit codes, 10 labels, 2 workers: ~25 MB at the peak,
+whatever the number of workers (the traced peaks: ``docs/performance.md``, evaluation speed).
+"The database" above is one shard: beyond
 :data:`SHARD_ITEMS` items the database is scanned shard by shard, so the shared copies stop
 growing there, and the database codes themselves may be a memory map.
 """
@@ -44,6 +44,7 @@ from functools import partial
 import numpy as np
 
 from sgh.codes import popcount, validate_codes
+from sgh.errors import check_int
 from sgh.metrics import kernels
 from sgh.metrics.relevance import Relevance, label_relevance
 
@@ -88,9 +89,7 @@ class DistanceHistograms:
 def check_workers(workers: int | None) -> int:
     if workers is None:
         return DEFAULT_WORKERS
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise ValueError(f"workers must be a positive integer or None, got {workers!r}")
-    return int(workers)
+    return check_int("workers", workers, 1)
 
 
 class _Scan:

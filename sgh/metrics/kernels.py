@@ -21,10 +21,8 @@ Two kernels, both ``nogil`` so the engine's threads run them in parallel:
 Why it is fast: the XOR + popcount + increment never leave registers and L1. Four queries share
 each database word load and update four independent histograms, which hides the store-to-load
 latency of consecutive increments of one bin; the database is walked in tiles of
-:data:`TILE_BYTES`, which stay in cache while every query passes over them. Measured on the idle
-2-core EPYC (1,000 queries x 1M 64-bit codes, 10 labels, tie-aware mAP@all): 2.1 G pairs/s on one
-core, 3.8 G on two, against 0.47 G and 0.83 G for the numpy engine it replaced (XOR, popcount and
-``bincount`` on separate arrays).
+:data:`TILE_BYTES`, which stay in cache while every query passes over them. The throughput, with
+the command that measures it: ``docs/performance.md`` (evaluation speed).
 """
 
 from __future__ import annotations
@@ -37,11 +35,11 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from sgh.compiled import compiled
 
-# Database bytes walked by every query before moving on. Measured 16 KB .. 2 MB on one core: all
-# within 2.5% (1.66-1.70 G pairs/s); 128 KB sits well inside the 1 MB L2.
+# Database bytes walked by every query before moving on. The speed hardly depends on it over a
+# wide range; 128 KB sits well inside a 1 MB L2.
 TILE_BYTES = 1 << 17
-# Queries sharing each database word load (the unrolled body of relevance_histograms). 8 measured
-# only +3.5% on an idle machine (and slower on a loaded one); 4 keeps the body short.
+# Queries sharing each database word load (the unrolled body of relevance_histograms). More gain
+# little on an idle machine and lose on a loaded one; 4 keeps the body short.
 QUERY_BLOCK = 4
 
 
@@ -60,7 +58,7 @@ def word_count(words: np.ndarray) -> tuple:
 
     The number of words per code travels as the *length of a tuple*, which is part of the
     argument's type, so numba compiles one kernel per code length with the word loop fully
-    unrolled (a runtime count measured 2-3x slower; ``numba.literally`` re-types every call).
+    unrolled (a runtime count is much slower; ``numba.literally`` re-types every call).
     """
     return (0,) * words.shape[1]
 
@@ -127,7 +125,7 @@ def relevance_histograms(
                 stop = min(segment_starts[segment + 1], tile_stop)
                 if in_block == QUERY_BLOCK:
                     # Query words as tuples live in registers; read from the array, they would
-                    # be reloaded after every histogram store (measured 10-30% slower).
+                    # be reloaded after every histogram store.
                     q0 = to_fixed_tuple(query_words[block], n_words)
                     q1 = to_fixed_tuple(query_words[block + 1], n_words)
                     q2 = to_fixed_tuple(query_words[block + 2], n_words)

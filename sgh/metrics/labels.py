@@ -8,12 +8,9 @@ import numpy as np
 
 from sgh.metrics.conventions import (
     DEFAULT_DENOMINATOR,
-    DENOMINATORS,
-    NO_RELEVANT_POLICIES,
-    TIES,
     average_over_queries,
-    check_choice,
     check_cutoffs,
+    check_policies,
 )
 from sgh.metrics.histograms import label_histograms
 from sgh.metrics.radius import check_radius, f1_of_means, per_query_lookup, summarise_lookup
@@ -69,9 +66,7 @@ def evaluate_labels(
         ``n_queries``, ``n_scored``, ``n_no_relevant``, ``ties``, ``denominator``,
         ``no_relevant_policy``.
     """
-    check_choice("ties", ties, TIES)
-    check_choice("denominator", denominator, DENOMINATORS)
-    check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
+    check_policies(ties=ties, denominator=denominator, no_relevant=no_relevant)
     map_k = _cutoff_list(map_k, "map_k")
     precision_k = map_k if precision_k is None else _cutoff_list(precision_k, "precision_k")
     radii = [] if radius is None else list(np.atleast_1d(radius))

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from sgh.codes import validate_codes
-from sgh.metrics.conventions import TIES, check_choice, check_cutoffs
+from sgh.errors import check_choice
+from sgh.metrics.conventions import TIES, check_cutoffs
 from sgh.metrics.histograms import distance_histograms
 from sgh.metrics.ranking import per_query_relevant_retrieved
 from sgh.metrics.relevance import neighbour_relevance

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from sgh.errors import check_choice
 from sgh.metrics.conventions import DEFAULT_DENOMINATOR, DENOMINATORS, average_over_queries
 from sgh.metrics.relevance import label_relevance, neighbour_relevance
 
@@ -37,8 +38,7 @@ def ordered_metrics(ranking, n_queries: int, n_database: int,
     Returns a flat dict: ``map``, ``map@K``, ``precision@K``, ``recall@K``,
     ``map_queries_without_relevant`` (labels); ``recall{K}@{N}`` (ground truth).
     """
-    if denominator not in DENOMINATORS:
-        raise ValueError(f"denominator={denominator!r}; accepted: {', '.join(DENOMINATORS)}")
+    check_choice("denominator", denominator, DENOMINATORS)
     if n_database == 0:
         raise ValueError("the database is empty (0 items); nothing can be ranked")
     map_k, recall_n = [int(k) for k in map_k], [int(n) for n in recall_n]

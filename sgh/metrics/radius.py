@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.metrics.conventions import NO_RELEVANT_POLICIES, average_over_queries, check_choice
+from sgh.errors import check_choice, check_int
+from sgh.metrics.conventions import NO_RELEVANT_POLICIES, average_over_queries
 from sgh.metrics.histograms import DistanceHistograms, label_histograms
 
 
 def check_radius(radius: int, bits: int) -> int:
-    if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
-        raise ValueError(f"radius must be a non-negative integer, got {radius!r}")
-    return int(min(radius, bits))  # beyond ``bits`` retrieves everything, like ``bits``
+    # Beyond ``bits`` retrieves everything, as ``bits`` does.
+    return min(check_int("radius", radius, 0), bits)
 
 
 def per_query_lookup(counts: np.ndarray, relevant: np.ndarray) -> dict[str, np.ndarray]:
@@ -109,6 +109,7 @@ def hash_lookup(
     }
 
 
+# The same leading parameters as every label metric, on purpose (see `average_precisions`).
 def pr_curve(
     query_codes: np.ndarray,
     database_codes: np.ndarray,

@@ -25,12 +25,9 @@ import numpy as np
 
 from sgh.metrics.conventions import (
     DEFAULT_DENOMINATOR,
-    DENOMINATORS,
-    NO_RELEVANT_POLICIES,
-    TIES,
     average_over_queries,
-    check_choice,
     check_cutoffs,
+    check_policies,
 )
 from sgh.metrics.histograms import DistanceHistograms, label_histograms
 from sgh.metrics.tie_aware import expected_average_precision, expected_relevant_retrieved
@@ -52,7 +49,7 @@ def per_query_average_precision(
     harmonic: np.ndarray | None = None,
 ) -> np.ndarray:
     """``(n_queries,)`` AP@K (AP@all for ``k=None``) of each query; nan where R = 0."""
-    check_choice("denominator", denominator, DENOMINATORS)
+    check_policies(denominator=denominator)
     if ties == "expected":
         return expected_average_precision(
             histograms.counts, histograms.relevant, k, denominator, harmonic
@@ -80,6 +77,10 @@ def per_query_relevant_retrieved(histograms: DistanceHistograms, k: int, ties: s
     return histograms.stable_relevant_retrieved[:, _stable_column(histograms, k)].astype(float)
 
 
+# Deliberate repetition: every label metric (here, `sgh.metrics.radius`, `evaluate_labels`) spells
+# out the same leading parameters (codes, bits, labels) and policies: each is a public signature,
+# so they stay written out; what they compute is shared (`label_histograms`, the per-query
+# functions above).
 def average_precisions(
     query_codes: np.ndarray,
     database_codes: np.ndarray,
@@ -125,8 +126,7 @@ def average_precisions(
 
 def _ap_histograms(labelled: tuple, ties, k, denominator, workers) -> DistanceHistograms:
     """The scan for AP: histograms, plus stable statistics at K (or the whole ranking)."""
-    check_choice("ties", ties, TIES)
-    check_choice("denominator", denominator, DENOMINATORS)
+    check_policies(ties=ties, denominator=denominator)
     if k is not None:
         k = check_cutoffs(k, "k")[0]
     stable = [len(labelled[1]) if k is None else k] if ties == "stable" else []
@@ -158,7 +158,7 @@ def mean_average_precision(
         can be written to a results file as is: ``ties``, ``no_relevant_policy``, ``k`` (int, or
         ``"all"``) and ``denominator`` (``"r"`` for the whole ranking, where all coincide).
     """
-    check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
+    check_policies(no_relevant=no_relevant)
     labelled = (query_codes, database_codes, bits, query_labels, database_labels)
     histograms = _ap_histograms(labelled, ties, k, denominator, workers)
     ap = per_query_average_precision(histograms, k, ties, denominator)
@@ -168,37 +168,46 @@ def mean_average_precision(
     return result
 
 
-def _top_k_metric(name: str, labelled: tuple, k_values, ties, no_relevant, workers) -> dict:
-    """P@K or R@K for each cut-off, from one scan."""
-    check_choice("ties", ties, TIES)
-    check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
-    cutoffs = check_cutoffs(k_values)
-    histograms = label_histograms(*labelled, cutoffs if ties == "stable" else (), workers)
-    total_relevant = histograms.relevant.sum(axis=1)
-    per_query = {}
-    for k in cutoffs:
-        retrieved = per_query_relevant_retrieved(histograms, k, ties)
-        if name == "precision":
-            per_query[k] = retrieved / min(k, histograms.n_database)
-        else:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                per_query[k] = retrieved / total_relevant
-    result = average_over_queries(per_query, total_relevant, no_relevant)
-    return {name: {k: result.pop(k) for k in cutoffs}, **result, "ties": ties}
+def _top_k_function(name: str, doc: str):
+    """The public ``{name}_at_k``, documented by ``doc``: P@K or R@K for each cut-off, from one
+    scan. The two differ only in the ratio they average, so one definition serves both."""
+
+    def top_k(
+        query_codes: np.ndarray,
+        database_codes: np.ndarray,
+        bits: int,
+        query_labels: np.ndarray,
+        database_labels: np.ndarray,
+        k_values: int | Iterable[int],
+        ties: str = "expected",
+        no_relevant: str = "skip",
+        workers: int | None = None,
+    ) -> dict:
+        check_policies(ties=ties, no_relevant=no_relevant)
+        cutoffs = check_cutoffs(k_values)
+        histograms = label_histograms(
+            query_codes, database_codes, bits, query_labels, database_labels,
+            cutoffs if ties == "stable" else (), workers,
+        )
+        total_relevant = histograms.relevant.sum(axis=1)
+        per_query = {}
+        for k in cutoffs:
+            retrieved = per_query_relevant_retrieved(histograms, k, ties)
+            if name == "precision":
+                per_query[k] = retrieved / min(k, histograms.n_database)
+            else:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    per_query[k] = retrieved / total_relevant
+        result = average_over_queries(per_query, total_relevant, no_relevant)
+        return {name: {k: result.pop(k) for k in cutoffs}, **result, "ties": ties}
+
+    top_k.__name__ = top_k.__qualname__ = f"{name}_at_k"
+    top_k.__doc__ = doc
+    return top_k
 
 
-def precision_at_k(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    query_labels: np.ndarray,
-    database_labels: np.ndarray,
-    k_values: int | Iterable[int],
-    ties: str = "expected",
-    no_relevant: str = "skip",
-    workers: int | None = None,
-) -> dict:
-    """Precision@K: relevant items among the first K of the ranking / min(K, n_database).
+precision_at_k = _top_k_function("precision", """\
+Precision@K: relevant items among the first K of the ranking / min(K, n_database).
 
     Tie-aware: the items of the cut-off distance level each count (K - #closer) / #at_level,
     i.e. expected relevant retrieved = R_b + m r / n, with R_b the relevant items closer than the
@@ -210,23 +219,10 @@ def precision_at_k(
     Returns:
         dict with ``precision`` ({K: float}, python int keys in the order given), ``n_queries``,
         ``n_scored``, ``n_no_relevant``, ``no_relevant_policy``, ``ties``.
-    """
-    labelled = (query_codes, database_codes, bits, query_labels, database_labels)
-    return _top_k_metric("precision", labelled, k_values, ties, no_relevant, workers)
+    """)
 
-
-def recall_at_k(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    query_labels: np.ndarray,
-    database_labels: np.ndarray,
-    k_values: int | Iterable[int],
-    ties: str = "expected",
-    no_relevant: str = "skip",
-    workers: int | None = None,
-) -> dict:
-    """Recall@K: relevant items among the first K of the ranking / R (label relevance).
+recall_at_k = _top_k_function("recall", """\
+Recall@K: relevant items among the first K of the ranking / R (label relevance).
 
     Same tie policies as :func:`precision_at_k`; for recall of Euclidean ground truth (Recall
     K@N) see :func:`sgh.metrics.recall_at_n`.
@@ -234,6 +230,4 @@ def recall_at_k(
     Returns:
         dict with ``recall`` ({K: float}), ``n_queries``, ``n_scored``, ``n_no_relevant``,
         ``no_relevant_policy``, ``ties``.
-    """
-    labelled = (query_codes, database_codes, bits, query_labels, database_labels)
-    return _top_k_metric("recall", labelled, k_values, ties, no_relevant, workers)
+    """)

@@ -23,6 +23,7 @@ import copy
 import numpy as np
 
 from sgh.codes import as_words
+from sgh.errors import check_int
 
 
 class Relevance:
@@ -85,7 +86,7 @@ class MultiLabelRelevance(Relevance):
         super().__init__(query_words.shape[0], database_words.shape[0])
         # Label sets packed into words: relevant <=> (query AND item) != 0 in some word.
         self.query_words, self.database_words = query_words, database_words
-        if database_words.shape[1] == 1:  # <= 64 labels: 1-D, 12x faster (1M items, 21 labels)
+        if database_words.shape[1] == 1:  # <= 64 labels: 1-D class ids, far faster
             classes, inverse = distinct_values(database_words[:, 0])
             self.class_words = classes[:, None]
         else:
@@ -133,8 +134,8 @@ def distinct_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(values, return_inverse=True)`` for a 1-D array, inverse as intp.
 
     Integers spanning at most max(65,536, 2 x size) values (class ids, small packed label sets)
-    are mapped through a presence table in O(n) instead of sorted: 1M labels in 10 classes take
-    5 ms instead of 30 ms (measured on the 2-core EPYC).
+    are mapped through a presence table in O(n) instead of sorted, which for class ids is much
+    faster than ``np.unique``.
     """
     if np.issubdtype(values.dtype, np.integer) and values.size:
         low, high = int(values.min()), int(values.max())
@@ -227,8 +228,7 @@ def neighbour_relevance(
         n_database: number of database items; ids must lie in ``[0, n_database)``.
     """
     groundtruth = np.asarray(groundtruth)
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+    check_int("k", k, 1)
     if (
         groundtruth.ndim != 2
         or groundtruth.shape[0] != n_queries

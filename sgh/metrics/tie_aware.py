@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.metrics.conventions import DEFAULT_DENOMINATOR, DENOMINATORS, check_choice
+from sgh.errors import check_choice
+from sgh.metrics.conventions import DEFAULT_DENOMINATOR, DENOMINATORS
 
 # Cells (queries x values of X) of one hypergeometric chunk: bounds memory for large K.
 _HYPERGEOMETRIC_CELLS = 1 << 20

@@ -18,9 +18,9 @@ and renamed onto it, so a crash never leaves a half SavedModel that looks comple
 be new, an empty directory or an earlier SavedModel (`SAVED_MODEL`, recognised by its exact
 contents); a file or any other folder is the user's and is refused, never deleted.
 
-`sgh-export RUN_DIR` exports a finished run that has no `encoder/` yet (runs trained before
-training exported it): the model is rebuilt from `config.yaml` and the final checkpoint
-(`export_run`).
+`sgh-export RUN_DIR` (`sgh.cli.export`) exports a finished run that has no `encoder/` yet (runs
+trained before training exported it): the model is rebuilt from `config.yaml` and the final
+checkpoint (`restore_run_model`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from omegaconf import OmegaConf
 
 from sgh.artifacts.atomic import DirectoryKind, atomic_directory
 from sgh.artifacts.run_directory import RunDirectory
-from sgh.artifacts.run_lock import run_lock
 from sgh.config import ENCODE_BATCH_SIZE, ModelConfig
 from sgh.errors import UserInputError
 from sgh.methods import METHODS
@@ -105,7 +104,7 @@ def export_encoder(model: SGH, path: str | os.PathLike, unit_normalise: bool = F
     module = _ServingEncoder(model, unit_normalise)
     with atomic_directory(path, replaces=SAVED_MODEL) as temporary:
         # Without the neuron's custom gradient: the signature ends in uint8 codes, which carry
-        # no gradient, and tracing it for the file was a fifth of every export (measured).
+        # no gradient, and tracing it for the file would slow every export for nothing.
         tf.saved_model.save(module, str(temporary), signatures={
             SERVING_SIGNATURE: module.serve.get_concrete_function(),
             METADATA_SIGNATURE: module.metadata.get_concrete_function()},
@@ -179,10 +178,10 @@ def _trained_run(run_dir: str | os.PathLike) -> RunDirectory:
     """The run directory of a trained method; one-line errors for a non-run or a baseline run."""
     run = RunDirectory.existing(run_dir)
     name = run.model_section().get("name")
-    if name not in METHODS or not METHODS[name].is_trained:
+    if name not in METHODS or not METHODS[name].uses_tensorflow:
         raise UserInputError(
             f"run={run.path} is a model={name} baseline run, which has no TensorFlow encoder; "
-            f"only {' or '.join(f'model={n}' for n, m in METHODS.items() if m.is_trained)} "
+            f"only {' or '.join(f'model={n}' for n, m in METHODS.items() if m.uses_tensorflow)} "
             "runs can encode new data")
     return run
 
@@ -209,15 +208,3 @@ def restore_run_model(run_dir: str | os.PathLike) -> SGH:
     tf.train.Checkpoint(model=model).restore(checkpoint).expect_partial() \
         .assert_existing_objects_matched()
     return model
-
-
-def export_run(run_dir: str | os.PathLike) -> Path:
-    """Export a finished run's encoder to `<run_dir>/encoder`, owning the directory meanwhile
-    (`sgh.artifacts.run_lock`): not while sgh-train writes it."""
-    run = RunDirectory(run_dir, create=False)
-    angular = run.read_metrics().get("similarity") == "angular"
-    with run_lock(run.path, program="sgh-export",
-                  if_busy="wait for it to finish, then export again",
-                  if_read_only="make it writable to export into it"):
-        run.remove_stray_temporaries()  # e.g. a killed export's half SavedModel
-        return export_encoder(restore_run_model(run_dir), run.encoder, unit_normalise=angular)

@@ -20,15 +20,20 @@ project's own SGH model calls the same `DoublySN`. All three are registered as s
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import keras
 import tensorflow as tf
 
+from sgh.config import NOISES
+from sgh.errors import UserInputError, check_choice, check_int, check_real
 from sgh.model.ops import doubly_sn, gradient_reversal, ste_sign
 
-NOISES = ("uniform", "fixed")
+# The neuron's gradients are TensorFlow custom gradients (`sgh.model.ops`), which no other Keras
+# backend runs: refused here in one line, not deep inside a model's first call.
+if keras.backend.backend() != "tensorflow":
+    raise UserInputError(
+        f"Keras runs on the {keras.backend.backend()!r} backend (KERAS_BACKEND, or "
+        "~/.keras/keras.json); sgh's layers and model need its TensorFlow backend: set "
+        "KERAS_BACKEND=tensorflow")
 
 
 @keras.saving.register_keras_serializable(package="sgh")
@@ -55,11 +60,9 @@ class DoublySN(keras.layers.Layer):
     def __init__(self, noise: str = "uniform", seed: int | None = None,
                  return_probabilities: bool = False, **kwargs):
         super().__init__(**kwargs)
-        if noise not in NOISES:
-            raise ValueError(f"noise={noise!r} is not known; accepted: {', '.join(NOISES)}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
-                                 or seed < 0):
-            raise ValueError(f"seed={seed!r} is impossible; accepted: None or an integer >= 0")
+        check_choice("noise", noise, NOISES)
+        if seed is not None:
+            check_int("seed", seed, 0)
         if not isinstance(return_probabilities, bool):
             raise ValueError(f"return_probabilities={return_probabilities!r}; accepted: True "
                              "or False")
@@ -104,10 +107,7 @@ class GradientReversal(keras.layers.Layer):
 
     def __init__(self, scale: float = 1.0, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(
-                scale):
-            raise ValueError(f"scale={scale!r} is impossible; accepted: a finite number")
-        self.scale = float(scale)
+        self.scale = check_real("scale", scale)
 
     def call(self, inputs):
         return gradient_reversal(inputs, self.scale)

@@ -15,10 +15,9 @@ only because its backward pass is *replaced* by a chosen gradient. The ops here 
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import tensorflow as tf
+
+from sgh.errors import check_real
 
 __all__ = ["doubly_sn", "ste_sign", "gradient_reversal"]
 
@@ -108,10 +107,8 @@ def gradient_reversal(x, scale: float = 1.0) -> tf.Tensor:
     """
     # A Python number only: a bool, a string or a tensor here is almost surely a mistake, and an
     # inf/nan scale would silently poison every gradient below this point.
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite float, got {scale!r}")
+    scale = check_real("scale", scale)
     x = _float_tensor(x, "x")
-    scale = float(scale)
 
     @tf.custom_gradient
     def _reverse(x):

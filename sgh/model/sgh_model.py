@@ -56,7 +56,8 @@ LOSS_TERMS = {
 
 
 class SGH(tf.Module):
-    """Linear SGH. Build with `SGH.from_training_data`; the normaliser travels with the weights."""
+    """SGH: a linear or mlp encoder and decoder around the doubly stochastic neuron. Build with
+    `SGH.from_training_data`; the normaliser travels with the weights."""
 
     def __init__(self, config: ModelConfig, dim: int, mean, scale, init: dict[str, np.ndarray],
                  seed: int = 0):
@@ -125,7 +126,7 @@ class SGH(tf.Module):
         dim = len(statistics.mean)
         if config.normalization == "isotropic":
             # One global scale (RMS of the centred coordinates) keeps Euclidean neighbours intact;
-            # per-dimension z-scoring would change them (measured: Recall10@100 0.615 -> 0.483).
+            # per-dimension z-scoring would change them, and costs much Euclidean recall.
             mean = statistics.mean.astype(np.float32)
             # Centred on the float32 mean the model subtracts: sum (x - mean32)^2 =
             # sum (x - mean64)^2 + n (mean64 - mean32)^2 per dimension.
@@ -252,7 +253,8 @@ class SGH(tf.Module):
     def _paper_terms(self, x, z, h):
         x_norm = (x - self.mean) / self.scale
         rho2 = tf.exp(2.0 * self.log_rho)
-        exact_differences = self.config.estimator == "unbiased" and self.config.decoder == "mlp"
+        exact_differences = (self.config.gradient_estimator == "unbiased"
+                             and self.config.decoder == "mlp")
         # With exact differences the codes' gradient comes from them alone (below), not from
         # the decoder's local slope at h.
         residual = x_norm - self.decode(tf.stop_gradient(h) if exact_differences else h)
@@ -267,7 +269,7 @@ class SGH(tf.Module):
             # Zero-valued, with d/dh_k = (L(h_k=1) - L(h_k=0)) / batch: the unbiased estimator.
             differences = tf.stop_gradient(finite_differences(self.decode, x_norm, h, rho2))
             total += tf.reduce_sum(differences * (h - tf.stop_gradient(h))) / batch
-        elif self.config.estimator == "unbiased":
+        elif self.config.gradient_estimator == "unbiased":
             column_norms = tf.reduce_sum(tf.square(self.U), axis=1) / rho2
             total += unbiased_correction(h, column_norms) / batch
         return {
@@ -287,7 +289,7 @@ class SGH(tf.Module):
         bce = alpha * tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=h, logits=z))
         weight_decay = beta * (tf.nn.l2_loss(self.U) + tf.nn.l2_loss(self.W))
         total = reconstruction + bce + weight_decay
-        if self.config.estimator == "unbiased":
+        if self.config.gradient_estimator == "unbiased":
             total += unbiased_correction(h, tf.reduce_sum(tf.square(decoded_columns), axis=1))
         batch = tf.cast(tf.shape(x)[0], x.dtype)
         # Summed over the batch (the optimizer sees the demo's exact loss); reported per item.

@@ -15,7 +15,7 @@ def run_title(metrics: dict) -> str:
     """`mnist, SGH 32 bits, objective paper, 20000 steps` / `mnist, ITQ 32 bits`."""
     method = METHODS[metrics["method"]]
     title = f"{metrics['dataset']}, {method.title} {metrics['bits']} bits"
-    if method.is_trained:
+    if method.uses_tensorflow:
         title += f", objective {metrics['objective']}, {metrics['steps']} steps"
     return title
 

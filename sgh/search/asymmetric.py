@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sgh.codes import unpack_bits, validate_codes
+from sgh.codes import stored_bits, unpack_bits, validate_codes
 from sgh.config import SCORE_KINDS
 from sgh.data.similarity import SIMILARITIES
 from sgh.errors import one_line
@@ -214,10 +214,7 @@ class AsymmetricScore:
                 raise ValueError(f"{where}: missing key {prefix + key!r} (an asymmetric score "
                                  "holds bits, query_projection, query_offset, form[, "
                                  "code_templates])")
-        bits = get("bits")
-        if bits.shape != () or bits.dtype.kind not in "iu" or bits < 1:
-            raise ValueError(f"{where}: key {prefix + 'bits'!r} must be a positive integer, "
-                             f"got {one_line(bits)}")
+        bits = stored_bits(arrays, where, prefix + "bits")
         numeric = [key for key in arrays if key.startswith(prefix) and key[len(prefix):] in (
             "query_projection", "query_offset", "code_templates", "network_projection")
             or key.startswith(prefix + "network_kernel_") or key.startswith(prefix +

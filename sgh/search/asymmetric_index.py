@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from sgh.codes import validate_codes
+from sgh.errors import check_int
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.lookup_kernels import scan_scores, scan_top_k, sorted_heaps
 
@@ -77,8 +78,7 @@ class AsymmetricIndex:
     def search(self, queries: np.ndarray, k: int, workers: int | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """The k best-scoring database codes of each query: ``(D, I)``, see the module doc."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        check_int("k", k, 1)
         codes, norms = self.codes(), self.norms()
         if DENSE_TOP_SHARE * k >= len(codes) > 0:
             return self._dense_search(queries, int(k), workers)

@@ -37,26 +37,20 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts.atomic import atomic_file
-from sgh.codes import as_words, popcount, validate_codes
+from sgh.codes import as_words, popcount, stored_bits, validate_codes
 from sgh.data.npz_file import read_npz_arrays
-from sgh.errors import one_line
+from sgh.errors import check_int
 from sgh.search.faiss_files import read_binary_index, write_binary_index
 
 # Pairs (query, database item) per distance block. Each pair costs one XOR word (<= 8 bytes) and
-# one or two distance bytes. Measured (1,000 x 1M 64-bit codes, k=100): 2**17..2**20 all within
-# noise of each other, 2**16 ~30% slower (per-block Python overhead); 2**18 keeps it ~2.5 MB.
+# one or two distance bytes. Smaller blocks pay for their per-block Python overhead, larger ones
+# gain nothing; 2**18 keeps the temporaries ~2.5 MB.
 PAIRS_PER_BLOCK = 1 << 18
 # Database codes converted to words at a time: a larger index is searched shard by shard, in id
 # order, so its words are never held whole (2^24 64-bit codes: 128 MB of words).
 SHARD_ITEMS = 1 << 24
 MISSING_DISTANCE = np.iinfo(np.int32).max  # faiss's D for k > ntotal
 MISSING_ID = -1  # faiss's I for k > ntotal
-
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
 
 def _check_ids(ids, n: int) -> np.ndarray:
     """``ids`` as a fresh ``(n,)`` int64 array; ValueError quoting what is wrong."""
@@ -93,7 +87,7 @@ class HammingIndex:
     """
 
     def __init__(self, bits: int) -> None:
-        self.bits = _check_int(bits, "bits", 1)
+        self.bits = check_int("bits", bits, 1)
         self.code_size = -(-self.bits // 8)
         # Distances <= bits, plus the sentinel bits + 1 must fit (see _select).
         self._dist_dtype = np.dtype(np.min_scalar_type(self.bits + 1))
@@ -181,7 +175,7 @@ class HammingIndex:
             (external ids if given to ``add``). Ties by position (earlier-added first, whatever
             the external ids); INT32_MAX / -1 padding when k > ntotal (as faiss).
         """
-        k = _check_int(k, "k", 1)
+        k = check_int("k", k, 1)
         xq = validate_codes(xq, self.bits, "xq")
         # The output doubles as the running top-k; bits + 1 marks "no neighbour yet".
         D = np.full((len(xq), k), self.bits + 1, dtype=np.int32)
@@ -203,7 +197,7 @@ class HammingIndex:
             faiss's ``range_search(xq, radius + 1)`` finds the same hits (it is strict) but
             lists them in position order with float32 distances.
         """
-        radius = min(_check_int(radius, "radius", 0), self.bits)  # clip: fits the dist dtype
+        radius = min(check_int("radius", radius, 0), self.bits)  # clip: fits the dist dtype
         xq = validate_codes(xq, self.bits, "xq")
         rows, dists, ids = [np.zeros(0, np.int64)], [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
         for q0, _, b0, dist in self._distance_blocks(xq):
@@ -322,14 +316,9 @@ class HammingIndex:
         if not Path(path).exists():
             raise FileNotFoundError(path)
         arrays = read_npz_arrays(Path(path))  # one-line ValueError (UserInputError) if damaged
-        for key in ("bits", "codes"):
-            if key not in arrays:
-                raise ValueError(f"{path}: missing key {key!r} (expected 'bits' and 'codes')")
-        bits = arrays["bits"]
-        if bits.shape != () or bits.dtype.kind not in "iu" or bits < 1:
-            raise ValueError(f"{path}: key 'bits' must be a positive integer, got "
-                             f"{one_line(bits)}")
-        index = cls(int(bits))
+        index = cls(stored_bits(arrays, str(path)))
+        if "codes" not in arrays:
+            raise ValueError(f"{path}: missing key 'codes' (expected 'bits' and 'codes')")
         try:
             codes = validate_codes(arrays["codes"], index.bits, "codes")
         except ValueError as error:

@@ -14,8 +14,8 @@ Two kernels, both ``nogil`` so that callers run query blocks on several threads:
 
 The database is walked in tiles of :data:`TILE_ITEMS` codes, which every query of the block
 passes over while they are in cache. The two kernels spell out the same four-query body on
-purpose: factored into a compiled helper returning the four sums, the top-k scan measured
-10-40% slower (three runs side by side, 64 queries x 1M 32-bit codes).
+purpose: factored into a compiled helper returning the four sums, the top-k scan is
+markedly slower.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def scan_top_k(tables, codes, norms, id_offset, heap_scores, heap_ids):
 
     Every score is ``norm + table[0, c0] + table[1, c1] + ...`` summed in this order in float32
     (:meth:`sgh.search.asymmetric_index.AsymmetricIndex.rescore` sums alike). Four queries share
-    each code load and run four independent add chains: 2.6x the pairs/s of one query at a time
-    (1M 32-bit codes, k=100, one core).
+    each code load and run four independent add chains, far more pairs/s than one query at a
+    time.
     """
     nq, code_bytes = tables.shape[0], tables.shape[1]
     n, k = codes.shape[0], heap_scores.shape[1]

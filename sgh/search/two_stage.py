@@ -27,6 +27,7 @@ from sgh.codes import validate_codes
 from sgh.config import RESCORE_RULES
 from sgh.data.similarity import SIMILARITIES, nearness
 from sgh.data.streamed_features import take_rows
+from sgh.errors import check_int
 from sgh.search.asymmetric import AsymmetricScore, check_queries
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.hamming_index import HammingIndex
@@ -127,8 +128,7 @@ class TwoStageSearch:
                shortlist: int | None = 1000, radius: int | None = None,
                rescore: str = "score") -> tuple[np.ndarray, np.ndarray]:
         """The k best of each query's shortlist after rescoring: ``(D, I)``, ``(nq, k)``."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        check_int("k", k, 1)
         if len(query_codes) != len(queries):
             raise ValueError(f"{len(query_codes)} query codes for {len(queries)} queries")
         if rescore == "score" and self.shortlist_index is not None and radius is None \

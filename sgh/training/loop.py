@@ -37,8 +37,8 @@ from sgh.config import TrainerConfig
 from sgh.data.aligned import is_aligned
 from sgh.data.streamed_features import Features, StreamedFeatures
 from sgh.errors import TrainingDiverged, UserInputError
+from sgh.model.quiet_tensorflow import cached_compilation
 from sgh.model.sgh_model import LOSS_TERMS, SGH
-from sgh.quiet_tensorflow import cached_compilation
 from sgh.training.batches import batch_ids, call_plan, streamed_blocks
 from sgh.training.devices import Workers, is_multi_worker
 
@@ -136,8 +136,8 @@ class Trainer:
         with self.strategy.scope():
             if self.streamed is None:
                 # A variable, not a constant: a constant would be copied into every traced graph.
-                # Made from a tensor, whose buffer the variable takes over: from the array
-                # itself it took 0.2-0.36 s for MNIST, against one 0.03-0.1 s copy (measured).
+                # Made from a tensor, whose buffer the variable takes over: made from the array
+                # itself it is several times slower than one copy.
                 self.data = tf.Variable(_training_set_tensor(x_train), trainable=False,
                                         name="train")
             self.optimizer = keras.optimizers.Adam(learning_rate_schedule(config),
@@ -159,7 +159,7 @@ class Trainer:
             self._run = tf.function(self._run_replicated_steps, autograph=False)
         else:
             # autograph off: the loop is an explicit tf.while_loop and nothing else needs
-            # converting; converting it anyway cost 0.8 s of every run's tracing (measured).
+            # converting; converting it anyway would lengthen every run's tracing.
             self._run = tf.function(self._run_steps, jit_compile=config.jit_compile,
                                     autograph=False)
         self.workers = Workers(self.strategy) if is_multi_worker(self.strategy) else None
@@ -208,7 +208,7 @@ class Trainer:
         gradients = tape.gradient(objective, variables)
         self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
         # A few reductions over the ~2 * bits * dim gradient entries, inside the same XLA
-        # computation: measured +0-2 % per step (paired calls), weights unchanged bit for bit.
+        # computation: next to nothing per step, and the weights unchanged bit for bit.
         norms = tf.stack([tf.norm(gradient) for gradient in gradients])
         return tf.concat([tf.stack([terms[name] for name in self.term_names]), norms,
                           tf.norm(norms)[tf.newaxis]], axis=0)

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from sgh.artifacts import tensorboard_events as events
-from sgh.training import tensorboard_views as views
+from sgh.reports import tensorboard_views as views
 from sgh.training.loop import ChunkLog
 from sgh.training.model_selection import ModelSelection
 

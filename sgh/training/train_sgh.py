@@ -48,8 +48,8 @@ from sgh.training.signals import stop_on_signals
 
 logger = logging.getLogger(__name__)
 
-# Whether this process has run `fit_sgh` already (a sweep's later jobs, repeated API fits).
-_fitted_before = False
+# Whether this process has trained a run already (a sweep's later jobs).
+_trained_before = False
 
 
 @dataclass
@@ -65,6 +65,14 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     `strategy` is the one `sgh.pipeline.run` created before TensorFlow started (None: the
     default, one device).
     """
+    # A sweep runs its jobs in one process: each starts from a clean Keras state. The full
+    # garbage collection that frees an earlier job's cyclic TF objects (its training set among
+    # them) only when there was one: in a fresh process it finds nothing and costs a pause.
+    # Here, not in `fit_sgh`: a library user's `SGHHasher.fit` leaves their Keras state alone
+    # (every random draw of a fit is keyed by its own seed, none by TensorFlow's global one).
+    global _trained_before
+    keras.backend.clear_session(free_memory=_trained_before)
+    _trained_before = True
     train_items, validation = hold_out(config, split.train, split_training_labels(split),
                                        repr(split.name), split.similarity)
     trained = fit_sgh(config, train_items, validation, strategy, run_directory)
@@ -121,14 +129,6 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
             f"({len(train_items)} items"
             + (f" after holding out {len(validation.query)} for validation" if validation else "")
             + f"); accepted: 1..{len(train_items)}")
-    # A sweep runs its jobs in one process: start each from a clean TF state and its own seed.
-    # The full garbage collection that frees an earlier job's cyclic TF objects (its training
-    # set among them) only when there was one: in a fresh process it found nothing and took
-    # 0.2 s of every run (measured).
-    global _fitted_before
-    keras.backend.clear_session(free_memory=_fitted_before)
-    _fitted_before = True
-    tf.random.set_seed(config.trainer.seed)
     if isinstance(train_items, StreamedFeatures):
         block_mib = block_bytes(config.trainer, train_items.shape[1]) / 2**20
         logger.info("streaming %d training items from %s: %d blocks of %.0f MiB of batches in "
@@ -190,7 +190,7 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
                     f"interrupted at step {step} of {config.trainer.steps}; checkpoint saved")
         fields = {
             "objective": config.model.objective,
-            "estimator": config.model.estimator,
+            "estimator": config.model.gradient_estimator,
             "noise": config.model.noise,
             "steps": step,
             # 0: the run had finished its steps before this process (its training record is

@@ -1,12 +1,13 @@
 import logging
 import os
 import stat
+from functools import partial
 
 import numpy as np
 import pytest
 
 from sgh.artifacts import ground_truth_cache as cache
-from sgh.artifacts.ground_truth_cache import split_ground_truth
+from sgh.data.ground_truth import split_ground_truth
 from sgh.data.neighbours import euclidean_neighbours, exact_neighbours
 from sgh.data.split import RetrievalSplit
 
@@ -24,6 +25,11 @@ def dataset(tmp_path, monkeypatch):
     query = rng.integers(0, 4, (12, 5)).astype(np.float32)
     database = rng.integers(0, 4, (300, 5)).astype(np.float32)
     return path, query, database
+
+
+def cached_next_to(path):
+    """The exact neighbours through the cache beside `path`, as a run finds them."""
+    return partial(cache.cached_exact_neighbours, dataset_path=path)
 
 
 def counting_calls(monkeypatch):
@@ -175,10 +181,10 @@ def test_ground_truth_prefers_the_dataset_file_and_caches_otherwise(dataset, mon
     split = RetrievalSplit(
         name="points", protocol="test", train=database, database=database, query=query
     )
-    ids, source = split_ground_truth(split, 5)  # no dataset path: computed, nothing written
+    ids, source = split_ground_truth(split, 5)  # no cache: computed, nothing written
     assert source == "exact Euclidean neighbours, computed blockwise"
     assert cache_files(path.parent) == []
-    ids_cached, source = split_ground_truth(split, 5, path)
+    ids_cached, source = split_ground_truth(split, 5, cached_next_to(path))
     assert "cached in" in source
     np.testing.assert_array_equal(ids_cached, ids)
     shipped = RetrievalSplit(
@@ -189,7 +195,7 @@ def test_ground_truth_prefers_the_dataset_file_and_caches_otherwise(dataset, mon
         query=query,
         groundtruth=ids[:, ::-1].copy(),
     )
-    ids_shipped, source = split_ground_truth(shipped, 5, path)
+    ids_shipped, source = split_ground_truth(shipped, 5, cached_next_to(path))
     assert source == "from the dataset file"
     np.testing.assert_array_equal(ids_shipped, ids[:, ::-1])
 
@@ -198,7 +204,8 @@ def test_bad_k_is_refused_even_with_a_cache(dataset):
     path, query, database = dataset
     cache.cached_exact_neighbours(query, database, 5, path)
     for k in (0, len(database) + 1, 2.0):
-        with pytest.raises(ValueError, match="k must be an integer between 1 and the database"):
+        with pytest.raises(ValueError, match=r"is impossible; accepted: an integer between 1 "
+                                             r"and \d+ \(the database size\)"):
             cache.cached_exact_neighbours(query, database, k, path)
 
 
@@ -236,15 +243,15 @@ def test_split_ground_truth_follows_the_split_similarity(dataset):
     path, query, database = dataset
     split = RetrievalSplit(name="points", protocol="test", train=database, database=database,
                            query=query, similarity="inner_product")
-    ids, source = split_ground_truth(split, 5, path)
+    ids, source = split_ground_truth(split, 5, cached_next_to(path))
     assert source.startswith("exact inner-product neighbours")
     np.testing.assert_array_equal(ids, exact_neighbours(query, database, 5, "inner_product"))
     angular = RetrievalSplit(name="points", protocol="test", train=database, database=database,
                              query=query, similarity="angular")
-    ids, source = split_ground_truth(angular, 5, path)
+    ids, source = split_ground_truth(angular, 5, cached_next_to(path))
     assert source.startswith("exact angular neighbours")  # Euclidean on the given vectors
     np.testing.assert_array_equal(ids, euclidean_neighbours(query, database, 5))
-    with pytest.raises(ValueError, match="similarity must be one of"):
+    with pytest.raises(ValueError, match="similarity=.* is not known; accepted: "):
         cache.cached_exact_neighbours(query, database, 5, path, "auto")
 
 
@@ -253,8 +260,8 @@ def test_a_dataset_ground_truth_too_short_for_k_is_recomputed_with_a_warning(dat
     exact = euclidean_neighbours(query, database, 5)
     shipped = RetrievalSplit(name="points", protocol="test", train=database, database=database,
                              query=query, groundtruth=exact[:, :3].copy())
-    with caplog.at_level(logging.WARNING, logger="sgh.artifacts.ground_truth_cache"):
-        ids, source = split_ground_truth(shipped, 5, path)
+    with caplog.at_level(logging.WARNING, logger="sgh.data.ground_truth"):
+        ids, source = split_ground_truth(shipped, 5, cached_next_to(path))
     assert "has 3 neighbours per query, fewer than eval.recall_k=5" in caplog.text
     assert source.startswith("exact Euclidean neighbours")
     np.testing.assert_array_equal(ids, exact)

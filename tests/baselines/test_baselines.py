@@ -20,6 +20,7 @@ all bit lengths with every method's mAP@all and Recall10@100 printed.
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -28,12 +29,12 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sgh.baselines import ITQ, LSH, PCAH, SH, SpH
-from sgh.baselines.fitting import estimator_class
+from sgh.baselines.fitting import baseline_class
 from sgh.codes import pack_bits
 from sgh.methods import BASELINE_NAMES
 from sgh.metrics import mean_average_precision, recall_at_n
 
-BASELINES = {name: estimator_class(name) for name in BASELINE_NAMES}
+BASELINES = {name: baseline_class(name) for name in BASELINE_NAMES}
 
 SEEDS = range(5)
 ITQ_MAP = {16: 0.411, 32: 0.444, 64: 0.454}
@@ -106,7 +107,8 @@ def test_more_bits_than_features_is_allowed_where_the_method_permits(name):
 @pytest.mark.parametrize("name", sorted(BASELINES))
 @pytest.mark.parametrize("n_bits", [0, -1, 2.0, True, "8"])
 def test_bad_n_bits_is_refused_quoting_it(name, n_bits):
-    with pytest.raises(ValueError, match=f"n_bits must be an integer >= 1, got {n_bits!r}"):
+    expected = f"n_bits={n_bits!r} is impossible; accepted: an integer >= 1"
+    with pytest.raises(ValueError, match=re.escape(expected)):
         BASELINES[name](n_bits=n_bits).fit(_blobs())
 
 
@@ -198,7 +200,7 @@ def test_sph_with_one_bit_and_no_iterations():
 @pytest.mark.parametrize(
     "params, message",
     [
-        ({"n_iter": -1}, "n_iter must be an integer >= 0, got -1"),
+        ({"n_iter": -1}, "n_iter=-1 is impossible; accepted: an integer >= 0"),
     ],
 )
 def test_itq_bad_hyperparameters(params, message):
@@ -209,10 +211,11 @@ def test_itq_bad_hyperparameters(params, message):
 @pytest.mark.parametrize(
     "params, message",
     [
-        ({"n_samples": 1}, "n_samples must be an integer >= 2, got 1"),
-        ({"max_iter": -1}, "max_iter must be an integer >= 0, got -1"),
-        ({"epsilon_mean": 0}, r"epsilon_mean must be a number in \(0, 1\], got 0"),
-        ({"epsilon_stddev": 1.5}, r"epsilon_stddev must be a number in \(0, 1\], got 1.5"),
+        ({"n_samples": 1}, "n_samples=1 is impossible; accepted: an integer >= 2"),
+        ({"max_iter": -1}, "max_iter=-1 is impossible; accepted: an integer >= 0"),
+        ({"epsilon_mean": 0}, r"epsilon_mean=0 is impossible; accepted: a number in \(0, 1\]"),
+        ({"epsilon_stddev": 1.5},
+         r"epsilon_stddev=1.5 is impossible; accepted: a number in \(0, 1\]"),
     ],
 )
 def test_sph_bad_hyperparameters(params, message):
@@ -225,9 +228,9 @@ def test_sph_bad_hyperparameters(params, message):
 
 @pytest.fixture(scope="module")
 def mnist():
+    from sgh.cli.resources import BUNDLED_DATA_DIR
     from sgh.config import FileDatasetConfig
     from sgh.data import load_split
-    from sgh.resources import BUNDLED_DATA_DIR
 
     path = BUNDLED_DATA_DIR / "mnist" / "mnist.npz"
     return load_split(FileDatasetConfig(name="mnist", path=str(path)))

@@ -16,16 +16,12 @@ import numpy as np
 import pytest
 import scipy.io
 
+from tests.helpers import labelled_arrays, quick
 from tests.helpers_vector_files import write_texmex
 
 # Settings that would make a run short if the input were good.
-QUICK = ["trainer.steps=10", "trainer.steps_per_call=5", "validation.every=0"]
-
-
-def _labelled(n_train=20, n_test=10, dim=4):
-    rng = np.random.default_rng(0)
-    return {"X_train": rng.normal(size=(n_train, dim)), "y_train": rng.integers(0, 3, n_train),
-            "X_test": rng.normal(size=(n_test, dim)), "y_test": rng.integers(0, 3, n_test)}
+QUICK = quick("trainer.steps=10", "trainer.steps_per_call=5", "validation.every=0",
+              without=("dataset", "trainer.batch_size", "model.bits"))
 
 
 def _write(path, content: bytes):
@@ -81,7 +77,7 @@ def _negative_dim_bvecs(folder):
 
 
 def _nan(folder):
-    arrays = _labelled()
+    arrays = labelled_arrays()
     arrays["X_train"][2, 1] = np.nan
     arrays["X_train"][7, 3] = np.nan
     return _npz(folder, "nan.npz", **arrays)
@@ -109,11 +105,11 @@ CASES = [
      "unknown extension '.csv'; accepted: .npy, .npz, .fvecs, .bvecs, .ivecs, .mat"),
     ("corrupt npz", lambda f: _write(f / "c.npz", b"PK\x03\x04 not a zip"),
      [], "corrupt or truncated .npz file"),
-    ("truncated npz", lambda f: _truncated(_npz(f, "t.npz", **_labelled(200))), [],
+    ("truncated npz", lambda f: _truncated(_npz(f, "t.npz", **labelled_arrays(200))), [],
      "corrupt or truncated .npz file"),
     ("corrupt mat", lambda f: _write(f / "c.mat", b"MATLAB 5.0 garbage" * 20),
      [], "corrupt or unreadable .mat file"),
-    ("truncated mat", lambda f: _truncated(_mat(f, "t.mat", **_labelled())), [],
+    ("truncated mat", lambda f: _truncated(_mat(f, "t.mat", **labelled_arrays())), [],
      "corrupt or unreadable .mat file"),
     ("mat v7.3 damaged", _v73, [], "corrupt, truncated or not an HDF5 file"),
     ("truncated fvecs", lambda f: _truncated(_texmex_pair(f, "tr", np.ones((5, 3), np.float32),
@@ -135,7 +131,7 @@ CASES = [
     ("missing key mat", lambda f: _mat(f, "k.mat", features=np.ones((3, 2)),
                                        labels=np.ones(3)), [],
      "keys found: features, labels; expected labelled"),
-    ("dimension mismatch npz", lambda f: _npz(f, "dim.npz", **{**_labelled(),
+    ("dimension mismatch npz", lambda f: _npz(f, "dim.npz", **{**labelled_arrays(),
                                                                "X_test": np.zeros((10, 5))}),
      [], "key 'X_test' has 5 features per item but the other splits have 4"),
     ("dimension mismatch fvecs", lambda f: _texmex_pair(f, "dm", np.ones((5, 3), np.float32),
@@ -144,14 +140,15 @@ CASES = [
     ("uint8 and float splits", lambda f: _texmex_pair(f, "sc", np.ones((5, 3), np.uint8),
                                                       np.ones((2, 3), np.float32)),
      ["dataset.query_path={folder}/sc_query.fvecs"], "is converted as"),
-    ("label count mismatch", lambda f: _npz(f, "lab.npz", **{**_labelled(),
+    ("label count mismatch", lambda f: _npz(f, "lab.npz", **{**labelled_arrays(),
                                                              "y_train": np.zeros(7, int)}),
      [], "key 'y_train' has 7 labels but 'X_train' has 20 items"),
-    ("empty array", lambda f: _npz(f, "e.npz", **{**_labelled(), "X_train": np.zeros((0, 4))}),
+    ("empty array", lambda f: _npz(f, "e.npz", **{**labelled_arrays(),
+                                                  "X_train": np.zeros((0, 4))}),
      [], "key 'X_train' has shape (0, 4); expected a non-empty 2-D array"),
     ("empty fvecs", lambda f: _write(f / "e_base.fvecs", b""), [],
      "is empty; expected at least one vector"),
-    ("non-numeric features", lambda f: _npz(f, "s.npz", **{**_labelled(),
+    ("non-numeric features", lambda f: _npz(f, "s.npz", **{**labelled_arrays(),
                                                            "X_train": np.full((20, 4), "a")}),
      [], "non-numeric dtype <U1"),
     ("nan", _nan, [], "key 'X_train' has 2 NaN/Inf values (first at row 2, column 1: nan)"),
@@ -159,14 +156,15 @@ CASES = [
     ("ground truth out of range npz", lambda f: _npz(
         f, "gt.npz", base=np.zeros((5, 2)), query=np.zeros((2, 2)),
         groundtruth=np.array([[0, 1], [4, 5]])), [],
-     "key 'groundtruth' has ids outside 0..4 (min 0, max 5)"),
+     "key 'groundtruth' has ids outside 0..4 (min 0, max 5; first at row 1: 5); ids index the "
+     "rows of the database from 0"),
     ("ground truth out of range ivecs", _groundtruth_ivecs, [],
      "gt_groundtruth.ivecs has ids outside 0..4"),
     ("query file missing", lambda f: write_texmex(f / "solo_base.fvecs", np.ones((4, 2))), [],
      "expected its queries in"),
     ("bits zero", None, ["model.bits=0"], "model.bits=0 is impossible"),
     ("bits above maximum", None, ["model.bits=1025"],
-     "model.bits=1025 is impossible; accepted: a number between 1 and 1024"),
+     "model.bits=1025 is impossible; accepted: an integer between 1 and 1024"),
     ("batch size zero", None, ["trainer.batch_size=0"], "trainer.batch_size=0 is impossible"),
     ("negative steps", None, ["trainer.steps=-1"], "trainer.steps=-1 is impossible"),
     ("unknown dataset", None, ["dataset=mnsit"],
@@ -259,4 +257,4 @@ def test_sgh_debug_shows_the_traceback_and_keeps_exit_2(tmp_path):
     assert result.returncode == 2
     assert "Traceback (most recent call last)" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "sgh-train: error: model.bits=0 is impossible; accepted: a number between 1 and 1024")
+        "sgh-train: error: model.bits=0 is impossible; accepted: an integer between 1 and 1024")

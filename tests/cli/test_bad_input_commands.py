@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from tests.cli.conftest import PROGRAMS
+from tests.helpers import quick
 
 
 # ---- inputs a user might have -----------------------------------------------------------------
@@ -130,10 +131,16 @@ def _yaml_garbage(folder: Path) -> Path:
     return _file(folder / "run" / "config.yaml", "model: {bits: 3\n  x: [\n")
 
 
+# A table, one row a case: its rows are alike in shape on purpose (nothing in them to factor).
 CASES = [
     # ---- sgh-train: Hydra's own errors, as one line --------------------------------------------
     Case("misspelt key", "train", lambda f: ["model.bitz=3"],
          "model.bitz=3: model has no key 'bitz'; accepted keys: name, bits, objective"),
+    Case("a key renamed since", "train", lambda f: ["model.estimator=exact"],
+         "model.estimator=exact: model.estimator is now named model.gradient_estimator; "
+         "accepted: model.gradient_estimator=VALUE (unbiased, approximate)"),
+    Case("a key renamed since, added with +", "train", lambda f: ["+model.estimator=unbiased"],
+         "+model.estimator=unbiased: model.estimator is now named model.gradient_estimator"),
     Case("misspelt section", "train", lambda f: ["trainr.steps=3"],
          "trainr.steps=3: the configuration has no key 'trainr'; accepted keys: dataset, model"),
     Case("wrong type", "train", lambda f: ["model.bits=abc"],
@@ -201,7 +208,8 @@ CASES = [
          lambda f: ["model=itq", "model.bits=16", "dataset=synthetic", "dataset.dim=8",
                     _run_dir(f)],
          "model.bits=16 is more than the 8 features of 'synthetic', and model=itq takes one bit "
-         "per principal component; accepted: model.bits <= 8"),
+         "per principal component; accepted: model.bits <= 8, or a method without that limit "
+         "(model=sgh, lsh, sh, sph)"),
     Case("PCAH with more bits than features", "train",
          lambda f: ["model=pcah", "model.bits=9", "dataset=synthetic", "dataset.dim=8",
                     _run_dir(f)],
@@ -286,7 +294,7 @@ CASES = [
          "run={tmp}/run was trained on uint8 features divided by 255"),
     Case("misspelt encode argument", "encode", lambda f: ["batchsize=3"],
          "batchsize=3: the configuration has no key 'batchsize'; accepted keys: run, encoder, "
-         "input, out, key, batch_size"),
+         "input, out, key, batch_size, input_scale"),
     Case("encode batch size not a number", "encode", lambda f: ["batch_size=lots"],
          "batch_size=lots: Value 'lots' of type 'str' could not be converted to Integer"),
     Case("encode out= a read-only place", "encode",
@@ -408,8 +416,7 @@ def test_every_command_from_a_real_process(tmp_path, command, arguments, expecte
     assert_one_line(result, PROGRAMS[command][0], expected, 2)
 
 
-QUICK_SGH = ["dataset=synthetic", "trainer.steps=40", "trainer.steps_per_call=20",
-             "trainer.batch_size=100", "validation.every=0", "model.bits=8"]
+QUICK_SGH = quick("trainer.steps=40", "validation.every=0", "model.bits=8")
 # Runs sgh-train with a signal delivered when the named function of sgh.pipeline is called.
 SIGNALLING_TRAIN = """
 import signal, sys

@@ -10,9 +10,10 @@ import pytest
 import scipy.io
 
 from sgh.cli.encode import EncodeCommandConfig, encode_file
+from sgh.cli.export import export_run
 from sgh.errors import UserInputError
 from sgh.model.encoding import encode_packed
-from sgh.model.export import export_run, load_encoder, restore_run_model, run_encoder_path
+from sgh.model.export import load_encoder, restore_run_model, run_encoder_path
 from sgh.pipeline import run
 from tests.helpers import compose_config
 
@@ -89,6 +90,29 @@ def test_codes_of_the_runs_own_data_equal_codes_npz(trained, kind):
     assert summary["n"] == 700 and summary["bits"] == 12
     assert summary["conversion"] == ("float32 as stored" if kind == "fvecs" else "uint8 / 255")
     assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_input_scale_sets_the_conversion_of_input_stored_otherwise(trained):
+    root, run_dir, base, database_codes = trained
+    # Raw pixel values stored as floats, which `auto` refuses for this uint8-trained run:
+    # input_scale=uint8 divides them by 255 exactly as the training conversion did.
+    np.save(root / "pixels_f32.npy", base.astype(np.float32))
+    out = root / "codes_scaled.npy"
+    summary = encode_file(EncodeCommandConfig(run=str(run_dir), input=str(root / "pixels_f32.npy"),
+                                              out=str(out), input_scale="uint8"))
+    np.testing.assert_array_equal(np.load(out), database_codes)
+    assert summary["conversion"] == "float32 as stored / 255 (input_scale=uint8)"
+    # input_scale=none: uint8 values as they are (BIGANN .bvecs through a float .fvecs run).
+    path, _ = _inputs(root, base)["bvecs"]
+    summary = encode_file(EncodeCommandConfig(run=str(run_dir), input=str(path), out=str(out),
+                                              input_scale="none", batch_size=97))
+    encoder = load_encoder(run_encoder_path(run_dir))
+    np.testing.assert_array_equal(np.load(out), encoder.encode_packed(base.astype(np.float32)))
+    assert summary["conversion"] == "uint8 as stored (input_scale=none)"
+    with pytest.raises(UserInputError, match="input_scale='raw' is not known; accepted: auto, "
+                                             "none, uint8"):
+        encode_file(EncodeCommandConfig(run=str(run_dir), input=str(path), out=str(out),
+                                        input_scale="raw"))
 
 
 def test_restored_run_model_is_the_one_that_made_codes_npz(trained):

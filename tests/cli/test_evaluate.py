@@ -53,7 +53,7 @@ def test_labels_only_or_groundtruth_only(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"bits": None}, "key 'bits' must hold the code length"),
+    ({"bits": None}, "missing key 'bits' (the code length)"),
     ({"database": np.zeros((5, 3), np.uint8)}, "expected packed uint8 codes of shape (n, 2)"),
     ({"query": None}, "missing key 'query'"),
     ({"query_labels": None}, "only one of 'database_labels' and 'query_labels'"),

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
+from sgh.cli.resources import BUNDLED_DATA_DIR
 from sgh.config import FileDatasetConfig, SyntheticDatasetConfig
 from sgh.data import load_split
 from sgh.data.aligned import ALIGNMENT, aligned_empty, aligned_rows, is_aligned
 from sgh.data.streamed_features import without_rows
-from sgh.resources import BUNDLED_DATA_DIR
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (7, 5), (1000, 784)])

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from sgh.config import FileDatasetConfig
 from sgh.data import load_split
+from sgh.data.feature_conversion import read_float32
 from sgh.data.streamed_features import StreamedFeatures
-from sgh.data.vector_files import list_keys, open_vectors, read_float32
+from sgh.data.vector_files import list_keys, open_vectors
 from sgh.errors import UserInputError
 from tests.helpers import assert_same_split, damage
 
@@ -226,8 +227,10 @@ BAD_FILES = {
     "repeated id": (dict(neighbors=_neighbours(4, 7, NEIGHBORS[4, 2])),
                     f"key 'neighbors' row 4 lists the id {NEIGHBORS[4, 2]} more than once"),
     "id outside": (dict(neighbors=_neighbours(2, 5, 300)),
-                   "key 'neighbors' row 2 has the id 300, outside 0..299"),
-    "negative id": (dict(neighbors=_neighbours(3, 0, -1)), "key 'neighbors' row 3 has the id -1"),
+                   "key 'neighbors' has ids outside 0..299 (min 0, max 300; first at row 2: "
+                   "300); ids index the rows of 'train' from 0"),
+    "negative id": (dict(neighbors=_neighbours(3, 0, -1)),
+                    "key 'neighbors' has ids outside 0..299 (min -1, "),
     "float ids": (dict(neighbors=NEIGHBORS.astype(np.float32)),
                   "key 'neighbors' has dtype float32; expected integer ids"),
     "rows": (dict(neighbors=NEIGHBORS[:5]), "key 'neighbors' has 5 rows but 'test' has 12"),

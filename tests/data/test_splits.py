@@ -4,11 +4,11 @@
 import numpy as np
 import pytest
 
+from sgh.cli.resources import BUNDLED_DATA_DIR
 from sgh.config import FileDatasetConfig, SyntheticDatasetConfig
 from sgh.data import load_split
 from sgh.errors import UserInputError
-from sgh.resources import BUNDLED_DATA_DIR
-from tests.helpers import SHARED_DATA
+from tests.helpers import SHARED_DATA, labelled_arrays
 
 needs_shared = pytest.mark.skipif(not SHARED_DATA.is_dir(),
                                   reason="../shared/data is not beside the checkout")
@@ -94,14 +94,8 @@ def _write(tmp_path, name="data.npz", **arrays):
     return path
 
 
-def _labelled(n_train=20, n_test=10, dim=4):
-    rng = np.random.default_rng(0)
-    return {"X_train": rng.normal(size=(n_train, dim)), "y_train": rng.integers(0, 3, n_train),
-            "X_test": rng.normal(size=(n_test, dim)), "y_test": rng.integers(0, 3, n_test)}
-
-
 def test_integer_features_are_converted_and_the_conversion_is_stated(tmp_path):
-    arrays = _labelled()
+    arrays = labelled_arrays()
     arrays["X_train"] = np.arange(80, dtype=np.int16).reshape(20, 4)
     arrays["X_test"] = np.arange(40, dtype=np.int16).reshape(10, 4)
     split = load_split(_dataset(_write(tmp_path, **arrays), n_queries=5))
@@ -111,12 +105,12 @@ def test_integer_features_are_converted_and_the_conversion_is_stated(tmp_path):
 
 def _bad_cases(tmp_path):
     """(path, what the one-line message must contain) for each malformed input."""
-    nan = _labelled()
+    nan = labelled_arrays()
     nan["X_train"][3, 2] = np.nan
     nan["X_train"][5, 0] = np.inf
     corrupt = tmp_path / "corrupt.npz"
     corrupt.write_bytes(b"PK\x03\x04 definitely not a zip archive")
-    truncated = _write(tmp_path, "truncated.npz", **_labelled(n_train=2000))
+    truncated = _write(tmp_path, "truncated.npz", **labelled_arrays(n_train=2000))
     truncated.write_bytes(truncated.read_bytes()[:3000])
     csv = tmp_path / "data.csv"
     csv.write_text("0,0\n")
@@ -131,19 +125,19 @@ def _bad_cases(tmp_path):
         (pickled, "object (pickled) arrays, which are refused"),
         (_write(tmp_path, "keys.npz", features=np.zeros((3, 2))),
          "keys found: features; expected labelled"),
-        (_write(tmp_path, "dim.npz", **{**_labelled(), "X_test": np.zeros((10, 5))}),
+        (_write(tmp_path, "dim.npz", **{**labelled_arrays(), "X_test": np.zeros((10, 5))}),
          "'X_test' has 5 features per item but the other splits have 4"),
-        (_write(tmp_path, "labels.npz", **{**_labelled(), "y_train": np.zeros(7, int)}),
+        (_write(tmp_path, "labels.npz", **{**labelled_arrays(), "y_train": np.zeros(7, int)}),
          "'y_train' has 7 labels but 'X_train' has 20 items"),
-        (_write(tmp_path, "empty.npz", **{**_labelled(), "X_train": np.zeros((0, 4))}),
+        (_write(tmp_path, "empty.npz", **{**labelled_arrays(), "X_train": np.zeros((0, 4))}),
          "'X_train' has shape (0, 4); expected a non-empty 2-D array"),
-        (_write(tmp_path, "text.npz", **{**_labelled(), "X_train": np.full((20, 4), "a")}),
+        (_write(tmp_path, "text.npz", **{**labelled_arrays(), "X_train": np.full((20, 4), "a")}),
          "non-numeric dtype <U1"),
         (_write(tmp_path, "nan.npz", **nan),
          "'X_train' has 2 NaN/Inf values (first at row 3, column 2: nan)"),
         (_write(tmp_path, "gt.npz", base=np.zeros((5, 2)), query=np.zeros((2, 2)),
                 groundtruth=np.array([[0, 1], [4, 5]])),
-         "'groundtruth' has ids outside 0..4 (min 0, max 5)"),
+         "'groundtruth' has ids outside 0..4 (min 0, max 5; first at row 1: 5)"),
     ]
 
 

@@ -11,6 +11,7 @@ import scipy.io
 from omegaconf import OmegaConf
 
 from sgh.artifacts.ground_truth_cache import features_digest
+from sgh.data.feature_conversion import read_float32
 from sgh.data.feature_statistics import feature_statistics
 from sgh.data.mapped_rows import MappedRows
 from sgh.data.neighbours import chunked_euclidean_neighbours, euclidean_neighbours
@@ -21,10 +22,10 @@ from sgh.data.streamed_features import (
     take_rows,
     without_rows,
 )
-from sgh.data.vector_files import open_vectors, read_float32
+from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError
 from sgh.pipeline import run
-from tests.helpers import compose_config
+from tests.helpers import compose_config, quick
 from tests.helpers_vector_files import write_texmex
 
 RNG = np.random.default_rng(0)
@@ -199,9 +200,9 @@ def ann_files(tmp_path_factory):
     return folder
 
 
-QUICK = ["dataset=file", "trainer.steps=300", "trainer.batch_size=64",
-         "trainer.steps_per_call=50", "trainer.checkpoint_every=100", "model.bits=16",
-         "validation.every=100", "validation.queries=100", "validation.database=500"]
+QUICK = quick("dataset=file", "trainer.steps=300", "trainer.batch_size=64",
+              "trainer.steps_per_call=50", "trainer.checkpoint_every=100", "model.bits=16",
+              "validation.every=100", "validation.queries=100", "validation.database=500")
 
 
 def _config(folder, *overrides):

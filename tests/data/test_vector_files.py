@@ -18,13 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sgh.data.vector_files import (
-    ACCEPTED_SUFFIXES,
-    as_float32_features,
-    open_vectors,
-    read_float32,
-    require_same_scaling,
-)
+from sgh.data.feature_conversion import as_float32_features, read_float32, require_same_scaling
+from sgh.data.vector_files import ACCEPTED_SUFFIXES, open_vectors
 from sgh.errors import UserInputError
 from tests.helpers import damage
 from tests.helpers_vector_files import TEXMEX_DTYPES, write_texmex
@@ -162,7 +157,8 @@ def test_ten_million_bvecs_stream_in_bounded_peak_memory(tmp_path):
     # VmHWM, not ru_maxrss: ru_maxrss survives exec and would count the forking parent.
     script = (
         "import numpy as np\n"
-        "from sgh.data.vector_files import as_float32_features, open_vectors\n"
+        "from sgh.data.feature_conversion import as_float32_features\n"
+        "from sgh.data.vector_files import open_vectors\n"
         f"v = open_vectors({str(tmp_path / 'big.bvecs')!r}); total = 0\n"
         f"for a in range(0, len(v), {chunk}):\n"
         f"    x, _ = as_float32_features(v.read(a, min(a + {chunk}, len(v))), v.path, None, a)\n"

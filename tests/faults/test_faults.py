@@ -29,9 +29,10 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from sgh.artifacts.checkpoint_integrity import checkpoint_damage
 from sgh.artifacts.codes_file import load_codes
-from sgh.artifacts.run_directory import checkpoint_damage
 from sgh.data.synthetic import gaussian_clusters
+from tests.helpers import run_codes, start_training
 
 pytestmark = pytest.mark.slow
 
@@ -46,10 +47,7 @@ TEMPORARY = re.compile(r"^\..+\.tmp|_temp$|\.tmp[0-9a-f]+$")
 
 
 def _start(run_dir, *extra, args=ARGS):
-    return subprocess.Popen([sys.executable, "-m", "sgh.cli.train", *args, *extra,
-                             f"hydra.run.dir={run_dir}"],
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return start_training(run_dir, *args, *extra)
 
 
 def _finished(process, timeout=300):
@@ -57,13 +55,8 @@ def _finished(process, timeout=300):
     return process.returncode, out, err
 
 
-def _codes(run_dir):
-    with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
-        return {key: codes[key] for key in ("database", "query")}
-
-
 def _assert_same_codes(run_dir, reference):
-    codes = _codes(run_dir)
+    codes = run_codes(run_dir)
     for key, expected in reference.items():
         np.testing.assert_array_equal(codes[key], expected)
 
@@ -146,7 +139,7 @@ def reference(tmp_path_factory):
     times = [_wait_for(run_dir, process, moment) for moment in MOMENTS]
     returncode, _, err = _finished(process)
     assert returncode == 0, err[-3000:]
-    return {"dir": run_dir, "codes": _codes(run_dir),
+    return {"dir": run_dir, "codes": run_codes(run_dir),
             "gaps": {start: end - begun for start, begun, end in
                      zip(MOMENTS, times, times[1:], strict=False)}}
 

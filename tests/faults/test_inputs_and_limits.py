@@ -42,7 +42,7 @@ from sgh.config import (
 from sgh.data import load_split
 from sgh.errors import UserInputError
 from sgh.training.holdout import carve
-from tests.helpers import QUICK, compose_config
+from tests.helpers import QUICK, compose_config, labelled_arrays
 
 
 def _command(monkeypatch, capsys, *arguments):
@@ -63,11 +63,6 @@ def _one_line(stderr: str, program: str = "sgh-train") -> str:
     assert len(lines) == 1 and lines[0].startswith(f"{program}: error: "), stderr
     assert "Traceback" not in stderr
     return lines[0]
-
-
-def _labelled(rng, n_train=40, n_test=20, dim=4):
-    return {"X_train": rng.normal(size=(n_train, dim)), "y_train": rng.integers(0, 3, n_train),
-            "X_test": rng.normal(size=(n_test, dim)), "y_test": rng.integers(0, 3, n_test)}
 
 
 def _message(call, *args) -> str:
@@ -106,7 +101,7 @@ def test_a_key_added_with_plus_that_the_schema_lacks_is_refused_like_a_misspelt_
 def test_a_dataset_path_with_a_named_dataset_is_refused_naming_dataset_file(
         tmp_path, monkeypatch, capsys):
     data = tmp_path / "mine.npz"
-    np.savez(data, **_labelled(np.random.default_rng(0)))
+    np.savez(data, **labelled_arrays(40, 20, rng=np.random.default_rng(0)))
     for named in ([], ["dataset=cifar10_gist"]):
         status, stderr = _command(monkeypatch, capsys, *named, f"dataset.path={data}",
                                   f"hydra.run.dir={tmp_path / 'run'}")
@@ -143,7 +138,8 @@ def test_a_validation_database_within_the_recall_cutoff_is_refused():
 def test_an_npz_mixing_layouts_is_refused_naming_the_stray_keys(tmp_path):
     rng = np.random.default_rng(0)
     mixed = tmp_path / "mixed.npz"
-    np.savez(mixed, **_labelled(rng), base=rng.normal(size=(5, 4)), junk=np.ones(3))
+    np.savez(mixed, **labelled_arrays(40, 20, rng=rng), base=rng.normal(size=(5, 4)),
+             junk=np.ones(3))
     message = _message(load_split, FileDatasetConfig(name="mixed", path=str(mixed)))
     assert f"{mixed}: holds the labelled layout" in message, message
     assert "base, junk" in message and "ANN" in message and "pooled (X, y)" in message
@@ -154,7 +150,7 @@ def test_an_npz_mixing_layouts_is_refused_naming_the_stray_keys(tmp_path):
         load_split, FileDatasetConfig(name="misspelt", path=str(misspelt)))
     # An array that is no layout's key (an index of the source files) is not read.
     indexed = tmp_path / "indexed.npz"
-    np.savez(indexed, **_labelled(rng), file_index_train=np.arange(40))
+    np.savez(indexed, **labelled_arrays(40, 20, rng=rng), file_index_train=np.arange(40))
     split = load_split(FileDatasetConfig(name="indexed", path=str(indexed), n_queries=5))
     assert len(split.train) == 40
 

@@ -161,7 +161,7 @@ def test_a_run_from_before_the_marker_still_resumes(tmp_path, caplog):
 # ---- Lost 3 and 4: SGHHasher.save and export_encoder ------------------------------------------
 @pytest.fixture(scope="module")
 def hasher():
-    from sgh.training.estimator import SGHHasher
+    from sgh.training.sgh_hasher import SGHHasher
 
     x = np.random.default_rng(0).normal(size=(200, 8)).astype(np.float32)
     return SGHHasher(n_bits=6, steps=4, steps_per_call=2, batch_size=2, jit_compile=False,

@@ -55,6 +55,8 @@ def test_a_sweep_stopped_by_a_failing_job_says_so_and_how_to_resume(tmp_path):
                  f"hydra.sweep.dir={tmp_path}"]
     stopped = _train(*arguments, cwd=tmp_path)
     assert stopped.returncode == 2 and "Traceback" not in stopped.stderr
+    # Job 0, a baseline, has no validated metric; Hydra's basic sweeper reads none either.
+    assert "optimized_metric" not in stopped.stderr
     line = stopped.stderr.strip().splitlines()[-1]
     assert line.startswith("sgh-train: error: model.bits=40 is more than the 32 features")
     assert (f"(job 1 of the sweep, {tmp_path}/1_" in line and "the sweep stopped there, its "

@@ -84,7 +84,7 @@ def test_bad_labels_are_named():
         neighbour_relevance(np.zeros((2, 3), int), k=5, n_queries=2, n_database=10)
     with pytest.raises(ValueError, match=r"indices in \[0, 10\), found 0..12"):
         neighbour_relevance([[0, 12]], k=2, n_queries=1, n_database=10)
-    with pytest.raises(ValueError, match="k must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="k=0 is impossible; accepted: an integer >= 1"):
         neighbour_relevance([[0]], k=0, n_queries=1, n_database=10)
 
 

@@ -116,3 +116,19 @@ def test_the_sgh_model_encodes_through_the_same_layer():
     # The layer is not part of the model's variables or checkpoints (its layout is unchanged).
     assert sorted(v.name.split(":")[0] for v in model.variables) == [
         "U", "W", "b", "c", "log_rho", "mean", "prior_logits", "scale"]
+
+
+def test_another_keras_backend_is_refused_in_one_line():
+    # No other backend is installed here: Keras is told it runs on JAX, as KERAS_BACKEND=jax
+    # would make it, before the layers are imported.
+    from tests.helpers import fresh_python
+
+    printed = fresh_python("import keras; keras.backend.backend = lambda: 'jax'\n"
+                           "from sgh.errors import UserInputError\n"
+                           "try:\n"
+                           "    import sgh.model.layers\n"
+                           "except UserInputError as error:\n"
+                           "    print(error)\n")
+    assert printed.splitlines() == [
+        "Keras runs on the 'jax' backend (KERAS_BACKEND, or ~/.keras/keras.json); sgh's layers "
+        "and model need its TensorFlow backend: set KERAS_BACKEND=tensorflow"]

@@ -136,7 +136,7 @@ def test_recipe5_closed_form_difference_equals_brute_force():
 
 
 def _model(objective="paper", estimator="unbiased", bits=4, dim=6, seed=0):
-    config = ModelConfig(bits=bits, objective=objective, estimator=estimator,
+    config = ModelConfig(bits=bits, objective=objective, gradient_estimator=estimator,
                          noise="uniform" if objective == "paper" else "fixed",
                          normalization="isotropic" if objective == "paper" else "none",
                          init="random" if objective == "paper" else "released")
@@ -234,7 +234,7 @@ def test_released_init_matches_the_demo():
 def _deep(estimator="approximate", bits=6, dim=9, seed=0):
     x = np.random.default_rng(seed).normal(size=(300, dim)).astype(np.float32)
     config = ModelConfig(bits=bits, encoder="mlp", decoder="mlp", encoder_hidden=[16],
-                         decoder_hidden=[12, 10], estimator=estimator)
+                         decoder_hidden=[12, 10], gradient_estimator=estimator)
     return SGH.from_training_data(config, x, seed=seed), x
 
 

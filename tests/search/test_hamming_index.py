@@ -205,17 +205,17 @@ def test_invalid_arguments_quote_the_value():
     index = HammingIndex(12)
     index.add(random_codes(np.random.default_rng(8), 4, 12))
     xq = random_codes(np.random.default_rng(9), 2, 12)
-    with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="k=0 is impossible; accepted: an integer >= 1"):
         index.search(xq, 0)
-    with pytest.raises(ValueError, match="got 2.5"):
+    with pytest.raises(ValueError, match="k=2.5 is impossible"):
         index.search(xq, 2.5)
-    with pytest.raises(ValueError, match="radius must be an integer >= 0, got -1"):
+    with pytest.raises(ValueError, match="radius=-1 is impossible; accepted: an integer >= 0"):
         index.range_search(xq, -1)
     with pytest.raises(ValueError, match="3 bytes per row.*bits=12 needs 2"):
         index.search(np.zeros((2, 3), np.uint8), 1)
     with pytest.raises(ValueError, match="non-zero padding"):
         index.add(np.full((1, 2), 255, np.uint8))
-    with pytest.raises(ValueError, match="bits must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="bits=0 is impossible; accepted: an integer >= 1"):
         HammingIndex(0)
 
 

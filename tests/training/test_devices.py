@@ -27,6 +27,7 @@ from sgh.training.devices import (
     writable_run_dir,
 )
 from sgh.training.loop import Trainer, replica_share
+from tests.helpers import quick
 from tests.helpers_vector_files import write_texmex
 
 X = np.random.default_rng(0).normal(size=(400, 16)).astype(np.float32)
@@ -53,7 +54,8 @@ MIRRORED_AGAINST_ONE_DEVICE = """
     import numpy as np
     from sgh.config import ModelConfig, TrainerConfig
     from sgh.data.streamed_features import StreamedFeatures
-    from sgh.data.vector_files import open_vectors, read_float32
+    from sgh.data.feature_conversion import read_float32
+    from sgh.data.vector_files import open_vectors
     from sgh.training.devices import strategy_for
     from sgh.errors import UserInputError
     from sgh.model.sgh_model import SGH
@@ -68,7 +70,8 @@ MIRRORED_AGAINST_ONE_DEVICE = """
               "released": (ModelConfig(bits=16, objective="released", noise="fixed",
                                        init="released", normalization="none"), False, 120, 40),
               "deep": (ModelConfig(bits=16, encoder="mlp", decoder="mlp", encoder_hidden=[32],
-                                   decoder_hidden=[32], estimator="unbiased"), False, 10, 5)}
+                                   decoder_hidden=[32], gradient_estimator="unbiased"),
+                       False, 10, 5)}
     out = {}
     for objective, (model_config, jit_compile, steps, per_call) in models.items():
         for name, cpus in (("mirrored", 2), ("one_device", 0)):
@@ -262,8 +265,7 @@ def test_a_single_process_writes_its_own_run_directory(tmp_path):
 
 
 # ---- several workers: two processes on this machine -----------------------------------------
-QUICK = ["dataset=synthetic", "trainer.steps=200", "trainer.batch_size=100",
-         "trainer.steps_per_call=50", "model.bits=12", "trainer.strategy=multi_worker"]
+QUICK = quick("trainer.steps=200", "trainer.steps_per_call=50", "trainer.strategy=multi_worker")
 ARTIFACTS = ("config.yaml", "codes.npz", "metrics.json", "checkpoints", "tensorboard")
 
 

@@ -77,7 +77,7 @@ def test_seed_changes_the_run():
     assert np.any(_weights(a)["W:0"] != _weights(b)["W:0"])
 
 
-@pytest.mark.parametrize("field, other", [("noise", "fixed"), ("estimator", "unbiased"),
+@pytest.mark.parametrize("field, other", [("noise", "fixed"), ("gradient_estimator", "unbiased"),
                                           ("init", "released")])
 def test_model_options_change_training(field, other):
     base, _ = _train()

@@ -10,10 +10,9 @@ from sgh.data import load_split
 from sgh.errors import UserInputError
 from sgh.pipeline import run
 from sgh.training.holdout import carve, split_training_labels
-from tests.helpers import compose_config
+from tests.helpers import compose_config, quick, trained
 
-QUICK = ["dataset=synthetic", "trainer.steps=200", "trainer.batch_size=100",
-         "trainer.steps_per_call=20", "model.bits=12", "validation.every=40"]
+QUICK = quick("trainer.steps=200", "validation.every=40")
 
 
 def _config(*overrides):
@@ -72,8 +71,7 @@ def test_too_small_a_training_set_for_validation_is_one_clear_error():
 
 @pytest.fixture(scope="module")
 def validated_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("validated")
-    return run_dir, run(_config(), run_dir)
+    return trained(tmp_path_factory.mktemp("validated"), _config())
 
 
 def test_final_codes_come_from_the_best_validated_weights(validated_run):

@@ -8,14 +8,13 @@ skip XLA: compiling costs each of the ten processes seconds, and resuming is the
 way (the XLA path resumes exactly in tests/data/test_streaming.py and tests/test_pipeline.py).
 """
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
+
+from tests.helpers import run_codes, start_training
 
 ARGS = ["dataset=synthetic", "model.bits=16", "trainer.steps=2000", "trainer.batch_size=100",
         "trainer.steps_per_call=50", "trainer.checkpoint_every=250", "validation.every=500",
@@ -23,15 +22,7 @@ ARGS = ["dataset=synthetic", "model.bits=16", "trainer.steps=2000", "trainer.bat
 
 
 def _start(run_dir, *extra):
-    return subprocess.Popen([sys.executable, "-m", "sgh.cli.train", *ARGS, *extra,
-                             f"hydra.run.dir={run_dir}"],
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _codes(run_dir):
-    with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
-        return {key: codes[key] for key in ("database", "query")}
+    return start_training(run_dir, *ARGS, *extra)
 
 
 SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}
@@ -91,12 +82,12 @@ def runs(tmp_path_factory):
         out, err = process.communicate(timeout=300)
         assert process.returncode == 0, err[-3000:]
         outputs[name] = out
-    return {"reference": (reference_dir, _codes(reference_dir)), "dirs": dirs,
+    return {"reference": (reference_dir, run_codes(reference_dir)), "dirs": dirs,
             "stopped": stopped, "resumed": outputs}
 
 
 def _assert_same_codes(run_dir, reference):
-    codes = _codes(run_dir)
+    codes = run_codes(run_dir)
     for key in ("database", "query"):
         np.testing.assert_array_equal(codes[key], reference[1][key])
 

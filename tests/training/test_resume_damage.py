@@ -16,13 +16,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from sgh.artifacts.run_directory import RunDirectory, checkpoint_damage
+from sgh.artifacts.checkpoint_integrity import checkpoint_damage
+from sgh.artifacts.resume_checks import refuse_another_configuration, refuse_other_data
+from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_inputs import changed_inputs, describe_inputs
 from sgh.config import FileDatasetConfig
 from sgh.data import input_files
 from sgh.errors import UserInputError
 from sgh.model.export import restore_run_model
-from sgh.pipeline import _refuse_another_configuration, _refuse_other_data, run
+from sgh.pipeline import run
 from tests.helpers import QUICK, compose_config
 from tests.helpers_vector_files import write_texmex
 
@@ -177,9 +179,9 @@ def test_another_configuration_is_refused_naming_the_keys_that_differ(tmp_path):
     run_directory.write_config(compose_config(*QUICK))
     run_directory.checkpoints.mkdir()
     (run_directory.checkpoints / "checkpoint").write_text("")  # a run with a checkpoint
-    _refuse_another_configuration(run_directory, compose_config(*QUICK, "eval.radius=3"))
+    refuse_another_configuration(run_directory, compose_config(*QUICK, "eval.radius=3"))
     with pytest.raises(UserInputError) as refused:
-        _refuse_another_configuration(run_directory, compose_config(
+        refuse_another_configuration(run_directory, compose_config(
             *QUICK, "model.bits=16", "trainer.seed=1", "eval.radius=3"))
     assert str(refused.value) == (
         f"{tmp_path} holds a run with another configuration (model.bits: 12 -> 16, "
@@ -212,10 +214,10 @@ def test_a_resume_on_changed_data_is_refused_naming_the_file(tmp_path):
         "mtime_ns": data.stat().st_mtime_ns}
     run_directory.checkpoints.mkdir()
     (run_directory.checkpoints / "checkpoint").write_text("")
-    _refuse_other_data(run_directory, describe_inputs(files))  # unchanged: resumed
+    refuse_other_data(run_directory, describe_inputs(files))  # unchanged: resumed
     write_texmex(data, np.ones((21, 4)))  # a row more
     with pytest.raises(UserInputError) as refused:
-        _refuse_other_data(run_directory, describe_inputs(files))
+        refuse_other_data(run_directory, describe_inputs(files))
     assert str(refused.value) == (
         f"{run_directory.path} holds a run on other data ({data.resolve()} (dataset.path): size "
         f"{20 * 20} -> {21 * 20} bytes); put the file back as it was to resume the run, or "

@@ -1,6 +1,6 @@
 """The real TensorBoard server on our event files, queried over HTTP the way a browser does.
 
-Two runs of a "sweep" are written with sgh.training.tensorboard_views (write_final_scalars too);
+Two runs of a "sweep" are written with sgh.reports.tensorboard_views (write_final_scalars too);
 `tensorboard --logdir SWEEP --host 127.0.0.1 --port 0` serves them; the test reads the scalars,
 PR curve, images and HParams table through the dashboards' HTTP endpoints, then stops the server
 with SIGTERM and checks that it exits cleanly.
@@ -24,7 +24,7 @@ import pytest
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.config import Config, ModelConfig, SyntheticDatasetConfig
 from sgh.model.sgh_model import SGH
-from sgh.training import tensorboard_views as views
+from sgh.reports import tensorboard_views as views
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from sgh.quiet_tensorflow import captured_stderr
+from sgh.model.quiet_tensorflow import captured_stderr
 
 
 def test_what_descriptor_2_receives_is_held_and_handed_over(capfd):

@@ -1,6 +1,7 @@
 """`SGHHasher`: sgh-train's defaults and codes, the scikit-learn contract, saving, and the one
 hasher interface it shares with the baselines."""
 
+import json
 import pickle
 
 import numpy as np
@@ -12,7 +13,7 @@ from sgh.baselines import ITQ, LSH, PCAH, SH, SpH
 from sgh.data import load_split
 from sgh.errors import UserInputError
 from sgh.pipeline import run
-from sgh.training.estimator import _KEYS, SGHHasher
+from sgh.training.sgh_hasher import _KEYS, SGHHasher
 from tests.helpers import QUICK, compose_config
 
 # A few compiled-free steps: the contract, not the quality, is under test.
@@ -77,6 +78,25 @@ def test_save_and_load_give_identical_codes_and_bad_paths_are_one_line(tmp_path)
     (tmp_path / "hasher" / "weights.npz").write_bytes(b"garbage")
     with pytest.raises(UserInputError, match="unreadable saved SGHHasher"):
         SGHHasher.load(tmp_path / "hasher")
+
+
+def test_a_hasher_saved_or_pickled_as_estimator_reads_as_gradient_estimator(tmp_path):
+    # The parameter was `estimator` before it was `gradient_estimator`.
+    x = _blobs()
+    hasher = SGHHasher(**{**TINY, "steps": 20, "gradient_estimator": "unbiased"}).fit(x)
+    hasher.save(tmp_path / "hasher")
+    params_file = tmp_path / "hasher" / "hasher.json"
+    saved = json.loads(params_file.read_text())
+    saved["params"]["estimator"] = saved["params"].pop("gradient_estimator")
+    params_file.write_text(json.dumps(saved))
+    loaded = SGHHasher.load(tmp_path / "hasher")
+    assert loaded.get_params() == hasher.get_params()
+    np.testing.assert_array_equal(loaded.encode(x), hasher.encode(x))
+    state = hasher.__getstate__()
+    state["estimator"] = state.pop("gradient_estimator")
+    unpickled = SGHHasher.__new__(SGHHasher)
+    unpickled.__setstate__(state)
+    assert unpickled.get_params() == hasher.get_params()
 
 
 def test_settings_are_checked_with_the_keys_of_sgh_train():
@@ -172,3 +192,20 @@ def test_what_a_new_user_trips_over_is_answered_as_scikit_learn_would():
                              "validation_database": 200}).fit(_blobs(n=300))
     assert validated.fit_info_["codes_from"] == ("the best validated weights (kept in memory "
                                                  "during the fit)")
+
+
+def test_fit_leaves_the_users_keras_and_tensorflow_state_alone():
+    import keras
+    import tensorflow as tf
+
+    # The user's own seeded stream and Keras objects, before and after a fit: a fit that
+    # reseeded TensorFlow or cleared the Keras session would change the draw and reuse a name.
+    tf.random.set_seed(123)
+    expected = [float(tf.random.uniform([])) for _ in range(2)]
+    tf.random.set_seed(123)
+    first = float(tf.random.uniform([]))
+    users_layer = keras.layers.Dense(1)
+    x = np.random.default_rng(0).normal(size=(300, 8)).astype(np.float32)
+    SGHHasher(n_bits=4, steps=20, batch_size=100, random_state=0).fit(x)
+    assert [first, float(tf.random.uniform([]))] == expected
+    assert keras.layers.Dense(1).name != users_layer.name

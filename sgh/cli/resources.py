@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # sgh/, inside which the wheel ships them
 
 
 def _shipped(inside_package: str, in_checkout: str) -> Path:

@@ -22,7 +22,6 @@ formulas are :func:`sgh.codes.code_health`'s, the ones ``metrics.json`` reports.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -33,6 +32,7 @@ from tensorboard.plugins.pr_curve import metadata as pr_curve_metadata
 
 from sgh.artifacts import tensorboard_events as events
 from sgh.codes import code_health, pack_bits
+from sgh.config import flatten_config
 from sgh.metrics import label_histograms
 from sgh.metrics.radius import pr_curve_of_histograms
 
@@ -256,32 +256,30 @@ def write_pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: in
 
 
 # ---- HParams ----------------------------------------------------------------------------------
-def flatten_config(config, prefix: str = "") -> dict[str, str | int | float | bool]:
-    """Nested mapping or dataclass (e.g. `sgh.config.Config`) -> ``{"model.bits": 32, ...}``.
+def hparams_of(config) -> dict[str, str | int | float | bool]:
+    """A configuration (`sgh.config.Config`, or a nested or flat mapping) as HParams values,
+    ``{"model.bits": 32, ...}`` (`sgh.config.flatten_config`).
 
     Numbers, strings and bools are kept; anything else (lists, None) becomes its ``str``, so
     ``eval.recall_n=[1, 10]`` is the string ``"[1, 10]"``: HParams holds only those three types.
+    An empty section holds no setting, and gives none.
     """
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        config = dataclasses.asdict(config)
-    flat: dict[str, str | int | float | bool] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping) or (dataclasses.is_dataclass(value)
-                                          and not isinstance(value, type)):
-            flat.update(flatten_config(value, prefix=f"{name}."))
-        elif isinstance(value, (bool, int, float, str)):
-            flat[name] = value
+    values: dict[str, str | int | float | bool] = {}
+    for name, value in flatten_config(config).items():
+        if isinstance(value, Mapping) and not value:
+            continue
+        if isinstance(value, (bool, int, float, str)):
+            values[name] = value
         elif isinstance(value, np.generic):
-            flat[name] = value.item()
+            values[name] = value.item()
         else:
-            flat[name] = str(value)
-    return flat
+            values[name] = str(value)
+    return values
 
 
 def write_hparams(config) -> None:
     """This run as one HParams session: its configuration (a `Config`, or a nested or flat
-    mapping; see :func:`flatten_config`).
+    mapping; see :func:`hparams_of`).
 
     No experiment summary is written on purpose: TensorBoard then builds the HParams table from
     every run under ``--logdir``, with the union of the runs' hyperparameters (so a sweep that
@@ -291,7 +289,7 @@ def write_hparams(config) -> None:
     ``code_health/*``. A declared metric list would instead be taken from one arbitrary run.
     """
     if events.recording():
-        events.hparams(flatten_config(config))
+        events.hparams(hparams_of(config))
 
 
 # ---- gradient norms ---------------------------------------------------------------------------

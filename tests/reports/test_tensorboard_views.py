@@ -1,4 +1,4 @@
-"""TensorBoard views (sgh/tensorboard_views.py): written, then read back with TensorBoard's reader.
+"""TensorBoard views (sgh/reports/tensorboard_views.py), read back with TensorBoard's reader.
 
 Each test writes into a fresh directory (`sgh.artifacts.tensorboard_events`, no TensorFlow) and
 reads the event files with TensorBoard's own EventAccumulator, checking the tags, the plugin that
@@ -23,7 +23,7 @@ from sgh.artifacts.tensorboard_events import recording_to
 from sgh.config import Config, ModelConfig, SyntheticDatasetConfig
 from sgh.metrics import pr_curve
 from sgh.model.sgh_model import SGH
-from sgh.training import tensorboard_views as views
+from sgh.reports import tensorboard_views as views
 
 
 def _write(logdir, write):
@@ -316,9 +316,9 @@ def test_hparams_session_holds_the_flattened_config(tmp_path):
     assert values["lr"].number_value == 0.5
 
 
-def test_flatten_config_reads_the_typed_config():
+def test_hparams_of_reads_the_typed_config():
     config = Config(dataset=SyntheticDatasetConfig(), model=ModelConfig(bits=16))
-    flat = views.flatten_config(config)
+    flat = views.hparams_of(config)
     assert flat["model.bits"] == 16 and flat["model.objective"] == "paper"
     assert flat["trainer.jit_compile"] is True and flat["dataset.name"] == "synthetic"
     assert flat["eval.recall_n"] == "[1, 10, 100, 1000]"

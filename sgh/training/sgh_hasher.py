@@ -51,7 +51,8 @@ from sgh.training.train_sgh import fit_sgh, hold_out
 
 # (parameter, configuration section, key in it): every parameter but n_bits and random_state.
 _KEYS = {
-    "objective": ("model", "objective"), "estimator": ("model", "estimator"),
+    "objective": ("model", "objective"),
+    "gradient_estimator": ("model", "gradient_estimator"),
     "noise": ("model", "noise"), "normalization": ("model", "normalization"),
     "init": ("model", "init"), "alpha": ("model", "alpha"), "beta": ("model", "beta"),
     "encoder": ("model", "encoder"), "encoder_hidden": ("model", "encoder_hidden"),
@@ -67,6 +68,9 @@ _KEYS = {
     "validation_metric": ("validation", "metric"), "patience": ("validation", "patience"),
     "recall_k": ("eval", "recall_k"),
 }
+# Parameters renamed since (as `sgh.config.RENAMED_KEYS`): old -> new, for a hasher saved or
+# pickled under the old name.
+_RENAMED_PARAMETERS = {"estimator": "gradient_estimator"}
 _PARAMS_FILE, _WEIGHTS_FILE, _SCORES_FILE = "hasher.json", "weights.npz", "scores.npz"
 # Layer sizes are tuples here (scikit-learn wants immutable defaults), lists in the config.
 _DEFAULT_MODEL = ModelConfig()
@@ -80,8 +84,9 @@ class SGHHasher(BinaryHasher):
         random_state: integer seed (`trainer.seed`) of the initial weights, the batches and
             the neuron's noise; the same seed gives the same codes. A RandomState or None (as
             in scikit-learn): a seed drawn from it at each `fit`.
-        objective, estimator, noise, normalization, init, alpha, beta, encoder, encoder_hidden,
-        encoder_activation, decoder, decoder_hidden, decoder_activation: `model.*`
+        objective, gradient_estimator, noise, normalization, init, alpha, beta, encoder,
+        encoder_hidden, encoder_activation, decoder, decoder_hidden, decoder_activation:
+        `model.*`
         (`encoder="mlp"`, `decoder="mlp"`: deep SGH, dense layers of the hidden sizes).
         steps, batch_size, learning_rate, schedule, decay_every, decay_rate, steps_per_call,
         jit_compile: `trainer.*`.
@@ -98,7 +103,8 @@ class SGHHasher(BinaryHasher):
 
     def __init__(self, n_bits: int = ModelConfig.bits, random_state: int = TrainerConfig.seed,
                  *, objective: str = ModelConfig.objective,
-                 estimator: str = ModelConfig.estimator, noise: str = ModelConfig.noise,
+                 gradient_estimator: str = ModelConfig.gradient_estimator,
+                 noise: str = ModelConfig.noise,
                  normalization: str = ModelConfig.normalization, init: str = ModelConfig.init,
                  alpha: float = ModelConfig.alpha, beta: float = ModelConfig.beta,
                  encoder: str = ModelConfig.encoder,
@@ -123,7 +129,7 @@ class SGHHasher(BinaryHasher):
         self.n_bits = n_bits
         self.random_state = random_state
         self.objective = objective
-        self.estimator = estimator
+        self.gradient_estimator = gradient_estimator
         self.noise = noise
         self.normalization = normalization
         self.init = init
@@ -285,7 +291,8 @@ class SGHHasher(BinaryHasher):
             with np.load(weights_file, allow_pickle=False) as arrays:
                 weights = {key: arrays[key] for key in arrays.files}
             # JSON has no tuples: the layer sizes come back as lists.
-            hasher = cls(**{key: tuple(value) if isinstance(value, list) else value
+            hasher = cls(**{_RENAMED_PARAMETERS.get(key, key):
+                            tuple(value) if isinstance(value, list) else value
                             for key, value in saved["params"].items()})
             scores = ScoreSet.load(path / _SCORES_FILE) if (path / _SCORES_FILE).is_file() \
                 else None
@@ -318,7 +325,8 @@ class SGHHasher(BinaryHasher):
     def __setstate__(self, state: dict) -> None:
         weights = state.pop("_weights", None)
         scores = state.pop("scores_", None)
-        self.__dict__.update(state)
+        self.__dict__.update({_RENAMED_PARAMETERS.get(key, key): value
+                              for key, value in state.items()})
         if weights is not None:
             self._restore(self.n_features_in_, weights, self.fit_info_, scores)
 

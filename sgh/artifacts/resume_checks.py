@@ -1,0 +1,107 @@
+"""Whether a run directory's earlier run may go on under the current settings: the
+configuration and the dataset files it recorded (`config.yaml`, `inputs.json`) against the
+current ones.
+
+A run directory that already holds a checkpoint is resumed only with the same configuration
+(the evaluation settings aside: `refuse_another_configuration`) on the same dataset files
+(`refuse_other_data`); a finished run is not run again when nothing changed, the evaluation
+included (`finished_as_configured`). Keys added to the schema since the run started count at
+their defaults (`with_new_keys_at_their_defaults`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from omegaconf import OmegaConf
+
+from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_inputs import InputFile, changed_inputs
+from sgh.config import Config, flatten_config
+from sgh.errors import UserInputError
+from sgh.methods import METHODS
+
+
+def finished_as_configured(run_directory: RunDirectory, config: Config,
+                           previous: dict) -> bool:
+    """Whether the directory holds this very run finished: the same configuration, the
+    evaluation included, and every file the run writes."""
+    recorded = run_directory.previous_config()
+    if recorded is None:
+        return False
+    current = OmegaConf.to_container(OmegaConf.structured(config))
+    if configuration_differences(with_new_keys_at_their_defaults(recorded, config), current):
+        return False
+    needed = [run_directory.codes]
+    if METHODS[config.model.name].uses_tensorflow:
+        needed.append(run_directory.encoder / "saved_model.pb")
+    if "score_for_scan" in previous:
+        needed.append(run_directory.asymmetric_score)
+    return all(path.is_file() for path in needed)
+
+
+def _comparable(values: dict) -> dict:
+    """What defines a training run: everything but the evaluation settings."""
+    return {key: value for key, value in values.items() if key != "eval"}
+
+
+def with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
+    """An earlier run's configuration, with the keys added to the schema since then (absent
+    from its config.yaml) at their defaults: the run it describes had those defaults."""
+    filled = dict(previous)
+    for section, value in vars(config).items():
+        if dataclasses.is_dataclass(value) and isinstance(previous.get(section), dict):
+            defaults = {}
+            for field in dataclasses.fields(value):
+                if field.default is not dataclasses.MISSING:
+                    defaults[field.name] = field.default
+                elif field.default_factory is not dataclasses.MISSING:
+                    defaults[field.name] = field.default_factory()
+            filled[section] = {**defaults, **previous[section]}
+    return filled
+
+
+_ABSENT = object()
+_DIFFERENCES_SHOWN = 6  # another dataset section would make a line of dozens
+
+
+def _shown(value) -> str:
+    return "(absent)" if value is _ABSENT else "null" if value is None else str(value)
+
+
+def configuration_differences(previous: dict, current: dict) -> list[str]:
+    """`key: old -> new` for every key whose value differs, in key order."""
+    before, now = flatten_config(previous), flatten_config(current)
+    return [f"{key}: {_shown(before.get(key, _ABSENT))} -> {_shown(now.get(key, _ABSENT))}"
+            for key in sorted(before.keys() | now.keys())
+            if before.get(key, _ABSENT) != now.get(key, _ABSENT)]
+
+
+def refuse_another_configuration(run_directory: RunDirectory, config: Config) -> None:
+    previous = run_directory.previous_config()
+    if not run_directory.has_checkpoint() or previous is None:
+        return
+    current = OmegaConf.to_container(OmegaConf.structured(config))
+    differences = configuration_differences(
+        _comparable(with_new_keys_at_their_defaults(previous, config)), _comparable(current))
+    if differences:
+        shown = ", ".join(differences[:_DIFFERENCES_SHOWN]) + (
+            f", and {len(differences) - _DIFFERENCES_SHOWN} more"
+            if len(differences) > _DIFFERENCES_SHOWN else "")
+        raise UserInputError(
+            f"{run_directory.path} holds a run with another configuration ({shown}); resume it "
+            "with the same settings, or choose a new hydra.run.dir")
+
+
+def refuse_other_data(run_directory: RunDirectory, inputs: list[InputFile]) -> None:
+    """A resume trains on the files the run started on, or not at all: a model half trained
+    on one version of a file and finished on another is neither's."""
+    recorded = run_directory.previous_inputs()
+    if not run_directory.has_checkpoint() or recorded is None:
+        return
+    changes = changed_inputs(recorded, inputs)
+    if changes:
+        raise UserInputError(
+            f"{run_directory.path} holds a run on other data ({'; '.join(changes)}); put the "
+            "file back as it was to resume the run, or choose a new hydra.run.dir to train on "
+            "it as it is now")

@@ -1,0 +1,83 @@
+"""Features as float32: how the values a vector file stores become the features SGH trains on.
+
+uint8 values are divided by 255 (images), other integers and booleans are taken as they are,
+floats are rounded to float32; NaN and Inf are refused with their position. A split whose files
+would be converted to different scales (uint8 beside another dtype) is refused
+(`require_same_scaling`). `read_float32` converts a whole `sgh.data.vector_files.VectorFile`
+chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sgh.data.vector_files import VectorFile, _check_numeric, _where
+from sgh.errors import UserInputError
+
+UINT8_CONVERSION = "uint8 / 255"
+# Rows converted per chunk by read_float32: 64 Ki rows of 128 bytes is 8 MiB of uint8 input.
+CHUNK_ROWS = 1 << 16
+
+
+def read_float32(vectors: VectorFile, chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, str]:
+    """The whole file as float32 features, converted chunk by chunk (`as_float32_features`);
+    return (features, conversion). For `.npy` and texmex files only one chunk of the stored
+    array is in memory at a time beside the result."""
+    features = np.empty(vectors.shape, np.float32)
+    for start in range(0, len(vectors), chunk_rows):
+        stop = min(start + chunk_rows, len(vectors))
+        features[start:stop] = as_float32_features(vectors.read(start, stop), vectors.path,
+                                                   vectors.key, start)[0]
+    return features, conversion_of(vectors.dtype)
+
+
+def conversion_of(dtype) -> str:
+    """How features of this dtype become float32 (see `as_float32_features`)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.uint8:
+        return UINT8_CONVERSION
+    if dtype == np.float32:
+        return "float32 as stored"
+    return f"{dtype} -> float32"
+
+
+def require_same_scaling(reference: str, reference_dtype, other: str, other_dtype) -> None:
+    """Refuse splits whose conversions put them on different scales: uint8 features are divided
+    by 255 and other types are not, so uint8 queries against a float database would be
+    compared at 1/255 of its scale."""
+    if (np.dtype(reference_dtype) == np.uint8) != (np.dtype(other_dtype) == np.uint8):
+        raise UserInputError(
+            f"{other} is converted as '{conversion_of(other_dtype)}' but {reference} as "
+            f"'{conversion_of(reference_dtype)}'; store every split with the same kind of dtype "
+            "(uint8 is divided by 255, other types are not)")
+
+
+def as_float32_features(rows: np.ndarray, path, key: str | None, first_row: int = 0):
+    """Convert rows of features to float32; return (features, conversion description).
+
+    uint8 -> `float32(x) / float32(255)` (images), other integers and booleans -> float32 as they
+    are, floats -> float32. NaN/Inf raise UserInputError with their count in these rows and the
+    first one's position as a global row index (`first_row + r`) and column.
+    """
+    where = _where(path, key)
+    dtype = rows.dtype
+    _check_numeric(where, dtype)
+    if dtype.kind != "f":  # integers: no NaN/Inf possible
+        converted = rows.astype(np.float32)
+        if dtype == np.uint8:
+            converted /= np.float32(255)  # in place: the same float32(x) / float32(255)
+        return converted, conversion_of(dtype)
+    with np.errstate(over="ignore"):  # float64 overflow to Inf is reported below
+        converted = rows.astype(np.float32, copy=False)
+    finite = np.isfinite(converted)
+    if not finite.all():
+        bad = np.argwhere(~finite)
+        row, column = bad[0]
+        span = f"rows {first_row}..{first_row + len(rows) - 1}"
+        value = rows[row, column]
+        # A finite float64 beyond float32's range becomes Inf in the conversion: say so.
+        shown = f"{value}" if not np.isfinite(value) else f"{value}, beyond float32's range"
+        raise UserInputError(
+            f"{where} has {len(bad)} NaN/Inf values (first at row {first_row + row}, column "
+            f"{column}: {shown}) in {span} read as float32; clean the features before training")
+    return converted, conversion_of(dtype)

@@ -1,0 +1,83 @@
+"""The ground truth of a split for Recall K@N: the dataset's own, or the exact neighbours.
+
+`split_ground_truth` is what a run asks for: the dataset file's neighbours when it has enough,
+else the exact ones by the split's similarity (`RetrievalSplit.similarity`: Euclidean, angular
+or inner product; `sgh.data.neighbours.exact_neighbours`), computed here each time, or found
+through the cache a run keeps beside the dataset
+(`sgh.artifacts.ground_truth_cache.cached_exact_neighbours`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sgh.data.similarity import NEIGHBOUR_LABELS
+from sgh.errors import UserInputError
+
+if TYPE_CHECKING:
+    from sgh.data.split import RetrievalSplit
+
+logger = logging.getLogger(__name__)
+
+
+def checked_ids(where: str, ids: np.ndarray, n_database: int,
+                database: str = "the database") -> np.ndarray:
+    """A ground truth's ids (int64, a row per query) if each is a 0-based row of `database`
+    and no row lists one twice; else one line naming the first fault. Every reader of a ground
+    truth (a dataset's `.npz`, `.ivecs`, HDF5 `neighbors`, a codes file, the cache) checks
+    through here. A repeated id would let Recall K@N count one neighbour twice (a ground truth
+    of 10 ids, 9 distinct, scored 0.9 at best), so it is refused rather than scored."""
+    outside = np.argwhere((ids < 0) | (ids >= n_database))
+    if outside.size:
+        row, column = outside[0]
+        raise UserInputError(
+            f"{where} has ids outside 0..{n_database - 1} (min {ids.min()}, max {ids.max()}; "
+            f"first at row {row}: {ids[row, column]}); ids index the rows of {database} from 0")
+    ordered = np.sort(ids, axis=1)
+    repeated = np.argwhere(np.diff(ordered, axis=1) == 0)
+    if repeated.size:
+        row, column = repeated[0]
+        raise UserInputError(f"{where} row {row} lists the id {ordered[row, column]} more than "
+                             f"once; each row lists distinct rows of {database}, nearest first")
+    return ids
+
+
+def computed_source(similarity: str) -> str:
+    """Where exact neighbours come from, as metrics.json says it (a cache adds where it kept
+    them): ``exact inner-product neighbours, computed blockwise``."""
+    return f"exact {NEIGHBOUR_LABELS[similarity]} neighbours, computed blockwise"
+
+
+def exact_ground_truth(query: np.ndarray, database, k: int,
+                       similarity: str = "euclidean") -> tuple[np.ndarray, str]:
+    """Each query's exact ``k`` best database items (`sgh.data.neighbours.exact_neighbours`),
+    computed now, and where they come from (`computed_source`)."""
+    from sgh.data.neighbours import exact_neighbours  # numba: only where neighbours are computed
+
+    return exact_neighbours(query, database, k, similarity), computed_source(similarity)
+
+
+def split_ground_truth(
+    split: RetrievalSplit, k: int,
+    exact: Callable[..., tuple[np.ndarray, str]] = exact_ground_truth,
+) -> tuple[np.ndarray, str]:
+    """The split's neighbours by its similarity, and where they come from (a line for
+    metrics.json).
+
+    The dataset's own if it has k of them per query; else (with a warning when the dataset has
+    fewer) the exact ones, by ``exact(query, database, k, similarity=...) -> (ids, source)``:
+    computed each time by default (`exact_ground_truth`); a run passes the cache beside the
+    dataset (`sgh.artifacts.ground_truth_cache.cached_exact_neighbours`).
+    """
+    if split.groundtruth is not None and split.groundtruth.shape[1] >= k:
+        return split.groundtruth, "from the dataset file"
+    if split.groundtruth is not None:
+        logger.warning("the dataset's ground truth has %d neighbours per query, fewer than "
+                       "eval.recall_k=%d: computing the exact %d instead (eval.recall_k=%d "
+                       "uses the file's)", split.groundtruth.shape[1], k, k,
+                       split.groundtruth.shape[1])
+    return exact(split.query, split.database, k, similarity=split.similarity)

@@ -1,0 +1,78 @@
+"""What `--help` tells a user, and the command line read the way Hydra reads it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sgh.cli.hydra_command import _arguments_parser
+from sgh.cli.resources import CONFIG_DIR
+
+
+def test_train_help_lists_the_options_a_user_picks_and_no_schema(command_here, tmp_path):
+    result = command_here("train", ["--help"], tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.startswith("sgh-train: train a hasher")
+    assert "powered by Hydra" not in result.stdout
+    listed = dict(line.split(": ", 1) for line in result.stdout.split(
+        "== Configuration groups (GROUP=OPTION) ==\n")[1].split("\n\n")[0].splitlines())
+    on_disk = {group.name: ", ".join(sorted(option.stem for option in group.glob("*.yaml")))
+               for group in CONFIG_DIR.iterdir() if group.is_dir() and group.name != "hydra"}
+    assert listed == on_disk
+    assert "model: itq, lsh, pcah, sgh, sh, sph" in result.stdout
+    assert "schema" not in result.stdout
+    assert "  bits: 32" in result.stdout  # the configuration follows, with its defaults
+
+
+@pytest.mark.parametrize(("command", "program"), [("eval", "sgh-eval"), ("encode", "sgh-encode")])
+def test_the_other_commands_help_lists_their_own_keys_only(command_here, tmp_path, command,
+                                                           program):
+    result = command_here(command, ["--help"], tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"{program}: ")
+    assert "powered by Hydra" not in result.stdout and "dataset:" not in result.stdout
+    assert "\nout: null" in result.stdout
+
+
+def test_every_flag_hydra_documents_is_read_as_hydra_reads_it(command_here, tmp_path):
+    # The overrides must be found where @hydra.main will find them, so our parser knows every
+    # flag the installed Hydra lists, with the same short forms.
+    result = command_here("train", ["--hydra-help"], tmp_path)
+    flags_section = result.stdout.split("== Flags ==\n")[1].split("\n== ")[0]
+    documented = [re.findall(r"-{1,2}[\w-]+", line.split(" : ")[0])
+                  for line in flags_section.splitlines() if re.match(r"^--\w", line)]
+    assert len(documented) >= 10
+    known = {option for action in _arguments_parser()._actions for option in action.option_strings}
+    for forms in documented:
+        assert set(forms) <= known, forms
+    parsed = _arguments_parser().parse_args(
+        ["-m", "-cn", "train", "model.bits=8,16", "trainer=default", "--info"])
+    assert parsed.overrides == ["model.bits=8,16", "trainer=default"]
+    assert parsed.multirun and parsed.config_name == "train" and parsed.info == "all"
+
+
+def test_rerunning_from_a_pickle_is_refused_in_one_line(command_here, tmp_path):
+    (tmp_path / "config.pickle").write_bytes(b"not read")
+    result = command_here("train", ["--experimental-rerun", str(tmp_path / "config.pickle")],
+                          tmp_path)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "loads a pickle" in result.stderr
+
+
+def test_help_into_a_closed_pipe_ends_without_a_traceback():
+    # `sgh-eval --help | head -1`: the reader has gone before the help is written.
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # no reader at all: the first write fails, whatever the load
+    try:
+        result = subprocess.run([sys.executable, "-m", "sgh.cli.evaluate", "--help"],
+                                stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141
+    assert result.stderr == ""
