@@ -9,6 +9,8 @@ those shapes and as whole-valued floats.
 
 from __future__ import annotations
 
+import logging
+
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,6 +20,8 @@ from sgh.data.feature_conversion import as_float32_features
 from sgh.data.ground_truth import checked_ids
 from sgh.data.vector_files import MALFORMED_FILE_ERRORS, read_mat_arrays, refuse_special_file
 from sgh.errors import UserInputError, one_line
+
+logger = logging.getLogger(__name__)
 
 LAYOUTS = {
     "labelled": ("X_train", "y_train", "X_test", "y_test"),
@@ -107,6 +111,9 @@ def refuse_mixed_layouts(path: Path, layout: str, keys) -> None:
             f"({', '.join(key for key in own if key in keys)}) and also {', '.join(stray)}; "
             f"{'; '.join(reasons)}, so which arrays are meant is unclear; a file holds the keys "
             f"of one layout: {ACCEPTED_LAYOUTS}; move the other arrays to another file")
+    if stray:  # said, so that an array meant as data is not dropped without a word
+        logger.info("%s: %s not read (the %s layout reads %s)", path, ", ".join(stray),
+                       _LAYOUT_NAMES[layout], ", ".join(own))
 
 
 _LAYOUT_NAMES = {"labelled": "labelled", "ann": "ANN", "pooled": "pooled"}

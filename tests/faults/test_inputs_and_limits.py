@@ -1,10 +1,11 @@
 """Inputs that were accepted and ignored, blocked forever or ended in a traceback, and process
-limits: each is one line now (`UserInputError`, exit status 2 at the command line).
+limits: each is one line (`UserInputError`, exit status 2 at the command line).
 
     + keys            `+new.key=1`, `+trainer.foo=1`: refused like a misspelt key
     dataset.path      with a named dataset (`mnist` by default): refused, it names dataset=file
     validation size   `validation.database` at most the recall cut-off: refused
-    mixed layouts     an .npz with the labelled keys and `base`, `junk`: refused, naming them
+    mixed layouts     an .npz with the labelled keys and `base`, `junk`: refused, naming them;
+                      an array of no layout: not read, and the log names it
     special files     a FIFO as dataset.path, sgh-encode input= or sgh-eval codes=: refused before
                       anything opens it (a regression fails here instead of blocking)
     symlink loop      as dataset.path: one line, no RuntimeError
@@ -135,7 +136,7 @@ def test_a_validation_database_within_the_recall_cutoff_is_refused():
 
 # ---- 15: an .npz of one layout plus stray arrays ---------------------------------------------
 
-def test_an_npz_mixing_layouts_is_refused_naming_the_stray_keys(tmp_path):
+def test_an_npz_mixing_layouts_is_refused_naming_the_stray_keys(tmp_path, caplog):
     rng = np.random.default_rng(0)
     mixed = tmp_path / "mixed.npz"
     np.savez(mixed, **labelled_arrays(40, 20, rng=rng), base=rng.normal(size=(5, 4)),
@@ -148,11 +149,16 @@ def test_an_npz_mixing_layouts_is_refused_naming_the_stray_keys(tmp_path):
              ground_truth=np.zeros((5, 3), np.int64))
     assert "ground_truth looks like the ANN layout's groundtruth" in _message(
         load_split, FileDatasetConfig(name="misspelt", path=str(misspelt)))
-    # An array that is no layout's key (an index of the source files) is not read.
+    # An array that is no layout's key (an index of the source files) is not read, and the
+    # run's log says so: an array meant as data is not dropped without a word.
     indexed = tmp_path / "indexed.npz"
     np.savez(indexed, **labelled_arrays(40, 20, rng=rng), file_index_train=np.arange(40))
-    split = load_split(FileDatasetConfig(name="indexed", path=str(indexed), n_queries=5))
+    with caplog.at_level("INFO", logger="sgh.data.npz_file"):
+        split = load_split(FileDatasetConfig(name="indexed", path=str(indexed), n_queries=5))
     assert len(split.train) == 40
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{indexed}: file_index_train not read (the labelled layout reads X_train, y_train, "
+        "X_test, y_test)"]
 
 
 # ---- 17: special files -------------------------------------------------------------------------
