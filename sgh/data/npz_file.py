@@ -10,7 +10,6 @@ those shapes and as whole-valued floats.
 from __future__ import annotations
 
 import logging
-
 from collections.abc import Mapping
 from pathlib import Path
 

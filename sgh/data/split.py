@@ -1,6 +1,6 @@
 """The retrieval split every method trains and is scored on, and the protocols that make it.
 
-Protocols (../shared/reference/protocol.md, restated in docs/guide/data.md):
+Protocols (docs/guide/data.md):
 - labelled files (`X_train, y_train, X_test, y_test`), query_selection=random (protocol A):
   queries = the first min(n_queries, n_test) of `default_rng(0).permutation(n_test)`;
   database = all of X_train, then the remaining test items in their original order;
