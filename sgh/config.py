@@ -336,17 +336,28 @@ def validate(config: Config) -> Config:
                              "e.g. best_validation_recall10@100 (test-query figures are never "
                              "optimised)")
     validation, recall_k = config.validation, config.eval.recall_k
-    # At most 100 validation items (the recall cut-off, sgh.training.holdout.RECALL_CUTOFF) are
-    # all in every top 100: every recall would be 1.0. (Fewer than eval.recall_k: holdout says.)
+    # (Fewer validation items than eval.recall_k: the held-out split says so, with its size.)
     if isinstance(config.model, ModelConfig) and validation.every > 0 and \
-            validation.metric != "map" and recall_k <= validation.database <= 100:
-        raise UserInputError(
-            f"validation.database={validation.database} is not more than the recall cut-off "
-            f"100: every validation Recall{recall_k}@100 would be 1.0, so model selection "
-            "would mean nothing; accepted: validation.database > 100 (the default is 10000; "
-            "more than the training set has takes all of it), or validation.metric=map, or "
-            "validation.every=0")
+            validation.metric != "map" and recall_k <= validation.database:
+        refuse_a_validation_database_within_the_cutoff(validation.database, recall_k)
     return validate_training(config)
+
+
+# The rank cut-off of the recall metric validation selects on: the paper's headline Recall10@100.
+RECALL_CUTOFF = 100
+
+
+def refuse_a_validation_database_within_the_cutoff(database: int, recall_k: int) -> None:
+    """At most RECALL_CUTOFF validation items are all in every top RECALL_CUTOFF: every recall
+    would be 1.0, and the model selection would keep the first validated weights, whatever they
+    are. Checked with the settings and again where the validation split is carved."""
+    if database <= RECALL_CUTOFF:
+        raise UserInputError(
+            f"validation.database={database} is not more than the recall cut-off "
+            f"{RECALL_CUTOFF}: every validation Recall{recall_k}@{RECALL_CUTOFF} would be 1.0, "
+            f"so model selection would mean nothing; accepted: validation.database > "
+            f"{RECALL_CUTOFF} (the default is 10000; more than the training set has takes all "
+            "of it), or validation.metric=map, or validation.every=0")
 
 
 def validate_training(config: Config) -> Config:

@@ -30,6 +30,14 @@ def one_line(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def first_few(names, shown: int = 3) -> str:
+    """`a, b, c, and 4 more`: a list for a one-line message, its first `shown` items named."""
+    names = list(names)
+    rest = len(names) - shown
+    return ", ".join(str(name) for name in names[:shown]) + (f", and {rest} more" if rest > 0
+                                                             else "")
+
+
 # --- the checks of a value: one vocabulary, one message style -------------------------------
 # "NAME=VALUE is impossible; accepted: WHAT", whether NAME is a configuration key
 # (`model.bits`) or a Python argument (`k`): a `UserInputError`, so also the `ValueError`

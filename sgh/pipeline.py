@@ -77,10 +77,9 @@ def run(config: Config, run_dir: str | os.PathLike) -> dict:
     # The writer owns the directory from here to the end (the kernel releases the lock if the
     # process dies).
     with writable as own_dir:
-        # Before the lock file goes in: a folder of the user's is refused untouched.
-        RunDirectory(own_dir, create=False).refuse_unless_ours()
+        # Claimed before the lock file goes in: a folder of the user's is refused untouched.
+        run_directory = RunDirectory(own_dir)
         with run_lock(own_dir):
-            run_directory = RunDirectory(own_dir)
             run_directory.remove_stray_temporaries()  # a killed writer's; none in flight
             return _run(config, run_directory, split, inputs, strategy)
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sgh.errors import UserInputError
+from sgh.errors import UserInputError, first_few
 
 
 def _umask_mode(mode: int) -> int:
@@ -96,9 +96,8 @@ def refuse_to_replace(path: str | os.PathLike, kind: DirectoryKind) -> None:
                              f"replaced by a directory; {accepted}")
     entries = sorted(entry.name for entry in path.iterdir())
     if entries and not kind.holds(path):
-        shown = ", ".join(entries[:3]) + (f", and {len(entries) - 3} more" if len(entries) > 3
-                                          else "")
-        raise UserInputError(f"{path} holds files that are not {kind.what} ({shown}), which "
+        raise UserInputError(f"{path} holds files that are not {kind.what} "
+                             f"({first_few(entries)}), which "
                              f"writing there would delete; {accepted}")
 
 

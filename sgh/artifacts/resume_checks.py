@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_inputs import InputFile, changed_inputs
 from sgh.config import Config, flatten_config
-from sgh.errors import UserInputError
+from sgh.errors import UserInputError, first_few
 from sgh.methods import METHODS
 
 
@@ -85,11 +85,9 @@ def refuse_another_configuration(run_directory: RunDirectory, config: Config) ->
     differences = configuration_differences(
         _comparable(with_new_keys_at_their_defaults(previous, config)), _comparable(current))
     if differences:
-        shown = ", ".join(differences[:_DIFFERENCES_SHOWN]) + (
-            f", and {len(differences) - _DIFFERENCES_SHOWN} more"
-            if len(differences) > _DIFFERENCES_SHOWN else "")
         raise UserInputError(
-            f"{run_directory.path} holds a run with another configuration ({shown}); resume it "
+            f"{run_directory.path} holds a run with another configuration "
+            f"({first_few(differences, _DIFFERENCES_SHOWN)}); resume it "
             "with the same settings, or choose a new hydra.run.dir")
 
 

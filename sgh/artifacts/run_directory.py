@@ -46,7 +46,7 @@ from sgh.artifacts.checkpoint_integrity import checkpoint_files, first_intact
 from sgh.artifacts.codes_file import write_codes
 from sgh.artifacts.run_inputs import InputFile, inputs_from_json
 from sgh.config import with_renamed_keys
-from sgh.errors import UserInputError
+from sgh.errors import UserInputError, first_few
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -154,10 +154,10 @@ class RunDirectory:
                 or self._from_before_the_marker(names):
             return
         held = sorted(name for name in names if not _named_in(name, _BEFORE_THE_RUN))
-        shown = ", ".join(held[:3]) + (f", and {len(held) - 3} more" if len(held) > 3 else "")
         raise UserInputError(
-            f"{named} is not an sgh run directory (no {RUN_MARKER}; it holds {shown}), and sgh "
-            "never writes over what it did not write; accepted: a new or empty directory, or "
+            f"{named} is not an sgh run directory (no {RUN_MARKER}; it holds "
+            f"{first_few(held)}), and sgh never writes over what it did not write; accepted: a "
+            "new or empty directory, or "
             "an sgh-train run directory (holding only a run's files) to resume it")
 
     def holds_a_run(self) -> bool:

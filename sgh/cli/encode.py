@@ -169,12 +169,13 @@ def encode_file(config: EncodeCommandConfig) -> dict:
 def _scaled(rows: np.ndarray, vectors, first_row: int, input_scale: str):
     """`rows` as the encoder's float32 input, and how they were converted: as a file is for
     training (`as_float32_features`, which also refuses NaN/Inf), or as `input_scale` says."""
+    if input_scale == "none" and rows.dtype == np.uint8:  # integers: no NaN/Inf to find
+        return rows.astype(np.float32), "uint8 as stored (input_scale=none)"
     features, conversion = as_float32_features(rows, vectors.path, vectors.key, first_row)
-    if input_scale == "none" and rows.dtype == np.uint8:
-        features, conversion = rows.astype(np.float32), "uint8 as stored (input_scale=none)"
-    elif input_scale == "uint8" and rows.dtype != np.uint8:
-        features /= np.float32(255)  # the same float32(x) / float32(255) as uint8's
-        conversion = f"{conversion} / 255 (input_scale=uint8)"
+    if input_scale == "uint8" and rows.dtype != np.uint8:
+        # A new array (float32 input may come back as the rows read, not a copy); the same
+        # float32(x) / float32(255) as uint8's.
+        return features / np.float32(255), f"{conversion} / 255 (input_scale=uint8)"
     return features, conversion
 
 

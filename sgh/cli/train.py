@@ -25,7 +25,7 @@ from sgh.cli.boundary import check_writable_place, exit_on_failure
 from sgh.cli.hydra_command import Composed, run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import validate
-from sgh.errors import TrainingInterrupted, UserInputError
+from sgh.errors import TrainingInterrupted, UserInputError, first_few
 from sgh.pipeline import run
 from sgh.reports.comparison import COMPARISON_OUTPUTS
 
@@ -108,12 +108,10 @@ def _refuse_a_folder_that_holds_no_sweep(directory: Path) -> None:
 
     entries = sorted(entry.name for entry in directory.iterdir() if not of_a_sweep(entry))
     if entries:
-        shown = ", ".join(entries[:3]) + (f", and {len(entries) - 3} more" if len(entries) > 3
-                                          else "")
         raise UserInputError(
             f"hydra.sweep.dir={directory} is not a sweep directory (it holds "
-            f"{shown}), and sgh never writes over what it did not write; accepted: a new or "
-            "empty directory, or an earlier sweep's to resume it")
+            f"{first_few(entries)}), and sgh never writes over what it did not write; accepted: "
+            "a new or empty directory, or an earlier sweep's to resume it")
 
 
 def optimized_value(metrics: dict, key: str, warn: bool = True) -> float | None:

@@ -168,46 +168,37 @@ def mean_average_precision(
     return result
 
 
-def _top_k_function(name: str, doc: str):
-    """The public ``{name}_at_k``, documented by ``doc``: P@K or R@K for each cut-off, from one
-    scan. The two differ only in the ratio they average, so one definition serves both."""
-
-    def top_k(
-        query_codes: np.ndarray,
-        database_codes: np.ndarray,
-        bits: int,
-        query_labels: np.ndarray,
-        database_labels: np.ndarray,
-        k_values: int | Iterable[int],
-        ties: str = "expected",
-        no_relevant: str = "skip",
-        workers: int | None = None,
-    ) -> dict:
-        check_policies(ties=ties, no_relevant=no_relevant)
-        cutoffs = check_cutoffs(k_values)
-        histograms = label_histograms(
-            query_codes, database_codes, bits, query_labels, database_labels,
-            cutoffs if ties == "stable" else (), workers,
-        )
-        total_relevant = histograms.relevant.sum(axis=1)
-        per_query = {}
-        for k in cutoffs:
-            retrieved = per_query_relevant_retrieved(histograms, k, ties)
-            if name == "precision":
-                per_query[k] = retrieved / min(k, histograms.n_database)
-            else:
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    per_query[k] = retrieved / total_relevant
-        result = average_over_queries(per_query, total_relevant, no_relevant)
-        return {name: {k: result.pop(k) for k in cutoffs}, **result, "ties": ties}
-
-    top_k.__name__ = top_k.__qualname__ = f"{name}_at_k"
-    top_k.__doc__ = doc
-    return top_k
+def _top_k_metric(name: str, labelled: tuple, k_values, ties, no_relevant, workers) -> dict:
+    """P@K or R@K for each cut-off, from one scan."""
+    check_policies(ties=ties, no_relevant=no_relevant)
+    cutoffs = check_cutoffs(k_values)
+    histograms = label_histograms(*labelled, cutoffs if ties == "stable" else (), workers)
+    total_relevant = histograms.relevant.sum(axis=1)
+    per_query = {}
+    for k in cutoffs:
+        retrieved = per_query_relevant_retrieved(histograms, k, ties)
+        if name == "precision":
+            per_query[k] = retrieved / min(k, histograms.n_database)
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_query[k] = retrieved / total_relevant
+    result = average_over_queries(per_query, total_relevant, no_relevant)
+    return {name: {k: result.pop(k) for k in cutoffs}, **result, "ties": ties}
 
 
-precision_at_k = _top_k_function("precision", """\
-Precision@K: relevant items among the first K of the ranking / min(K, n_database).
+# The same leading parameters as every label metric, on purpose (see `average_precisions`).
+def precision_at_k(
+    query_codes: np.ndarray,
+    database_codes: np.ndarray,
+    bits: int,
+    query_labels: np.ndarray,
+    database_labels: np.ndarray,
+    k_values: int | Iterable[int],
+    ties: str = "expected",
+    no_relevant: str = "skip",
+    workers: int | None = None,
+) -> dict:
+    """Precision@K: relevant items among the first K of the ranking / min(K, n_database).
 
     Tie-aware: the items of the cut-off distance level each count (K - #closer) / #at_level,
     i.e. expected relevant retrieved = R_b + m r / n, with R_b the relevant items closer than the
@@ -219,10 +210,24 @@ Precision@K: relevant items among the first K of the ranking / min(K, n_database
     Returns:
         dict with ``precision`` ({K: float}, python int keys in the order given), ``n_queries``,
         ``n_scored``, ``n_no_relevant``, ``no_relevant_policy``, ``ties``.
-    """)
+    """
+    labelled = (query_codes, database_codes, bits, query_labels, database_labels)
+    return _top_k_metric("precision", labelled, k_values, ties, no_relevant, workers)
 
-recall_at_k = _top_k_function("recall", """\
-Recall@K: relevant items among the first K of the ranking / R (label relevance).
+
+# The same leading parameters as every label metric, on purpose (see `average_precisions`).
+def recall_at_k(
+    query_codes: np.ndarray,
+    database_codes: np.ndarray,
+    bits: int,
+    query_labels: np.ndarray,
+    database_labels: np.ndarray,
+    k_values: int | Iterable[int],
+    ties: str = "expected",
+    no_relevant: str = "skip",
+    workers: int | None = None,
+) -> dict:
+    """Recall@K: relevant items among the first K of the ranking / R (label relevance).
 
     Same tie policies as :func:`precision_at_k`; for recall of Euclidean ground truth (Recall
     K@N) see :func:`sgh.metrics.recall_at_n`.
@@ -230,4 +235,6 @@ Recall@K: relevant items among the first K of the ranking / R (label relevance).
     Returns:
         dict with ``recall`` ({K: float}), ``n_queries``, ``n_scored``, ``n_no_relevant``,
         ``no_relevant_policy``, ``ties``.
-    """)
+    """
+    labelled = (query_codes, database_codes, bits, query_labels, database_labels)
+    return _top_k_metric("recall", labelled, k_values, ties, no_relevant, workers)

@@ -25,7 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sgh.config import ValidationConfig
+from sgh.config import (
+    RECALL_CUTOFF,
+    ValidationConfig,
+    refuse_a_validation_database_within_the_cutoff,
+)
 from sgh.data import RetrievalSplit
 from sgh.data.neighbours import exact_neighbours
 from sgh.data.similarity import NEIGHBOUR_LABELS
@@ -37,8 +41,6 @@ from sgh.search.asymmetric_index import AsymmetricIndex
 
 logger = logging.getLogger(__name__)
 
-# The rank cut-off of the recall metric: the paper's headline Recall10@100.
-RECALL_CUTOFF = 100
 # Validation never takes more than a tenth of the training set, whatever validation.queries says.
 MAX_HELD_OUT_SHARE = 10
 # Seeds of the held-out draw: fixed, so the validation split does not move with trainer.seed.
@@ -136,15 +138,7 @@ def carve(train: Features, config: ValidationConfig, recall_k: int,
                 f"eval.recall_k={recall_k} is more than the {len(sample)} validation database "
                 f"items of {name}; accepted: eval.recall_k <= {len(sample)}, or "
                 "validation.metric=map, or validation.every=0")
-        # At most 100 items: all of them are in every top 100, so every recall is 1.0 and the
-        # model selection keeps the first validated weights, whatever they are.
-        if config.database <= RECALL_CUTOFF:
-            raise UserInputError(
-                f"validation.database={config.database} is not more than the recall cut-off "
-                f"{RECALL_CUTOFF}: every validation Recall{recall_k}@{RECALL_CUTOFF} would be "
-                "1.0, so model selection would mean nothing; accepted: validation.database > "
-                f"{RECALL_CUTOFF} (the default is 10000; more than the training set has takes "
-                "all of it), or validation.metric=map, or validation.every=0")
+        refuse_a_validation_database_within_the_cutoff(config.database, recall_k)
         if len(sample) <= RECALL_CUTOFF:
             logger.warning(
                 "%s leaves %d items for the validation database, not more than the recall "

@@ -32,6 +32,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from sgh.artifacts.atomic import DirectoryKind, atomic_directory
 from sgh.config import (
     MAX_SEED,
+    RECALL_CUTOFF,
     Config,
     EvalConfig,
     ModelConfig,
@@ -45,7 +46,7 @@ from sgh.model.encoding import encode_bit_matrix, encode_packed
 from sgh.model.sgh_model import SGH
 from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore, joint_score
 from sgh.search.score_set import ScoreSet
-from sgh.training.holdout import MAX_HELD_OUT_SHARE, RECALL_CUTOFF
+from sgh.training.holdout import MAX_HELD_OUT_SHARE
 from sgh.training.score_selection import select_scores
 from sgh.training.train_sgh import fit_sgh, hold_out
 
