@@ -9,13 +9,17 @@ for lack of memory or address space (`ulimit -v`) is raised as a `MemoryError`, 
 command line reports in one line (`sgh.cli.boundary`). It also points XLA's compilation cache
 at the user's cache (`sgh.artifacts.compile_cache`), which must be set before TensorFlow starts;
 loading from that cache logs two harmless errors, which `cached_compilation()` holds back.
+Every model traces its own compiled functions once; `traced_once_per_model` marks them, so that
+TensorFlow's notice of "frequent retracing" is not shown when a program fits several models.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -127,3 +131,35 @@ def cached_compilation() -> Iterator[None]:
                                  if not any(text in line for text in _HARMLESS_WHEN_LOADING)))
         sys.stderr.flush()
     compile_cache.seal()
+
+
+# TensorFlow's notice, logged when 5 of a Python function's recent calls traced it: "N out of the
+# last M calls to <function SGH.encode_bits at 0x...> triggered tf.function retracing ...".
+_RETRACING_NOTICE = re.compile(r"calls to <(?:function|bound method) ([\w.]+)[ >].*"
+                               r"triggered tf\.function retracing")
+_TRACED_ONCE_PER_MODEL: set[str] = set()
+
+
+class _PerModelTracing(logging.Filter):
+    """Holds back TensorFlow's retracing notice about a function marked `traced_once_per_model`:
+    the notice counts traces per Python function, across objects, and blames the caller
+    ("creating @tf.function repeatedly in a loop"); a program that fits several models (a sweep
+    of code lengths, scikit-learn's checks) traces each model's functions once, as it must.
+    The notice about any other function passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        notice = _RETRACING_NOTICE.search(record.getMessage())
+        return notice is None or notice.group(1) not in _TRACED_ONCE_PER_MODEL
+
+
+_PER_MODEL_TRACING = _PerModelTracing()
+
+
+def traced_once_per_model(function):
+    """Mark a `tf.function` (or the method it wraps) that each model or trainer object traces
+    once, on its first call; returns `function`."""
+    python_function = getattr(function, "python_function", function)
+    _TRACED_ONCE_PER_MODEL.add(python_function.__qualname__)
+    # TensorFlow's Python logger; adding the same filter again is a no-op.
+    logging.getLogger("tensorflow").addFilter(_PER_MODEL_TRACING)
+    return function

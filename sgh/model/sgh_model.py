@@ -39,6 +39,7 @@ from sgh.config import ModelConfig
 from sgh.data.feature_statistics import FeatureStatistics, feature_statistics
 from sgh.data.streamed_features import Features
 from sgh.model.layers import DoublySN
+from sgh.model.quiet_tensorflow import traced_once_per_model
 from sgh.search.asymmetric import AsymmetricScore, decoder_score, encoder_score
 from sgh.search.decoded import DecoderNetwork
 
@@ -157,6 +158,7 @@ class SGH(tf.Module):
 
     # One traced function per model, for any batch size (encoding, training evaluation, export);
     # no autograph: nothing in it branches on a tensor, and converting it slowed every trace.
+    @traced_once_per_model
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)], autograph=False)
     def encode_bits(self, x: tf.Tensor) -> tf.Tensor:
         """Deterministic codes: the mode of q(h|x), h = 1[p >= 1/2], as uint8 0/1 (n, bits)."""

@@ -37,7 +37,7 @@ from sgh.config import TrainerConfig
 from sgh.data.aligned import is_aligned
 from sgh.data.streamed_features import Features, StreamedFeatures
 from sgh.errors import TrainingDiverged, UserInputError
-from sgh.model.quiet_tensorflow import cached_compilation
+from sgh.model.quiet_tensorflow import cached_compilation, traced_once_per_model
 from sgh.model.sgh_model import LOSS_TERMS, SGH
 from sgh.training.batches import batch_ids, call_plan, streamed_blocks
 from sgh.training.devices import Workers, is_multi_worker
@@ -154,14 +154,15 @@ class Trainer:
         if self.replicated:
             # autograph off: replica functions are traced in one thread per device, and nothing
             # here needs Python control flow converted.
-            self._replica_gradients = tf.function(self._gradients, autograph=False,
-                                                  jit_compile=config.jit_compile)
-            self._run = tf.function(self._run_replicated_steps, autograph=False)
+            self._replica_gradients = traced_once_per_model(tf.function(
+                self._gradients, autograph=False, jit_compile=config.jit_compile))
+            self._run = traced_once_per_model(tf.function(self._run_replicated_steps,
+                                                          autograph=False))
         else:
             # autograph off: the loop is an explicit tf.while_loop and nothing else needs
             # converting; converting it anyway would lengthen every run's tracing.
-            self._run = tf.function(self._run_steps, jit_compile=config.jit_compile,
-                                    autograph=False)
+            self._run = traced_once_per_model(tf.function(
+                self._run_steps, jit_compile=config.jit_compile, autograph=False))
         self.workers = Workers(self.strategy) if is_multi_worker(self.strategy) else None
         # Multi-worker: fit() returned early because another worker's stop_requested() was true.
         self.stopped_by_another_worker = False

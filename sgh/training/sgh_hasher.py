@@ -165,9 +165,11 @@ class SGHHasher(BinaryHasher):
             # scikit-learn's convention: a seed drawn from the generator (None: NumPy's global
             # one), so each fit differs unless the generator is seeded.
             seed = int(check_random_state(seed).randint(0, MAX_SEED))
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
+                or not 0 <= seed <= MAX_SEED:
             raise UserInputError(f"random_state={seed!r} is impossible; accepted: an integer "
-                                 ">= 0 (the trainer.seed of sgh-train), a RandomState or None")
+                                 f"between 0 and {MAX_SEED} (the trainer.seed of sgh-train), a "
+                                 "RandomState or None")
         sections = {"model": {"bits": self.n_bits}, "trainer": {"seed": int(seed)},
                     "validation": {}, "eval": {}}
         for parameter, (section, key) in _KEYS.items():

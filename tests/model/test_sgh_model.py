@@ -4,6 +4,7 @@ Recipes 1, 2 and 6 concern the neuron alone and live in test_ops.py.
 """
 
 import itertools
+import logging
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -304,3 +305,23 @@ def test_network_settings_are_checked(overrides, message):
 
     with pytest.raises(UserInputError, match=message):
         validate(Config(dataset=SyntheticDatasetConfig(), model=ModelConfig(**overrides)))
+
+
+def test_tensorflow_notices_retracing_of_a_users_function_but_not_of_each_new_model(caplog):
+    """TensorFlow warns after 5 traces of one Python function among its recent calls. Each new
+    model traces `encode_bits` once, which is no mistake of a program that fits several; a
+    user's function traced for every call still gets the notice."""
+    caplog.set_level(logging.WARNING, logger="tensorflow")
+    for seed in range(7):
+        model, x = _model(seed=seed)
+        model.encode_bits(x)
+    assert "retracing" not in caplog.text
+
+    @tf.function
+    def users_function(x):
+        return x * 2
+
+    for size in range(1, 8):
+        users_function(tf.zeros([size]))
+    assert "calls to <function test_tensorflow_notices" in caplog.text
+    assert "triggered tf.function retracing" in caplog.text

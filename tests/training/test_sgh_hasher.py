@@ -102,8 +102,10 @@ def test_a_hasher_saved_or_pickled_as_estimator_reads_as_gradient_estimator(tmp_
 def test_settings_are_checked_with_the_keys_of_sgh_train():
     with pytest.raises(UserInputError, match="model.objective='map' is not known"):
         SGHHasher(objective="map").fit(_blobs())
-    with pytest.raises(UserInputError, match="random_state=-1 is impossible"):
-        SGHHasher(random_state=-1).fit(_blobs())
+    for seed in (-1, 2**32):  # the parameter is named, not the trainer.seed it becomes
+        with pytest.raises(UserInputError, match=rf"random_state={seed} is impossible; accepted: "
+                                                 "an integer between 0 and 4294967295"):
+            SGHHasher(random_state=seed).fit(_blobs())
     with pytest.raises(UserInputError, match="validation.metric=map needs labels, and X has none"):
         SGHHasher(**{**TINY, "validation_every": 2, "validation_metric": "map"}).fit(_blobs())
 
