@@ -18,6 +18,11 @@ command line to `@hydra.main`:
    directory it cannot create, ...) reaches `sgh.cli.boundary` as an exception, not as
    Hydra's printout.
 
+`@hydra.main` then composes the same configuration again: Hydra's public API gives it no way
+to take a composed one (it reads `sys.argv`), and a Hydra callback, which does see Hydra's own
+composition before the run directory is made, cannot refuse a run (Hydra turns a callback's
+exception into a warning). So the checks run here, on a composition of their own.
+
 Every failure becomes one line through `sgh.cli.boundary.exit_on_failure`. `--help`,
 `--hydra-help`, `--version`, `--info`, `--shell-completion` and other config directories
 (`-cp`, `-cd`) go to Hydra unchecked; `--experimental-rerun`, which unpickles a file, is
