@@ -21,7 +21,7 @@ Its alpha term is -alpha log q(h|x), the opposite sign of the paper's bits-back 
 Estimators (how d loss / d z is formed through the binary step):
 - `approximate`: the neuron's own backward, sigmoid'(z) (dL/dh + dL/dp) at the sampled h.
 - `unbiased`: for a decoder linear in h with a Gaussian loss, the exact finite difference
-  L(h_k=1) - L(h_k=0) = dL/dh_k - (h_k - 1/2) ||a_k||^2 / rho^2  (sgh.md), so the unbiased
+  L(h_k=1) - L(h_k=0) = dL/dh_k - (h_k - 1/2) ||a_k||^2 / rho^2  (docs/design.md), so the unbiased
   estimator costs one extra (l,) vector: we add a zero-valued term whose h-gradient is the
   correction. With an mlp decoder there is no closed form: the finite differences are computed
   exactly, 2 l decoder evaluations per item, batched (`finite_differences`).

@@ -110,9 +110,12 @@ def test_recall_with_ties_at_the_cut_off():
     # By index the first 2 are items 0 and 1, the first 4 are items 0..3.
     stable = recall_at_n(query, database, 4, truth, [2, 4, 10], k=2, ties="stable")
     assert stable == {2: 0.0, 4: 0.5, 10: 1.0}
-    # The 1/3 is the mean over the 3! orders of the tied level of "item 2 within the first 2".
-    orders = list(itertools.permutations([1, 2, 3]))
-    assert np.mean([[0, *order][:2].count(2) for order in orders]) == pytest.approx(1 / 3)
+    # Tie-aware is the mean over the 3! orders of the tied level [1, 2, 3] of each order's
+    # recall, counted here by brute force.
+    for n in (2, 4):
+        rankings = [[0, *order, 4] for order in itertools.permutations([1, 2, 3])]
+        by_order = [len({2, 4} & set(ranking[:n])) / 2 for ranking in rankings]
+        assert expected[n] == pytest.approx(np.mean(by_order))
 
 
 # --- brute force ---------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""Tests for sgh.model.ops: every reference value of custom_gradients.md, plus the neuron's recipes.
+"""Tests for sgh.model.ops: the custom-gradient reference values (cases 1-6), the neuron's recipes.
 
 Each reference case is checked with the TF2 mechanism (``tf.custom_gradient``) and, where the
 reference asks for it or it is natural, with the classic TF1 graph-mode mechanism
-(``RegisterGradient`` + ``gradient_override_map``), asserting the same numbers.
+(``RegisterGradient`` + ``gradient_override_map``), asserting the same numbers. Cases 3, 4 and
+5 call no sgh code on purpose: they pin the mechanisms sgh's ops are built on (several outputs,
+a gradient that reads the op's inputs and outputs, one function with several gradients), so a
+TensorFlow release that changes them fails here, before it changes what the neuron trains on.
 """
 
 import os
