@@ -154,15 +154,14 @@ class Trainer:
         if self.replicated:
             # autograph off: replica functions are traced in one thread per device, and nothing
             # here needs Python control flow converted.
-            self._replica_gradients = traced_once_per_model(tf.function(
-                self._gradients, autograph=False, jit_compile=config.jit_compile))
-            self._run = traced_once_per_model(tf.function(self._run_replicated_steps,
-                                                          autograph=False))
+            self._replica_gradients = tf.function(self._gradients, autograph=False,
+                                                  jit_compile=config.jit_compile)
+            self._run = tf.function(self._run_replicated_steps, autograph=False)
         else:
             # autograph off: the loop is an explicit tf.while_loop and nothing else needs
             # converting; converting it anyway would lengthen every run's tracing.
-            self._run = traced_once_per_model(tf.function(
-                self._run_steps, jit_compile=config.jit_compile, autograph=False))
+            self._run = tf.function(self._run_steps, jit_compile=config.jit_compile,
+                                    autograph=False)
         self.workers = Workers(self.strategy) if is_multi_worker(self.strategy) else None
         # Multi-worker: fit() returned early because another worker's stop_requested() was true.
         self.stopped_by_another_worker = False
@@ -214,6 +213,7 @@ class Trainer:
         return tf.concat([tf.stack([terms[name] for name in self.term_names]), norms,
                           tf.norm(norms)[tf.newaxis]], axis=0)
 
+    @traced_once_per_model  # each trainer's tf.function traces it once
     def _run_steps(self, n_steps: tf.Tensor, block: tf.Tensor | None = None) -> tf.Tensor:
         """`n_steps` steps from the current one; `block`: their streamed batches (n, B, d)."""
         start = self.step.read_value()
@@ -228,6 +228,7 @@ class Trainer:
         return total / tf.cast(n_steps, tf.float32)
 
     # ---- several replicas --------------------------------------------------------------------
+    @traced_once_per_model  # each trainer's tf.function traces it once
     def _gradients(self, step: tf.Tensor, replica: tf.Tensor, x_global: tf.Tensor | None = None):
         """Replica `replica`'s gradients of its share of step `step`'s objective, and its terms;
         `x_global`: the step's streamed global batch (else gathered from memory)."""
@@ -253,6 +254,7 @@ class Trainer:
         self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
         self._term_sums.assign_add(terms)
 
+    @traced_once_per_model  # each trainer's tf.function traces it once
     def _run_replicated_steps(self, n_steps: tf.Tensor, block: tf.Tensor | None = None
                               ) -> tf.Tensor:
         start = self.step.read_value()
