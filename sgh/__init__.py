@@ -4,10 +4,10 @@ The public Python API. Names are loaded on first use, so `import sgh` stays ligh
 imported only by the names that need it (`SGHHasher`, the layers, `SGH`, `doubly_sn`,
 `export_encoder`, `load_encoder`, `run`).
 
-    from sgh import SGHHasher, HammingIndex
+    from sgh import SGHHasher, SGHIndex
     hasher = SGHHasher(n_bits=32, random_state=0).fit(x_train)     # or ITQ(...), LSH(...), ...
-    index = HammingIndex(32); index.add(hasher.encode(x_base))
-    D, I = index.search(hasher.encode(x_query), k=100)
+    index = SGHIndex(hasher); index.add(x_base)                    # codes, ids and scores
+    D, I = index.search(x_query, k=100)                             # the validated score's scan
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ _EXPORTS = {
     "HammingIndex": "sgh.search", "BinaryHasher": "sgh.hasher",
     "AsymmetricScore": "sgh.search.asymmetric", "AsymmetricIndex": "sgh.search.asymmetric_index",
     "TwoStageSearch": "sgh.search.two_stage", "ScoreSet": "sgh.search.score_set",
-    "DecodedRescorer": "sgh.search.decoded",
+    "DecodedRescorer": "sgh.search.decoded", "SGHIndex": "sgh.search.sgh_index",
     "LSH": "sgh.baselines", "PCAH": "sgh.baselines", "ITQ": "sgh.baselines",
     "SH": "sgh.baselines", "SpH": "sgh.baselines",
     "mean_average_precision": "sgh.metrics", "recall_at_n": "sgh.metrics",

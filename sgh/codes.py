@@ -15,6 +15,8 @@ this way; the engine's compiled kernels (`sgh.metrics.kernels`) do the same in r
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from sgh.errors import UserInputError, check_int, one_line
@@ -99,6 +101,19 @@ def stored_bits(arrays, where: str, key: str = "bits") -> int:
         raise UserInputError(f"{where}: key {key!r} holds {one_line(value)}; accepted: the "
                              "code length, a scalar integer >= 1")
     return int(value)
+
+
+def model_fingerprint(arrays: dict[str, np.ndarray]) -> str:
+    """16 hex digits naming the model that makes (and scores) codes: a hash of the arrays that
+    define its encoder (`sgh.search.score_set.ScoreSet.fingerprint`), by name, dtype, shape and
+    bytes. Codes and scores whose fingerprints differ came from different models, and are never
+    searched together."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}:{array.dtype.str}:{array.shape};".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()[:16]
 
 
 def as_words(packed: np.ndarray) -> np.ndarray:

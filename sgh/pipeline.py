@@ -129,6 +129,8 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
     }
     codes = {"database": encoded.database, "query": encoded.query,
              "bits": np.int64(config.model.bits), "groundtruth": groundtruth}
+    if encoded.scores is not None:
+        codes["fingerprint"] = np.str_(encoded.scores.fingerprint)
     if split.has_labels:
         codes["database_labels"] = split.database_labels
         codes["query_labels"] = split.query_labels

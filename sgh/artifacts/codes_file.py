@@ -6,6 +6,9 @@
     database_labels, query_labels   optional: 1-D integer labels, or 2-D 0/1 label matrices
                         (both of the same kind)
     groundtruth         optional: (n_query, K) ids of each query's exact Euclidean neighbours
+    fingerprint         optional: the model that made the codes (`sgh.codes.model_fingerprint`),
+                        written by every method with an asymmetric score; a score of another
+                        model is never used with these codes
 
 At least one kind of relevance (labels or ground truth) must be present. `load_codes` reports
 every problem as one `UserInputError` line naming the file and the key.
@@ -35,6 +38,7 @@ class SavedCodes:
     database_labels: np.ndarray | None
     query_labels: np.ndarray | None
     groundtruth: np.ndarray | None
+    fingerprint: str | None = None
 
     @property
     def has_labels(self) -> bool:
@@ -128,7 +132,15 @@ def load_codes(path) -> SavedCodes:
     if database_labels is None and groundtruth is None:
         raise UserInputError(f"{path}: has no relevance data; expected 'database_labels' and "
                              "'query_labels', and/or 'groundtruth'")
-    return SavedCodes(path, bits, database, query, database_labels, query_labels, groundtruth)
+    fingerprint = arrays.get("fingerprint")
+    if fingerprint is not None:
+        if fingerprint.shape != () or fingerprint.dtype.kind != "U":
+            raise UserInputError(f"{path}: key 'fingerprint' has dtype {fingerprint.dtype}, "
+                                 f"shape {fingerprint.shape}; expected one string, as "
+                                 "sgh-train writes it")
+        fingerprint = str(fingerprint)
+    return SavedCodes(path, bits, database, query, database_labels, query_labels, groundtruth,
+                      fingerprint)
 
 
 def write_codes(path, **arrays: np.ndarray) -> None:
@@ -136,3 +148,16 @@ def write_codes(path, **arrays: np.ndarray) -> None:
     # np.savez appends ".npz" to names without it, so the temporary name must end in it.
     with atomic_file(path, suffix=".npz") as temporary:
         np.savez(temporary, **arrays)
+
+
+def refuse_another_models_scores(codes: SavedCodes, scores, scores_path) -> None:
+    """UserInputError naming both files when ``scores`` (a `ScoreSet`) are of another model than
+    ``codes``: scored together they give a wrong ranking, without a word."""
+    if codes.fingerprint is None:
+        raise UserInputError(f"{codes.path}: has no key 'fingerprint', so nothing says that "
+                             f"{scores_path} scores these codes; accepted: the codes.npz and "
+                             "asymmetric.npz one sgh-train run wrote (train it again to get both)")
+    if codes.fingerprint != scores.fingerprint:
+        raise UserInputError(f"{codes.path} (model {codes.fingerprint}) and {scores_path} (model "
+                             f"{scores.fingerprint}) come from different models; accepted: the "
+                             "codes.npz and asymmetric.npz of one sgh-train run")

@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import write_json
-from sgh.artifacts.codes_file import load_codes
+from sgh.artifacts.codes_file import load_codes, refuse_another_models_scores
 from sgh.artifacts.run_directory import RunDirectory, refuse_a_run_file
 from sgh.artifacts.run_inputs import changed_inputs, describe_inputs
 from sgh.cli.boundary import check_writable_place
@@ -118,6 +118,7 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
             scores = ScoreSet.load(run.asymmetric_score)
         except ValueError as error:
             raise UserInputError(str(error)) from None
+        refuse_another_models_scores(codes, scores, run.asymmetric_score)
     else:
         without = (f"run={run.path} has no {run.asymmetric_score.name} (model="
                    f"{model.get('name')} has none, or the run predates it)")

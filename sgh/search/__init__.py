@@ -1,5 +1,7 @@
 """Search over binary codes: exact Hamming ranking, asymmetric (decoder and projection) scores,
-and two-stage search (a Hamming shortlist rescored); faiss files for the codes.
+and two-stage search (a Hamming shortlist rescored); faiss files for the codes. `SGHIndex`
+(sgh.search.sgh_index) owns a model's codes, ids and scores and searches them on faiss's
+fast-scan kernels (sgh.search.fast_scan), flat or over inverted lists.
 
     HammingIndex        sgh.search.hamming_index   exact Hamming top-k and range search (faiss
                                                    IndexBinaryFlat semantics), external ids

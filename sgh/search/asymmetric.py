@@ -152,7 +152,10 @@ class AsymmetricScore:
         """``(nq, code_bytes, 256)`` float32: table ``[q, j, v]`` = the weight sum of the bits
         set in byte value ``v`` at code byte ``j`` (first bit = most significant, as
         :func:`sgh.codes.pack_bits`); padding bits weigh 0."""
-        weights = self.bit_weights(queries)
+        return self.tables_of(self.bit_weights(queries))
+
+    def tables_of(self, weights: np.ndarray) -> np.ndarray:
+        """`lookup_tables` of bit weights already computed (`bit_weights`)."""
         code_bytes = -(-self.bits // 8)
         padded = np.zeros((len(weights), code_bytes * 8), np.float32)
         padded[:, : self.bits] = weights

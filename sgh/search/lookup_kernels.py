@@ -162,3 +162,39 @@ def sorted_heaps(heap_scores: np.ndarray, heap_ids: np.ndarray) -> tuple[np.ndar
     order = np.lexsort((heap_ids, heap_scores), axis=-1)
     return (np.take_along_axis(heap_scores, order, axis=1),
             np.take_along_axis(heap_ids, order, axis=1))
+
+
+@compiled
+def rescore_top_k(tables, codes, norms, candidates, heap_scores, heap_ids):
+    """Each query's k best candidate rows by the exact score, into its heap (as `scan_top_k`).
+
+    Args:
+        tables, codes, norms: as `scan_top_k`.
+        candidates: ``(nq, S)`` int64 rows of ``codes`` in any order, ``-1`` skipped.
+        heap_scores, heap_ids: ``(nq, k)`` max-heaps on (score, row), initially ``+inf`` / -1.
+
+    Scores are summed as in `scan_top_k`, so a candidate's score is bit-identical to the full
+    scan's; candidates arrive in no id order, so an equal score displaces a larger row. Each
+    heap ends sorted by (score, row), empty slots (``inf``, -1) last.
+    """
+    nq, code_bytes = tables.shape[0], tables.shape[1]
+    k = heap_scores.shape[1]
+    for q in range(nq):
+        table = tables[q].reshape(-1)
+        worst, worst_id = heap_scores[q, 0], heap_ids[q, 0]
+        for c in range(candidates.shape[1]):
+            i = candidates[q, c]
+            if i < 0:
+                continue
+            s = norms[i]
+            for j in range(code_bytes):
+                s += table[j * 256 + codes[i, j]]
+            if s < worst or (s == worst and i < worst_id):
+                worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+                worst_id = heap_ids[q, 0]
+        # Heap sort in place: the root (largest) to the end, the heap shrinks by one.
+        for size in range(k - 1, 0, -1):
+            scores, ids = heap_scores[q], heap_ids[q]
+            scores[0], scores[size] = scores[size], scores[0]
+            ids[0], ids[size] = ids[size], ids[0]
+            _sift_down(scores, ids, 0, size)

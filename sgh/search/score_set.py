@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sgh.codes import model_fingerprint
 from sgh.config import SCORE_KINDS, SCORE_SETTINGS
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.similarity import SIMILARITIES
@@ -55,6 +56,12 @@ class ScoreSet:
     validation: dict[str, float] = field(default_factory=dict)
     similarity: str = "euclidean"
     decoder: DecoderNetwork | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """The model's fingerprint (`sgh.codes.model_fingerprint`): of the encoder's score,
+        which fixes the codes (a code bit is 1 where the bit's encoder weight is <= 0)."""
+        return model_fingerprint(self.scores["encoder"].arrays())
 
     @property
     def rescoring_kinds(self) -> tuple[str, ...]:

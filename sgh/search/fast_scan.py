@@ -1,0 +1,211 @@
+"""The asymmetric scan on faiss's fast-scan kernels, flat or over inverted lists.
+
+A per-bit score (:mod:`sgh.search.asymmetric`) is ``score(x, h) = sum_k h_k w_k(x) + c(h)``.
+Grouped in fours, the bits of a code name one of the 16 corners of ``{0,1}^4`` per group, and a
+group's share of the score is the inner product of the query's four weights with that corner.
+That is faiss's inner-product ``IndexPQ`` with ``ceil(bits / 4)`` sub-quantizers of 4 bits whose
+16 centroids are the corners: the nibbles of a packed code are its PQ codes, so the codes go in
+as they are, and faiss's fast-scan kernels (each query's tables quantised to 8 bits and summed
+in SIMD registers, ``IndexPQFastScan``) scan them unchanged.
+
+The per-item constant ``c(h) = ||h B||^2`` (decoder and joint scores) is one more term of the
+sum: it is quantised to 8 bits over its range and stored as two more 4-bit sub-quantizers (its
+high and low nibble, weighted 16 and 1 by the query), so the scan ranks by the whole score.
+
+Both quantisations (faiss's 8-bit tables, the 8-bit item constant) make the scan approximate, so
+a search asks faiss for ``refine_factor * k`` candidates and rescores them with the exact float32
+score (:func:`sgh.search.lookup_kernels.rescore_top_k`, the very sums of the float scan): the
+result is the float scan's wherever its top k is among the candidates
+(``scripts/bench_ann.py`` measures how often that holds).
+
+With ``nlist`` the database lives in inverted lists (faiss ``IndexIVFPQFastScan``, codes not
+residual: the per-bit weights do not depend on the list); which lists an item and a query belong
+to is decided outside, on the features (:class:`sgh.search.sgh_index.SGHIndex`), and handed to
+faiss's ``search_preassigned``.
+
+The faiss structures are derived from the codes this class keeps: they are rebuilt when the
+codes change, on the next search.
+"""
+
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+from __future__ import annotations
+
+import numpy as np
+
+from sgh.codes import validate_codes
+from sgh.errors import check_int
+from sgh.search.asymmetric import AsymmetricScore
+from sgh.search.lookup_kernels import rescore_top_k
+
+# Candidates per result rescored exactly: 4 x k kept the float scan's top 100 (Recall10@100 within
+# 0.001) on every dataset of scripts/bench_ann.py; `FastScanIndex.refine_factor` changes it.
+DEFAULT_REFINE_FACTOR = 4
+# The fast-scan block size of faiss (codes are interleaved by 32 items).
+_BLOCK = 32
+# _CORNERS[c] = the 4 bits of nibble value c, first bit most significant (as `pack_bits`).
+_CORNERS = ((np.arange(16)[:, None] >> (3 - np.arange(4))) & 1).astype(np.float32)
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - a dependency; a broken install only
+        raise ImportError("the asymmetric scan runs on faiss: pip install faiss-cpu") from None
+    return faiss
+
+
+class FastScanIndex:
+    """Packed codes searched by one `AsymmetricScore` on faiss's fast-scan kernels (module doc).
+
+    Args:
+        score: the per-bit score.
+        nlist: inverted lists (None: one flat scan of every code).
+
+    Items are rows ``0 .. ntotal - 1`` in the order they were added; ``lists`` (with ``nlist``)
+    says which inverted list each row is in.
+    """
+
+    def __init__(self, score: AsymmetricScore, nlist: int | None = None) -> None:
+        self.score = score
+        self.bits = score.bits
+        self.nlist = None if nlist is None else check_int("nlist", nlist, 1)
+        self.refine_factor = DEFAULT_REFINE_FACTOR
+        self._groups = -(-self.bits // 4)
+        self._has_norms = score.code_templates is not None
+        self.codes = np.zeros((0, -(-self.bits // 8)), np.uint8)
+        self.norms = np.zeros(0, np.float32)
+        self.lists = np.zeros(0, np.int64)
+        self._faiss_index = None
+
+    @property
+    def ntotal(self) -> int:
+        return len(self.codes)
+
+    @property
+    def subquantizers(self) -> int:
+        """4-bit sub-quantizers per item: the bit groups, and the item constant's two nibbles."""
+        return self._groups + (2 if self._has_norms else 0)
+
+    def add(self, codes: np.ndarray, lists: np.ndarray | None = None) -> None:
+        """Append packed codes (rows ``ntotal ..``); ``lists``: each one's inverted list."""
+        codes = validate_codes(codes, self.bits, "codes")
+        if self.nlist is not None:
+            lists = np.asarray(lists, np.int64)
+            if lists.shape != (len(codes),) or (len(lists) and (
+                    lists.min() < 0 or lists.max() >= self.nlist)):
+                raise ValueError(f"lists must give each of the {len(codes)} codes a list in "
+                                 f"0 .. {self.nlist - 1}")
+            self.lists = np.concatenate([self.lists, lists])
+        self.codes = np.concatenate([self.codes, codes])
+        self.norms = np.concatenate([self.norms, self.score.item_norms(codes)])
+        self._faiss_index = None
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep only ``rows`` (a boolean mask over the items), in their order."""
+        self.codes, self.norms = self.codes[rows], self.norms[rows]
+        if self.nlist is not None:
+            self.lists = self.lists[rows]
+        self._faiss_index = None
+
+    def search(self, queries: np.ndarray, k: int, probes: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Each query's k best rows by the exact score among the fast scan's
+        ``refine_factor * k`` candidates: ``(D, I)`` sorted by (score, row), ``D`` the float32
+        score as `AsymmetricIndex` gives it, padding ``inf`` / ``-1``.
+
+        ``probes``: ``(nq, nprobe)`` the lists each query scans (with ``nlist``; -1 skipped).
+        """
+        k = check_int("k", k, 1)
+        weights = self.score.bit_weights(queries)
+        tables = self.score.tables_of(weights)
+        nq = len(tables)
+        D = np.full((nq, k), np.inf, np.float32)
+        I = np.full((nq, k), -1, np.int64)
+        if self.ntotal == 0 or nq == 0:
+            return D, I
+        depth = min(self.ntotal, max(k, int(self.refine_factor) * k))
+        targets = self._targets(weights)
+        index = self._index()
+        if self.nlist is None:
+            _, candidates = index.search(targets, depth)
+        else:
+            probes = np.ascontiguousarray(probes, np.int64)
+            if probes.ndim != 2 or len(probes) != nq:
+                raise ValueError(f"probes must be (nq, nprobe) lists, got {probes.shape}")
+            index.nprobe = probes.shape[1]
+            _, candidates = index.search_preassigned(
+                targets, depth, probes, np.zeros(probes.shape, np.float32))
+        rescore_top_k(tables, self.codes, self.norms, candidates, D, I)
+        return D, I
+
+    def _targets(self, weights: np.ndarray) -> np.ndarray:
+        """The queries as faiss sees them: minus their bit weights (inner product: larger is
+        nearer), then -1 on each nibble of the item constant (weights 16 and 1 of its step)."""
+        targets = np.zeros((len(weights), 4 * self.subquantizers), np.float32)
+        targets[:, : self.bits] = -weights
+        if self._has_norms:
+            targets[:, 4 * self._groups] = -1.0
+            targets[:, 4 * self._groups + 4] = -1.0
+        return targets
+
+    def _index(self):
+        """The faiss index of the current codes, built on first use after a change."""
+        if self._faiss_index is None:
+            self._faiss_index = self._build()
+        return self._faiss_index
+
+    def _build(self):
+        faiss = _faiss()
+        m, d = self.subquantizers, 4 * self.subquantizers
+        centroids = np.zeros((m, 16, 4), np.float32)
+        centroids[: self._groups] = _CORNERS
+        pq_codes = swap_nibbles(self.codes)
+        if self._has_norms:
+            low, high = float(self.norms.min()), float(self.norms.max())
+            step = (high - low) / 255.0 if high > low else 1.0
+            # Levels above the minimum: a per-query constant (the minimum) changes no ranking.
+            centroids[self._groups, :, 0] = np.arange(16) * 16 * step
+            centroids[self._groups + 1, :, 0] = np.arange(16) * step
+            levels = np.clip(np.rint((self.norms - low) / step), 0, 255).astype(np.uint8)
+            pq_codes = _append_nibbles(pq_codes, self._groups, [levels >> 4, levels & 15])
+        if self.nlist is None:
+            pq_index = faiss.IndexPQ(d, m, 4, faiss.METRIC_INNER_PRODUCT)
+            faiss.copy_array_to_vector(centroids.ravel(), pq_index.pq.centroids)
+            pq_index.is_trained = True
+            pq_index.add_sa_codes(np.ascontiguousarray(pq_codes))
+            return faiss.IndexPQFastScan(pq_index, _BLOCK)
+        # The coarse step is done outside (on the features); faiss needs a quantizer object
+        # of its dimension all the same, which no search consults (`search_preassigned`).
+        quantizer = faiss.IndexFlatIP(d)
+        quantizer.add(np.zeros((self.nlist, d), np.float32))
+        # Filled as an IndexIVFPQ, then converted: faiss's fast-scan inverted lists take their
+        # codes interleaved, which the conversion does.
+        staging = faiss.IndexIVFPQ(quantizer, d, self.nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
+        staging.by_residual = False
+        faiss.copy_array_to_vector(centroids.ravel(), staging.pq.centroids)
+        staging.is_trained = True
+        list_bytes = staging.coarse_code_size()
+        prefix = (self.lists[:, None] >> (8 * np.arange(list_bytes))).astype(np.uint8)
+        staging.add_sa_codes(np.ascontiguousarray(np.concatenate([prefix, pq_codes], axis=1)),
+                             np.arange(self.ntotal, dtype=np.int64))
+        index = faiss.IndexIVFPQFastScan(staging, _BLOCK)
+        return index
+
+
+def swap_nibbles(codes: np.ndarray) -> np.ndarray:
+    """Packed codes as faiss's 4-bit PQ codes: our byte holds groups (2j, 2j + 1) in its (high,
+    low) nibble, faiss's in its (low, high) one."""
+    return ((codes >> 4) | (codes << 4)).astype(np.uint8)
+
+
+def _append_nibbles(pq_codes: np.ndarray, groups: int, nibbles: list[np.ndarray]) -> np.ndarray:
+    """4-bit codes ``nibbles`` appended after the first ``groups`` codes of each row."""
+    total = groups + len(nibbles)
+    out = np.zeros((len(pq_codes), -(-total // 2)), np.uint8)
+    out[:, : pq_codes.shape[1]] = pq_codes
+    if groups % 2:  # the last code byte's high nibble (faiss's order) is free
+        out[:, groups // 2] &= 0x0F
+    for position, values in enumerate(nibbles, start=groups):
+        shift = 4 * (position % 2)
+        out[:, position // 2] |= (values.astype(np.uint8) << shift).astype(np.uint8)
+    return out

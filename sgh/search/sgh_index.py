@@ -1,0 +1,400 @@
+"""`SGHIndex`: one object that owns a trained model's query side, the database codes and their
+ids, and searches them the way faiss indexes do.
+
+    index = SGHIndex(hasher)                     # a fitted SGHHasher, ITQ, PCAH or LSH
+    index = SGHIndex.from_run("runs/mnist/sgh-32b/<time>")   # a run's codes and scores
+    index.add(x_base)                            # features, encoded here (or add_codes(codes))
+    D, I = index.search(x_query, k=100)          # (nq, k) scores and ids, as faiss
+    index.save("mnist.sghindex"); SGHIndex.load("mnist.sghindex")
+
+Modes (`index.mode`, settable):
+
+* ``"scan"``: every code scored against the real query by the validated asymmetric score
+  (`ScoreSet.chosen`), on faiss's fast-scan kernels (:mod:`sgh.search.fast_scan`): the
+  fast-scan's ``refine_factor * k`` best, rescored by the exact float score.
+* ``"two_stage"``: the encoder score's scan keeps a shortlist (``index.shortlist``; None:
+  ``max(5 k, 1% of the items)``), which the validated rescoring score reorders
+  (`ScoreSet.rescore_chosen`: per bit, or an mlp decoder decoding each shortlisted code).
+* ``"hamming"``: the query's own code against every code by Hamming distance (ties by id).
+
+With ``nlist`` the database is partitioned by a k-means of its features (faiss IVF): `train`
+learns the lists, each added item goes to the list of its nearest centroid, and a search scans
+the ``index.nprobe`` lists nearest the query (a coarse step on the features, the fine step on
+the codes by the per-bit score, through faiss's ``search_preassigned``).
+
+The index encodes features by the encoder's own score: a code bit is 1 where the bit's encoder
+weight is <= 0 (``-log q(h|x)`` falls when the bit agrees with the logit's sign), computed in
+float64; a bit whose logit lies within float32 rounding of 0 may come out unlike the
+TensorFlow encoder's. Codes carry the model's fingerprint (`sgh.codes.model_fingerprint`):
+codes, scores and saved indexes of different models are refused, never searched together.
+"""
+
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from sgh.artifacts.atomic import DirectoryKind, atomic_directory
+from sgh.artifacts.codes_file import load_codes, refuse_another_models_scores
+from sgh.codes import pack_bits, validate_codes
+from sgh.data.npz_file import read_npz_arrays
+from sgh.data.similarity import unit_normalised
+from sgh.errors import UserInputError, check_int
+from sgh.search.asymmetric import AsymmetricScore, check_queries
+from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
+from sgh.search.hamming_index import HammingIndex
+from sgh.search.score_set import ScoreSet
+
+MODES = ("hamming", "scan", "two_stage")
+# The files of a saved index (a directory): faiss opens CODES_FILE with faiss.read_index.
+INDEX_FILE, SCORES_FILE, CODES_FILE = "index.npz", "scores.npz", "codes.faiss"
+_FORMAT = "sgh-index 1"
+# What `save` may replace: an index saved before, nothing else (atomic_directory refuses).
+_SAVED = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CODES_FILE})",
+                       required=frozenset({INDEX_FILE, SCORES_FILE, CODES_FILE}))
+# Features encoded (and assigned to lists) at a time by `add`: 65,536 rows.
+_ADD_ROWS = 1 << 16
+# Training points per list for the coarse k-means (faiss's own cap is 256).
+_KMEANS_POINTS_PER_LIST = 256
+
+
+class SGHIndex:
+    """A model's codes and their search (module doc).
+
+    Args:
+        model: a fitted hasher with an asymmetric score (`SGHHasher`, ITQ, PCAH, LSH), or a
+            `ScoreSet` (a run's asymmetric.npz).
+        mode: ``"scan"``, ``"two_stage"`` or ``"hamming"`` (module doc).
+        nlist: inverted lists (None: a flat scan of every code).
+    """
+
+    def __init__(self, model, mode: str = "scan", nlist: int | None = None) -> None:
+        self.scores = _scores_of(model)
+        self.bits = self.scores.scores["encoder"].bits
+        self.dim = self.scores.scores["encoder"].dim
+        self.fingerprint = self.scores.fingerprint
+        self.nlist = None if nlist is None else check_int("nlist", nlist, 1)
+        self.mode = mode
+        self.nprobe, self.shortlist, self.refine_factor = 1, None, DEFAULT_REFINE_FACTOR
+        self._codes = np.zeros((0, -(-self.bits // 8)), np.uint8)
+        self._ids = np.zeros(0, np.int64)
+        self._lists = np.zeros(0, np.int64)
+        self._centroids: np.ndarray | None = None
+        self._engines: dict = {}
+
+    # ---- settings -------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} is not known; accepted: {', '.join(MODES)}")
+        if mode == "hamming" and self.nlist is not None:
+            raise ValueError("mode='hamming' scans every code; inverted lists (nlist) serve "
+                             "the scan and two_stage modes")
+        self._mode = mode
+
+    @property
+    def ntotal(self) -> int:
+        return len(self._ids)
+
+    @property
+    def is_trained(self) -> bool:
+        return self.nlist is None or self._centroids is not None
+
+    def __repr__(self) -> str:
+        score = {"scan": f", score={self.scores.chosen!r}",
+                 "two_stage": f", shortlist by 'encoder', rescored by {self._rescore_kind()!r}"
+                              f", shortlist={self.shortlist}",
+                 "hamming": ""}[self.mode]
+        lists = "" if self.nlist is None else f", nlist={self.nlist}, nprobe={self.nprobe}"
+        return (f"SGHIndex({self.bits} bits, {self.ntotal} items, mode={self.mode!r}{score}"
+                f"{lists}, model {self.fingerprint})")
+
+    # ---- building -------------------------------------------------------------------------
+    def encode(self, x: np.ndarray) -> np.ndarray:
+        """Packed codes of features ``x`` (module doc: the encoder score's signs)."""
+        weights = self.scores.scores["encoder"].bit_weights(self._features(x))
+        return pack_bits(weights <= 0)
+
+    def train(self, x: np.ndarray, seed: int = 0) -> None:
+        """Learn the ``nlist`` inverted lists: a k-means of features ``x`` (at most 256 per list
+        are drawn, faiss's own cap)."""
+        if self.nlist is None:
+            return
+        import faiss
+
+        x = self._features(x)
+        if len(x) < self.nlist:
+            raise ValueError(f"train: {len(x)} points for nlist={self.nlist} lists; accepted: "
+                             "at least one point per list")
+        kmeans = faiss.Kmeans(self.dim, self.nlist, niter=20, seed=seed,
+                              max_points_per_centroid=_KMEANS_POINTS_PER_LIST)
+        kmeans.train(np.ascontiguousarray(x, np.float32))
+        self._centroids = kmeans.centroids
+        self._engines.clear()
+
+    def add(self, x: np.ndarray, ids: np.ndarray | None = None) -> None:
+        """Encode features ``x`` and add them (``ids``: int64 per row; default ``ntotal ..``)."""
+        x = check_queries(x, self.dim, "x")
+        self._require_training()
+        ids = self._new_ids(len(x), ids)
+        for start in range(0, len(x), _ADD_ROWS):
+            block = self._features(x[start : start + _ADD_ROWS])
+            self._append(self.encode(block), ids[start : start + len(block)],
+                         self._assign(block, 1)[:, 0] if self.nlist is not None else None)
+
+    def add_codes(self, codes, ids: np.ndarray | None = None) -> None:
+        """Add packed codes: an ``(n, ceil(bits/8))`` uint8 array, or a ``codes.npz`` path whose
+        database codes must carry this model's fingerprint. A flat index only: inverted lists
+        place items by their features (`add`)."""
+        if self.nlist is not None:
+            raise ValueError("add_codes: an index with inverted lists places each item by its "
+                             "features; use add(x), or SGHIndex.from_run(run, nlist=...)")
+        if isinstance(codes, (str, os.PathLike)):
+            saved = load_codes(codes)
+            refuse_another_models_scores(saved, self.scores, "this index's scores")
+            codes = saved.database
+        codes = validate_codes(codes, self.bits, "codes")
+        self._append(codes, self._new_ids(len(codes), ids), None)
+
+    def remove_ids(self, ids) -> int:
+        """Remove every item with one of ``ids``; the number removed."""
+        kept = ~np.isin(self._ids, np.asarray(ids, np.int64).reshape(-1))
+        removed = int((~kept).sum())
+        if removed:
+            self._codes, self._ids = self._codes[kept], self._ids[kept]
+            if self.nlist is not None:
+                self._lists = self._lists[kept]
+            self._engines.clear()
+        return removed
+
+    # ---- search ---------------------------------------------------------------------------
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k nearest items of each query: ``(D, I)``, ``(nq, k)``, sorted by (score, id),
+        smaller nearer; ``I`` the items' ids, padding ``D = inf``, ``I = -1`` (as faiss)."""
+        k = check_int("k", k, 1)
+        queries = self._features(check_queries(queries, self.dim))
+        if self.mode == "hamming":
+            D, rows = self._engine("hamming").search(self.encode(queries), k)
+        else:
+            self._require_training()
+            probes = None if self.nlist is None else self._assign(
+                queries, check_int("nprobe", self.nprobe, 1))
+            if self.mode == "scan":
+                D, rows = self._engine("scan").search(queries, k, probes)
+            else:
+                depth = self._shortlist_size(k)
+                candidates = self._engine("shortlist").search(queries, depth, probes)[1]
+                D, rows = self._engine("rescore").rescore(queries, candidates)
+                D, rows = _padded(D, rows, k)
+        return D, np.where(rows >= 0, self._ids[np.maximum(rows, 0)], -1)
+
+    def _shortlist_size(self, k: int) -> int:
+        if self.shortlist is None:
+            return max(5 * k, math.ceil(0.01 * self.ntotal))
+        return max(k, check_int("shortlist", self.shortlist, 1))
+
+    def _engine(self, name: str):
+        """The structure a mode searches with, built on first use after a change."""
+        if name not in self._engines:
+            self._engines[name] = self._build_engine(name)
+        engine = self._engines[name]
+        if isinstance(engine, FastScanIndex):
+            engine.refine_factor = check_int("refine_factor", self.refine_factor, 1)
+        return engine
+
+    def _build_engine(self, name: str):
+        if name == "hamming":
+            engine = HammingIndex(self.bits)
+            engine.add(self._codes)
+            return engine
+        if name == "rescore":
+            kind = self._rescore_kind()
+            if kind == "encoder":
+                warnings.warn("two_stage: the encoder score rescores the shortlist it made, "
+                              "so the ranking is mode='scan''s of the encoder score, slower",
+                              stacklevel=4)
+            rescorer = self.scores.rescorer(kind, self._codes)
+            if isinstance(rescorer, AsymmetricScore):
+                index = AsymmetricIndex(rescorer)
+                index.add(self._codes)
+                return index
+            return rescorer
+        kind = self.scores.chosen if name == "scan" else "encoder"
+        engine = FastScanIndex(self.scores.scores[kind], self.nlist)
+        engine.add(self._codes, self._lists if self.nlist is not None else None)
+        return engine
+
+    def _rescore_kind(self) -> str:
+        return self.scores.rescore_chosen or self.scores.chosen
+
+    # ---- persistence ----------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the index as a directory: ``index.npz`` (codes, ids, lists, settings,
+        fingerprint), ``scores.npz`` (the query side) and ``codes.faiss`` (the scan's faiss
+        index, which ``faiss.read_index`` opens). Replaces only an index saved before."""
+        import faiss
+
+        path = Path(path)
+        arrays = {"format": np.str_(_FORMAT), "codes": self._codes, "ids": self._ids,
+                  "lists": self._lists, "mode": np.str_(self.mode),
+                  "nlist": np.int64(self.nlist or 0), "nprobe": np.int64(self.nprobe),
+                  "shortlist": np.int64(self.shortlist or 0),
+                  "refine_factor": np.int64(self.refine_factor),
+                  "fingerprint": np.str_(self.fingerprint)}
+        if self._centroids is not None:
+            arrays["centroids"] = self._centroids
+        with atomic_directory(path, replaces=_SAVED) as staging:
+            np.savez(staging / INDEX_FILE, **arrays)
+            self.scores.save(staging / SCORES_FILE)
+            faiss.write_index(self._engine("scan" if self.mode == "scan" else "shortlist")
+                              ._index(), str(staging / CODES_FILE))
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> SGHIndex:
+        """Read an index `save` wrote; UserInputError naming the file and key if it is not
+        one, or if its codes and scores are of different models."""
+        path = Path(path)
+        if not (path / INDEX_FILE).is_file():
+            raise UserInputError(f"{path}: no {INDEX_FILE} there; expected a directory "
+                                 "SGHIndex.save wrote")
+        arrays = read_npz_arrays(path / INDEX_FILE)
+        if str(arrays.get("format", "")) != _FORMAT:
+            raise UserInputError(f"{path / INDEX_FILE}: key 'format' is not {_FORMAT!r}; "
+                                 "expected a file SGHIndex.save wrote")
+        try:
+            scores = ScoreSet.load(path / SCORES_FILE)
+        except ValueError as error:
+            raise UserInputError(str(error)) from None
+        if str(arrays["fingerprint"]) != scores.fingerprint:
+            raise UserInputError(f"{path / INDEX_FILE} (model {arrays['fingerprint']}) and "
+                                 f"{path / SCORES_FILE} (model {scores.fingerprint}) come from "
+                                 "different models; save the index again")
+        index = cls(scores, str(arrays["mode"]), int(arrays["nlist"]) or None)
+        index.nprobe, index.refine_factor = int(arrays["nprobe"]), int(arrays["refine_factor"])
+        index.shortlist = int(arrays["shortlist"]) or None
+        index._centroids = arrays.get("centroids")
+        index._append(validate_codes(arrays["codes"], index.bits, f"{path / INDEX_FILE} codes"),
+                      arrays["ids"].astype(np.int64),
+                      arrays["lists"].astype(np.int64) if index.nlist else None)
+        return index
+
+    @classmethod
+    def from_run(cls, run_dir: str | os.PathLike, mode: str = "scan",
+                 nlist: int | None = None) -> SGHIndex:
+        """The database codes and scores of a finished `sgh-train` run (its codes.npz and
+        asymmetric.npz); with ``nlist``, its database features are read again (the run's
+        dataset) to learn and fill the inverted lists. Ids are database rows."""
+        from sgh.artifacts.run_directory import RunDirectory
+
+        run = RunDirectory(run_dir, create=False)
+        for needed in (run.codes, run.asymmetric_score):
+            if not needed.is_file():
+                raise UserInputError(f"{run.path}: no {needed.name} there; expected a finished "
+                                     "sgh-train run of SGH, ITQ, PCAH or LSH")
+        codes = load_codes(run.codes)
+        try:
+            scores = ScoreSet.load(run.asymmetric_score)
+        except ValueError as error:
+            raise UserInputError(str(error)) from None
+        refuse_another_models_scores(codes, scores, run.asymmetric_score)
+        index = cls(scores, mode, nlist)
+        if nlist is None:
+            index._append(codes.database, np.arange(len(codes.database), dtype=np.int64), None)
+            return index
+        database = _run_database(run, len(codes.database))
+        index.train(database)
+        lists = np.concatenate([index._assign(database[start : start + _ADD_ROWS], 1)[:, 0]
+                                for start in range(0, len(database), _ADD_ROWS)])
+        index._append(codes.database, np.arange(len(codes.database), dtype=np.int64), lists)
+        return index
+
+    # ---- internals ------------------------------------------------------------------------
+    def _features(self, x: np.ndarray) -> np.ndarray:
+        """float32 features as the model saw them: unit-normalised for an angular model."""
+        x = np.ascontiguousarray(x, np.float32)
+        if self.scores.similarity == "angular":
+            x = unit_normalised(x, "the features (angular: divided by their length)")
+        return x
+
+    def _assign(self, x: np.ndarray, nearest: int) -> np.ndarray:
+        """``(n, nearest)`` the lists of the centroids nearest each row of ``x``."""
+        import faiss
+
+        nearest = min(nearest, self.nlist)
+        coarse = faiss.IndexFlatL2(self.dim)
+        coarse.add(self._centroids)
+        return coarse.search(np.ascontiguousarray(x, np.float32), nearest)[1]
+
+    def _require_training(self) -> None:
+        if not self.is_trained:
+            raise ValueError(f"the index has nlist={self.nlist} inverted lists, not learned "
+                             "yet: call index.train(x) with training features first")
+
+    def _new_ids(self, n: int, ids) -> np.ndarray:
+        if ids is None:
+            start = int(self._ids.max()) + 1 if self.ntotal else 0
+            return np.arange(start, start + n, dtype=np.int64)
+        ids = np.asarray(ids)
+        if ids.shape != (n,) or ids.dtype.kind not in "iu":
+            raise ValueError(f"ids must be {n} integers, one per item, got dtype {ids.dtype} "
+                             f"and shape {ids.shape}")
+        return ids.astype(np.int64)
+
+    def _append(self, codes: np.ndarray, ids: np.ndarray, lists: np.ndarray | None) -> None:
+        self._codes = np.concatenate([self._codes, codes])
+        self._ids = np.concatenate([self._ids, ids])
+        if lists is not None:
+            self._lists = np.concatenate([self._lists, lists.astype(np.int64)])
+        self._engines.clear()
+
+
+def _scores_of(model) -> ScoreSet:
+    """The `ScoreSet` of a fitted hasher (or the set itself)."""
+    if isinstance(model, ScoreSet):
+        return model
+    if hasattr(model, "scores_"):  # SGHHasher: the validated choice among its scores
+        return model.scores_
+    if not hasattr(model, "asymmetric_score"):
+        raise TypeError(f"SGHIndex takes a fitted hasher or a ScoreSet, got "
+                        f"{type(model).__name__}")
+    try:
+        score = model.asymmetric_score()
+    except ValueError as error:  # SH, SpH
+        raise ValueError(f"{error}; SGHIndex needs a per-bit score (SGH, ITQ, PCAH, LSH): search "
+                         "these codes with sgh.HammingIndex") from None
+    return ScoreSet({"encoder": score}, "encoder")
+
+
+def _padded(D: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first k columns, padded with ``inf`` / ``-1`` when there are fewer."""
+    if D.shape[1] < k:
+        pad = ((0, 0), (0, k - D.shape[1]))
+        D, rows = np.pad(D, pad, constant_values=np.inf), np.pad(rows, pad, constant_values=-1)
+    return D[:, :k], rows[:, :k]
+
+
+def _run_database(run, n_database: int) -> np.ndarray:
+    """The database features of a run's dataset, read again from its config.yaml."""
+    from sgh.config import dataset_config_from
+    from sgh.data import load_split
+
+    previous = run.previous_config()
+    if previous is None or "dataset" not in previous:
+        raise UserInputError(f"{run.path}: no readable config.yaml; nlist reads the run's "
+                             "database features through it")
+    database = load_split(dataset_config_from(previous["dataset"])).database
+    if len(database) != n_database:
+        raise UserInputError(f"{run.path}: its dataset now has {len(database)} database items, "
+                             f"its codes {n_database}; the dataset changed since the run")
+    return np.asarray(database, np.float32)

@@ -1,0 +1,177 @@
+"""`SGHIndex` and its fast-scan engine: the float scan's results from faiss's kernels, one object
+that owns codes, ids and scores, inverted lists, saving, and the model fingerprint."""
+
+# ruff: noqa: E741
+import shutil
+
+import faiss
+import numpy as np
+import pytest
+
+from sgh import ITQ, SH
+from sgh.cli.evaluate import evaluate_codes
+from sgh.codes import pack_bits
+from sgh.config import (
+    BaselineConfig,
+    Config,
+    EvalCommandConfig,
+    EvalConfig,
+    SyntheticDatasetConfig,
+    TrainerConfig,
+)
+from sgh.errors import UserInputError
+from sgh.search.asymmetric import make_score
+from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.fast_scan import FastScanIndex
+from sgh.search.hamming_index import HammingIndex
+from sgh.search.sgh_index import SGHIndex
+from tests.helpers import trained
+
+
+def _score_and_codes(bits: int, with_templates: bool, seed: int = 0, n: int = 3000, dim: int = 24):
+    rng = np.random.default_rng(seed)
+    features = rng.standard_normal((n, dim)).astype(np.float32)
+    codes = pack_bits(features @ rng.standard_normal((dim, bits)) > 0)
+    templates = rng.standard_normal((bits, dim)) * 0.3
+    score = make_score(bits, -2 * templates.T, rng.standard_normal(bits),
+                       templates if with_templates else None, "test score", "decoder")
+    return score, codes, rng.standard_normal((40, dim)).astype(np.float32)
+
+
+@pytest.mark.parametrize("bits", [5, 12, 32, 64])
+@pytest.mark.parametrize("with_templates", [True, False])
+def test_the_fast_scan_returns_the_float_scans_top_k(bits, with_templates):
+    # The item constant ||hB||^2 rides in two extra nibbles, odd group counts included; the
+    # candidates' exact rescoring gives the float scan's scores, bit for bit.
+    score, codes, queries = _score_and_codes(bits, with_templates)
+    exact = AsymmetricIndex(score)
+    exact.add(codes)
+    engine = FastScanIndex(score)
+    engine.add(codes)
+    D0, I0 = exact.search(queries, 20, workers=1)
+    D, I = engine.search(queries, 20)
+    np.testing.assert_array_equal(I, I0)
+    np.testing.assert_array_equal(D, D0)
+
+
+def test_inverted_lists_probe_only_the_lists_asked_and_all_of_them_give_the_flat_scan():
+    score, codes, queries = _score_and_codes(32, True)
+    lists = np.random.default_rng(1).integers(0, 6, len(codes))
+    engine = FastScanIndex(score, nlist=6)
+    engine.add(codes, lists)
+    flat = FastScanIndex(score)
+    flat.add(codes)
+    everything = np.tile(np.arange(6), (len(queries), 1))
+    np.testing.assert_array_equal(engine.search(queries, 15, everything)[1],
+                                  flat.search(queries, 15)[1])
+    _, I = engine.search(queries, 15, np.tile([0, 3], (len(queries), 1)))
+    assert np.isin(lists[I], [0, 3]).all()
+
+
+@pytest.fixture(scope="module")
+def itq_data():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3000, 20)).astype(np.float32) @ rng.standard_normal((20, 20))
+    x = x.astype(np.float32)
+    return ITQ(n_bits=16, random_state=0).fit(x), x, x[:30] + 0.05
+
+
+def test_an_index_of_a_hasher_encodes_as_it_does_and_scans_by_its_score(itq_data):
+    hasher, x, queries = itq_data
+    index = SGHIndex(hasher)
+    index.add(x, ids=np.arange(len(x)) + 500)
+    np.testing.assert_array_equal(index.encode(x), hasher.encode(x))
+    exact = AsymmetricIndex(hasher.asymmetric_score())
+    exact.add(hasher.encode(x))
+    D0, I0 = exact.search(queries, 10, workers=1)
+    D, I = index.search(queries, 10)
+    np.testing.assert_array_equal(I, I0 + 500)
+    np.testing.assert_array_equal(D, D0)
+    assert repr(index) == (f"SGHIndex(16 bits, 3000 items, mode='scan', score='encoder', model "
+                           f"{index.fingerprint})")
+
+    index.mode = "hamming"
+    hamming = HammingIndex(16)
+    hamming.add(hasher.encode(x))
+    np.testing.assert_array_equal(index.search(queries, 10)[1],
+                                  hamming.search(hasher.encode(queries), 10)[1] + 500)
+    index.mode = "two_stage"
+    with pytest.warns(UserWarning, match="the encoder score rescores the shortlist it made"):
+        np.testing.assert_array_equal(index.search(queries, 10)[1], I0 + 500)
+
+    index.mode = "scan"
+    assert index.remove_ids(np.arange(500, 600)) == 100 and index.ntotal == 2900
+    assert not np.isin(index.search(queries, 50)[1], np.arange(500, 600)).any()
+
+
+def test_a_saved_index_searches_identically_and_faiss_opens_its_codes(itq_data, tmp_path):
+    hasher, x, queries = itq_data
+    index = SGHIndex(hasher, nlist=8)
+    with pytest.raises(ValueError, match=r"call index.train\(x\)"):
+        index.add(x)
+    index.train(x)
+    index.add(x)
+    index.nprobe = 3
+    saved = index.save(tmp_path / "index")
+    loaded = SGHIndex.load(saved)
+    assert repr(loaded) == repr(index)
+    for before, after in zip(index.search(queries, 25), loaded.search(queries, 25), strict=True):
+        np.testing.assert_array_equal(before, after)
+    assert faiss.read_index(str(saved / "codes.faiss")).ntotal == len(x)
+    index.save(saved)  # an index saved before is replaced
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(UserInputError, match="holds files that are not a saved SGHIndex"):
+        index.save(tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_codes_and_scores_of_different_models_are_never_searched_together(itq_data, tmp_path):
+    hasher, x, _ = itq_data
+    other = ITQ(n_bits=16, random_state=1).fit(x)
+    first, second = SGHIndex(hasher), SGHIndex(other)
+    assert first.fingerprint != second.fingerprint
+    first.save(tmp_path / "first")
+    second.save(tmp_path / "second")
+    shutil.copy(tmp_path / "second" / "scores.npz", tmp_path / "first" / "scores.npz")
+    with pytest.raises(UserInputError, match=f"model {first.fingerprint}.*model "
+                                             f"{second.fingerprint}"):
+        SGHIndex.load(tmp_path / "first")
+
+
+def test_a_hasher_without_a_per_bit_score_is_sent_to_the_hamming_index(itq_data):
+    _, x, _ = itq_data
+    with pytest.raises(ValueError, match="search these codes with sgh.HammingIndex"):
+        SGHIndex(SH(n_bits=8).fit(x))
+    with pytest.raises(ValueError, match="mode='nearest' is not known"):
+        SGHIndex(itq_data[0], mode="nearest")
+
+
+def _baseline_run(run_dir, seed):
+    config = Config(dataset=SyntheticDatasetConfig(),
+                    model=BaselineConfig(name="itq", bits=12),
+                    trainer=TrainerConfig(seed=seed), eval=EvalConfig())
+    return trained(run_dir, config)[0]
+
+
+def test_a_runs_codes_carry_its_models_fingerprint_and_another_runs_scores_are_refused(tmp_path):
+    first, second = _baseline_run(tmp_path / "a", 0), _baseline_run(tmp_path / "b", 1)
+    index = SGHIndex.from_run(first)
+    with np.load(first / "codes.npz") as codes:
+        assert str(codes["fingerprint"]) == index.fingerprint
+        assert index.ntotal == len(codes["database"])
+    index.add_codes(first / "codes.npz")  # its own model's: taken
+    assert index.ntotal == 2 * SGHIndex.from_run(first).ntotal
+    with pytest.raises(UserInputError, match="come from different models"):
+        index.add_codes(second / "codes.npz")
+
+    # Another run's asymmetric.npz beside these codes: refused by the index and by sgh-eval.
+    shutil.copy(second / "asymmetric.npz", first / "asymmetric.npz")
+    with pytest.raises(UserInputError, match="come from different models"):
+        SGHIndex.from_run(first)
+    with pytest.raises(UserInputError, match=f"codes.npz \\(model {index.fingerprint}\\) and "
+                                             ".*asymmetric.npz \\(model "):
+        evaluate_codes(EvalCommandConfig(run=str(first), out=str(tmp_path / "eval.json"),
+                                         eval=EvalConfig(ranking="asymmetric")))
+    assert not (tmp_path / "eval.json").exists()
