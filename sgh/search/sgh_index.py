@@ -56,7 +56,7 @@ MODES = ("hamming", "scan", "two_stage")
 INDEX_FILE, SCORES_FILE, CODES_FILE = "index.npz", "scores.npz", "codes.faiss"
 _FORMAT = "sgh-index 1"
 # What `save` may replace: an index saved before, nothing else (atomic_directory refuses).
-_SAVED = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CODES_FILE})",
+SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CODES_FILE})",
                        required=frozenset({INDEX_FILE, SCORES_FILE, CODES_FILE}))
 # Features encoded (and assigned to lists) at a time by `add`: 65,536 rows.
 _ADD_ROWS = 1 << 16
@@ -253,7 +253,7 @@ class SGHIndex:
                   "fingerprint": np.str_(self.fingerprint)}
         if self._centroids is not None:
             arrays["centroids"] = self._centroids
-        with atomic_directory(path, replaces=_SAVED) as staging:
+        with atomic_directory(path, replaces=SAVED_INDEX) as staging:
             np.savez(staging / INDEX_FILE, **arrays)
             self.scores.save(staging / SCORES_FILE)
             faiss.write_index(self._engine("scan" if self.mode == "scan" else "shortlist")

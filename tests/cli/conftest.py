@@ -12,7 +12,7 @@ import pytest
 
 PROGRAMS = {"train": ("sgh-train", "sgh.cli.train"), "eval": ("sgh-eval", "sgh.cli.evaluate"),
             "encode": ("sgh-encode", "sgh.cli.encode"),
-            "compare": ("sgh-compare", "sgh.cli.compare")}
+            "compare": ("sgh-compare", "sgh.cli.compare"), "index": ("sgh-index", "sgh.cli.index")}
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def command_here(capsys, monkeypatch):
         monkeypatch.setattr(sys, "argv", [program, *arguments])
         capsys.readouterr()
         try:
-            main(arguments) if command == "compare" else main()
+            main(arguments) if command in ("compare", "index") else main()
             returncode = 0
         except SystemExit as exit_:
             returncode = exit_.code

@@ -1,0 +1,196 @@
+"""`sgh-index`: build an `SGHIndex` from a run over a vector file of any size, and query it.
+
+    sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] [mode=M]
+    sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] out=RESULTS.npz [k=100]
+                     [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F]
+
+`build` without `input` indexes the run's own database codes (its codes.npz; with `nlist`, its
+dataset's database features are read again to learn and fill the lists); with `input`, the
+file's vectors are encoded by the run's model and added, `batch_size` rows at a time, ids =
+rows. `search` writes ``D`` (float32 scores, smaller nearer) and ``I`` (int64 ids, -1 padding),
+``(nq, k)``, as `SGHIndex.search` returns them. Vector files are those `sgh-encode` reads, their
+values converted as at training (`as_float32_features`: uint8 / 255). Progress goes to stderr.
+
+No Hydra here: the arguments are a handful of ``key=value`` pairs, checked before any work;
+an unknown key, a bad value or a file that cannot be read is one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from sgh.artifacts.atomic import atomic_file, refuse_to_replace
+from sgh.artifacts.run_directory import RunDirectory, refuse_a_run_file
+from sgh.cli.boundary import check_writable_place, exit_on_failure
+from sgh.data.feature_conversion import as_float32_features
+from sgh.data.npz_file import read_npz_arrays
+from sgh.data.vector_files import open_vectors
+from sgh.errors import UserInputError, check_int
+from sgh.search.score_set import ScoreSet
+from sgh.search.sgh_index import MODES, SAVED_INDEX, SGHIndex
+
+USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] "
+         "[mode=M]\n       sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] "
+         "out=RESULTS.npz [k=100] [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F]")
+# The keys each action takes, and their defaults (None: required or unset).
+KEYS = {"build": {"run": None, "out": None, "input": None, "key": None, "nlist": None,
+                  "mode": "scan", "batch_size": "65536"},
+        "search": {"index": None, "input": None, "key": None, "out": None, "k": "100",
+                   "mode": None, "nprobe": None, "shortlist": None, "refine_factor": None,
+                   "batch_size": "65536"}}
+REQUIRED = {"build": ("run", "out"), "search": ("index", "input", "out")}
+# The results file's marker key: an existing out= is replaced only when it holds it.
+RESULTS_MARKER = "sgh_index_results"
+
+
+def parse_arguments(argv: list[str]) -> tuple[str, dict]:
+    """``(action, settings)`` of ``sgh-index ACTION key=value ...``; UserInputError otherwise."""
+    if not argv or argv[0] not in KEYS:
+        raise UserInputError(f"the first argument is the action, build or search\n{USAGE}")
+    action, settings = argv[0], dict(KEYS[argv[0]])
+    for argument in argv[1:]:
+        name, equals, value = argument.partition("=")
+        if not equals or name not in settings:
+            raise UserInputError(f"{argument!r} is not a setting of sgh-index {action}; "
+                                 f"accepted: {', '.join(f'{key}=' for key in KEYS[action])}")
+        settings[name] = value
+    missing = [name for name in REQUIRED[action] if settings[name] is None]
+    if missing:
+        raise UserInputError(f"{', '.join(f'{name}=' for name in missing)} missing\n{USAGE}")
+    for name in ("nlist", "k", "nprobe", "shortlist", "refine_factor", "batch_size"):
+        if settings.get(name) is not None:
+            settings[name] = _integer(name, settings[name])
+    if settings["mode"] is not None and settings["mode"] not in MODES:
+        raise UserInputError(f"mode={settings['mode']} is not known; accepted: "
+                             f"{', '.join(MODES)}")
+    return action, settings
+
+
+def _integer(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UserInputError(f"{name}={text} is impossible; accepted: an integer >= 1") from None
+    return check_int(name, value, 1)
+
+
+def _batches(path: str, key: str | None, batch_size: int, dim: int):
+    """``(first row, float32 rows)`` of a vector file, as training converts them."""
+    vectors = open_vectors(path, key)
+    if vectors.shape[1] != dim:
+        raise UserInputError(f"{vectors.where} has {vectors.shape[1]} features per vector but "
+                             f"the model takes {dim}; give vectors of the kind it was trained on")
+    for start in range(0, len(vectors), batch_size):
+        rows = vectors.read(start, min(start + batch_size, len(vectors)))
+        yield start, len(vectors), as_float32_features(rows, vectors.path, vectors.key,
+                                                       start)[0]
+
+
+def _progress(verb: str, done: int, total: int, started: float) -> None:
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    print(f"[sgh] {verb} {done:,}/{total:,} vectors, {rate:,.0f}/s", file=sys.stderr,
+          flush=True)
+
+
+def build(settings: dict) -> SGHIndex:
+    """The index of `build` (module doc), saved at ``out``."""
+    out = Path(settings["out"])
+    # Before the work, which may take minutes: `save` checks again when it writes.
+    refuse_a_run_file("out", out, "mnist.sghindex", runs=(settings["run"],))
+    refuse_to_replace(out, SAVED_INDEX)
+    check_writable_place("out", out, directory_wanted=True)
+    if settings["input"] is None:
+        index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"])
+    else:
+        run = RunDirectory(settings["run"], create=False)
+        if not run.asymmetric_score.is_file():
+            raise UserInputError(f"run={run.path}: no {run.asymmetric_score.name} there; "
+                                 "expected a finished sgh-train run of SGH, ITQ, PCAH or LSH")
+        try:
+            index = SGHIndex(ScoreSet.load(run.asymmetric_score), settings["mode"],
+                             settings["nlist"])
+        except ValueError as error:
+            raise UserInputError(str(error)) from None
+        if index.nlist is not None:
+            index.train(_training_sample(settings, index))
+        started = time.perf_counter()
+        for start, total, rows in _batches(settings["input"], settings["key"],
+                                           settings["batch_size"], index.dim):
+            index.add(rows, ids=np.arange(start, start + len(rows)))
+            _progress("added", start + len(rows), total, started)
+    index.save(out)
+    print(f"[sgh] wrote {out}: {index!r}")
+    return index
+
+
+def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
+    """Rows spread evenly over the input for the lists' k-means (256 per list at most)."""
+    wanted = 256 * index.nlist
+    vectors = open_vectors(settings["input"], settings["key"])
+    stride = max(1, len(vectors) // wanted)
+    sample = [rows[(-start) % stride :: stride] for start, _, rows in
+              _batches(settings["input"], settings["key"], settings["batch_size"], index.dim)]
+    return np.concatenate(sample)[:wanted]
+
+
+def search(settings: dict) -> tuple[np.ndarray, np.ndarray]:
+    """``(D, I)`` of `search` (module doc), written to ``out``."""
+    out = Path(settings["out"])
+    _refuse_output(out, Path(settings["input"]))
+    index = SGHIndex.load(settings["index"])
+    for name in ("mode", "nprobe", "shortlist", "refine_factor"):
+        if settings[name] is not None:
+            try:
+                setattr(index, name, settings[name])
+            except ValueError as error:
+                raise UserInputError(str(error)) from None
+    results, started = [], time.perf_counter()
+    for start, total, rows in _batches(settings["input"], settings["key"],
+                                       settings["batch_size"], index.dim):
+        try:
+            results.append(index.search(rows, settings["k"]))
+        except ValueError as error:  # e.g. nprobe on an index without lists
+            raise UserInputError(str(error)) from None
+        _progress("searched", start + len(rows), total, started)
+    D = np.concatenate([d for d, _ in results])
+    I = np.concatenate([i for _, i in results])  # noqa: E741  (faiss's name)
+    with atomic_file(out, suffix=".npz") as temporary:
+        np.savez(temporary, D=D, I=I, **{RESULTS_MARKER: np.str_(repr(index))})
+    print(f"[sgh] wrote {out}: D, I of shape {I.shape} ({index!r})")
+    return D, I
+
+
+def _refuse_output(out: Path, queries: Path) -> None:
+    """`out` replaces only results this command wrote before: never the queries, a run's file,
+    or any other file of the user's."""
+    if out.suffix != ".npz":
+        raise UserInputError(f"out={out}: the results are an .npz (D, I); accepted: a path "
+                             "ending in .npz")
+    refuse_a_run_file("out", out, "results.npz")
+    check_writable_place("out", out, directory_wanted=False)
+    if out.is_symlink() or (out.exists() and queries.exists() and out.samefile(queries)):
+        raise UserInputError(f"out={out} is the queries' file or a link; accepted: a new path "
+                             "ending in .npz")
+    if out.exists():
+        try:
+            ours = RESULTS_MARKER in read_npz_arrays(out)
+        except UserInputError:
+            ours = False
+        if not ours:
+            raise UserInputError(f"out={out} exists and is not results of sgh-index search; "
+                                 "accepted: a new path, or earlier results (replaced)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    with exit_on_failure("sgh-index", output_key="out"):
+        action, settings = parse_arguments(argv)
+        (build if action == "build" else search)(settings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""`sgh-index build` and `search`: an index of a run over a vector file, queried from a file,
+with the results of `SGHIndex` in Python; every mistake one line and exit status 2."""
+
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+
+import numpy as np
+import pytest
+
+from sgh.config import BaselineConfig, Config, EvalConfig, SyntheticDatasetConfig
+from sgh.search.sgh_index import SGHIndex
+from tests.helpers import trained
+
+
+@pytest.fixture(scope="module")
+def run_and_vectors(tmp_path_factory):
+    place = tmp_path_factory.mktemp("index")
+    config = Config(dataset=SyntheticDatasetConfig(dim=16), model=BaselineConfig(name="itq",
+                    bits=16), eval=EvalConfig())
+    run_dir, _ = trained(place / "run", config)
+    rng = np.random.default_rng(0)
+    np.save(place / "base.npy", rng.standard_normal((700, 16)).astype(np.float32))
+    np.save(place / "queries.npy", rng.standard_normal((30, 16)).astype(np.float32))
+    return run_dir, place
+
+
+def test_built_over_a_file_and_searched_from_one_as_in_python(command_here, run_and_vectors):
+    run_dir, place = run_and_vectors
+    built = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
+                                   "batch_size=256", f"out={place / 'flat'}"], place)
+    assert built.returncode == 0, built.stderr
+    assert "[sgh] added 700/700 vectors" in built.stderr
+    searched = command_here("index", ["search", f"index={place / 'flat'}", "k=7",
+                                      f"input={place / 'queries.npy'}", "batch_size=8",
+                                      f"out={place / 'results.npz'}"], place)
+    assert searched.returncode == 0, searched.stderr
+    expected = SGHIndex.from_run(run_dir)
+    expected.remove_ids(np.arange(expected.ntotal))
+    expected.add(np.load(place / "base.npy"))
+    D, I = expected.search(np.load(place / "queries.npy"), 7)
+    with np.load(place / "results.npz") as results:
+        np.testing.assert_array_equal(results["I"], I)
+        np.testing.assert_array_equal(results["D"], D)
+    again = command_here("index", ["search", f"index={place / 'flat'}", "mode=hamming",
+                                   f"input={place / 'queries.npy'}",
+                                   f"out={place / 'results.npz'}"], place)  # its own: replaced
+    assert again.returncode == 0, again.stderr
+
+    lists = command_here("index", ["build", f"run={run_dir}", "nlist=4",
+                                   f"out={place / 'lists'}"], place)  # the run's own database
+    assert lists.returncode == 0, lists.stderr
+    assert SGHIndex.load(place / "lists").nlist == 4
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ([], "the first argument is the action, build or search"),
+    (["find"], "the first argument is the action"),
+    (["search", "index=I", "input=Q.npy"], "out= missing"),
+    (["build", "run=R", "out=O", "nprobe=3"], "'nprobe=3' is not a setting of sgh-index build"),
+    (["search", "index=I", "input=Q", "out=R.npz", "k=ten"], "k=ten is impossible"),
+    (["search", "index=I", "input=Q", "out=R.npz", "mode=fast"], "mode=fast is not known"),
+    (["search", "index=I", "input=Q", "out=R.json"], "the results are an .npz"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(command_here, tmp_path, arguments, message):
+    result = command_here("index", arguments, tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr and result.stderr.startswith("sgh-index: error:")
+
+
+def test_nothing_of_the_users_is_replaced(command_here, run_and_vectors, tmp_path):
+    run_dir, place = run_and_vectors
+    mine = tmp_path / "mine.npz"
+    np.savez(mine, keep=np.arange(3))
+    result = command_here("index", ["search", f"index={place / 'flat'}", f"out={mine}",
+                                    f"input={place / 'queries.npy'}"], tmp_path)
+    assert result.returncode == 2 and "is not results of sgh-index search" in result.stderr
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "notes.txt").write_text("keep")
+    result = command_here("index", ["build", f"run={run_dir}", f"out={tmp_path / 'folder'}"],
+                          tmp_path)
+    assert result.returncode == 2 and "holds files that are not a saved SGHIndex" in result.stderr
+    result = command_here("index", ["build", f"run={run_dir}", f"out={run_dir / 'codes.npz'}"],
+                          tmp_path)
+    assert result.returncode == 2
+    assert np.load(mine)["keep"].tolist() == [0, 1, 2]
+    assert (tmp_path / "folder" / "notes.txt").read_text() == "keep"
+    wrong = command_here("index", ["search", f"index={place / 'flat'}", f"out={tmp_path / 'r.npz'}",
+                                   f"input={run_dir / 'codes.npz'}", "key=database"], tmp_path)
+    assert wrong.returncode == 2 and "features per vector but the model takes 16" in wrong.stderr
