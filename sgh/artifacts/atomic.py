@@ -1,17 +1,25 @@
 """Atomic writes: a file or a directory appears complete under its name, or not at all.
 
-Everything is first written under a hidden temporary name in the target's own directory (so the
+Everything is first written under a temporary name in the target's own directory (so the
 final rename never crosses file systems), then renamed onto the target. A crash, a full disk or a
 Ctrl-C leaves the previous version, or nothing, never a half-written file that looks complete.
-Temporary names start with `.<name>.` and end in `.tmp`.
 
-Nothing is replaced that is not of the kind being written: a file never replaces a directory, and
-a directory replaces only an empty one or one of its own `DirectoryKind` (a SavedModel, a saved
-hasher), never a file or a folder of the user's (`UserInputError`, one line naming the path).
+Temporaries ("staging", `staging`) are named `.<name>.XXXXXXXX.tmp` (plus a suffix a writer
+insists on) and their writer holds an `flock` on them while it fills them. A writer killed
+mid-write leaves its temporary behind, and the kernel drops its lock: the next writer of the
+same target finds the temporaries nobody holds and removes them (`remove_abandoned_staging`),
+while one another writer is filling at that moment is left alone.
+
+What may be replaced is decided in one place, `refuse_to_replace`: never a symbolic link (the
+link itself would be replaced, not what it points to), never a thing of another kind (a file
+never replaces a directory, nor a directory a file), a file only one its `FileKind` recognises,
+and a directory only an empty one or one of its `DirectoryKind` (a SavedModel, a saved hasher).
+Anything else is the user's: `UserInputError`, one line naming the path.
 """
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import json
 import math
@@ -19,6 +27,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,29 +44,18 @@ def _umask_mode(mode: int) -> int:
     return mode & ~umask
 
 
-@contextmanager
-def atomic_file(path: str | os.PathLike, suffix: str = ""):
-    """Yield a temporary path next to `path`; rename it onto `path` if the block succeeds.
+# ---- what may be replaced ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class FileKind:
+    """What a file written whole is, so that only a file of the same kind is replaced.
+    `recognises(path)` tells an earlier file of the kind from anything else at that name."""
 
-    `suffix` ends the temporary name, for writers that insist on an extension (`np.savez`
-    appends `.npz` to a name without it). An existing file is replaced, as `np.save` replaces
-    one; a directory is refused (`UserInputError`): a file never takes a directory's place.
-    """
-    path = Path(path)
-    if path.is_dir():
-        raise UserInputError(f"{path} is a directory, and a directory is never replaced by a "
-                             "file; accepted: a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + suffix,
-                                         dir=path.parent)
-    os.close(handle)
-    os.chmod(temporary, _umask_mode(0o666))
-    try:
-        yield Path(temporary)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+    what: str  # for messages: "sgh-compare's own output"
+    recognises: Callable[[Path], bool] = lambda path: True
+
+
+# The kind of a writer that replaces any file at its name, as `np.save` does.
+ANY_FILE = FileKind("a file")
 
 
 @dataclass(frozen=True)
@@ -79,26 +77,163 @@ class DirectoryKind:
         return self.required <= names and not extra
 
 
-def refuse_to_replace(path: str | os.PathLike, kind: DirectoryKind) -> None:
-    """Refuse (`UserInputError`, one line naming `path`) unless a directory of `kind` may take
-    `path`'s place: nothing is there, an empty directory, or a directory of the same `kind`.
-    A file, a symbolic link (the link itself would be replaced) or any other folder is the
-    user's, and the product never deletes what it did not write."""
+def refuse_to_replace(path: str | os.PathLike, kind: FileKind | DirectoryKind,
+                      setting: str | None = None, elsewhere: str | None = None) -> None:
+    """Refuse (`UserInputError`, one line naming `path`) unless a `kind` written at `path`
+    would replace nothing but an earlier one of its kind: nothing is there, or (a file) a file
+    `kind` recognises, or (a directory) an empty directory or one of `kind`. A symbolic link
+    (the link would be replaced, not its target), a thing of the other kind or anything else
+    is the user's, and the product never deletes what it did not write.
+
+    `setting`: the key that chose `path` (`out`), for the message; `elsewhere`: how to write
+    elsewhere instead, when not by another `setting=...`.
+    """
     path = Path(path)
-    accepted = f"accepted: a path that does not exist, an empty directory, or {kind.what}"
+    named = f"{setting}={path}" if setting else str(path)
+    elsewhere = elsewhere or (f"write elsewhere ({setting}=...)" if setting else
+                              "write elsewhere")
     if path.is_symlink():
-        raise UserInputError(f"{path} is a symbolic link, which writing {kind.what} there would "
-                             f"replace; {accepted}")
+        raise UserInputError(
+            f"{named} is a symbolic link (to {os.readlink(path)}), and writing {kind.what} "
+            f"there would replace the link itself; accepted: a path that is not a link: "
+            f"{elsewhere}, or name the link's target itself")
     if not path.exists():
         return
+    if isinstance(kind, FileKind):
+        if path.is_dir():
+            raise UserInputError(f"{named} is a directory, and a directory is never replaced "
+                                 "by a file; accepted: a file name")
+        if not path.is_file():
+            raise UserInputError(f"{named} is not a regular file (a pipe, a device or a "
+                                 f"socket), which is never replaced; {elsewhere}")
+        if not kind.recognises(path):
+            raise UserInputError(f"{named} is not {kind.what}, and sgh never replaces a file "
+                                 f"it did not write; accepted: {elsewhere}, or move the file "
+                                 "away")
+        return
+    accepted = f"accepted: a path that does not exist, an empty directory, or {kind.what}"
     if not path.is_dir():
-        raise UserInputError(f"{path} is a file, and {kind.what} is a directory: a file is never "
-                             f"replaced by a directory; {accepted}")
+        raise UserInputError(f"{named} is a file, and {kind.what} is a directory: a file is "
+                             f"never replaced by a directory; {accepted}")
     entries = sorted(entry.name for entry in path.iterdir())
     if entries and not kind.holds(path):
-        raise UserInputError(f"{path} holds files that are not {kind.what} "
+        raise UserInputError(f"{named} holds files that are not {kind.what} "
                              f"({first_few(entries)}), which "
                              f"writing there would delete; {accepted}")
+
+
+# ---- staging: temporaries, and what a killed writer left -------------------------------------
+def staging_names_of(path: Path) -> str:
+    """The shell pattern of the temporaries of `path` (`.<name>.*.tmp*`)."""
+    return f".{path.name}.*.tmp*"
+
+
+def _lock_or_none(path: Path, blocking: bool) -> int | None:
+    """An open descriptor of `path` holding its exclusive `flock`; None when another process
+    holds it (not `blocking`) or `path` cannot be opened (gone, not ours to open)."""
+    try:  # O_NONBLOCK: opening a named pipe must not wait for a writer
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except OSError:  # BlockingIOError: its writer is alive
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def _remove(path: Path) -> None:
+    """Delete a temporary file or directory; one already gone is fine."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def remove_abandoned_staging(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporaries of `path` whose writer is gone (nobody holds their lock: killed
+    mid-write), and return them; those of a writer still at work are left alone. Each is
+    deleted while its lock is held, so a new writer can never take one that is going."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    removed = []
+    for candidate in sorted(path.parent.glob(staging_names_of(path))):
+        descriptor = _lock_or_none(candidate, blocking=False)
+        if descriptor is None:
+            continue
+        try:
+            _remove(candidate)
+        finally:
+            os.close(descriptor)
+        removed.append(candidate)
+    return removed
+
+
+def _new_locked_temporary(path: Path, suffix: str, directory: bool) -> tuple[int, Path]:
+    """A new temporary for `path` and the descriptor holding its lock. Another writer's
+    clean-up may take the new name for abandoned in the instant before it is locked: the lock
+    then waits for it, and a temporary it deleted meanwhile is made again."""
+    prefix, end = f".{path.name}.", ".tmp" + suffix
+    while True:
+        if directory:  # private (0700) until the caller has filled it: atomic_directory
+            temporary = Path(tempfile.mkdtemp(prefix=prefix, suffix=end, dir=path.parent))
+            descriptor = os.open(temporary, os.O_RDONLY | os.O_DIRECTORY)
+        else:
+            descriptor, name = tempfile.mkstemp(prefix=prefix, suffix=end, dir=path.parent)
+            temporary = Path(name)
+            os.chmod(temporary, _umask_mode(0o666))
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        try:
+            if os.path.samestat(os.fstat(descriptor), os.lstat(temporary)):
+                return descriptor, temporary
+        except FileNotFoundError:
+            pass
+        os.close(descriptor)
+
+
+@contextmanager
+def staging(path: str | os.PathLike, suffix: str = "", directory: bool = False
+            ) -> Iterator[Path]:
+    """Yield a new temporary file (or, with `directory`, an empty directory) for `path`,
+    beside it and locked while the block runs (module doc); the temporaries earlier writers of
+    `path` abandoned are removed first. The block renames it into place; whatever is still
+    at its name when the block ends is deleted."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned_staging(path)
+    descriptor, temporary = _new_locked_temporary(path, suffix, directory)
+    try:
+        yield temporary
+    finally:
+        try:
+            if os.path.lexists(temporary):
+                _remove(temporary)
+        finally:
+            os.close(descriptor)
+
+
+# ---- atomic writes ------------------------------------------------------------------------------
+@contextmanager
+def atomic_file(path: str | os.PathLike, suffix: str = "", replaces: FileKind = ANY_FILE):
+    """Yield a temporary path next to `path`; rename it onto `path` if the block succeeds.
+
+    `suffix` ends the temporary name, for writers that insist on an extension (`np.savez`
+    appends `.npz` to a name without it). What is at `path` is checked first and again before
+    the rename (`refuse_to_replace`): only a file `replaces` recognises (by default any regular
+    file, as `np.save` replaces one) is replaced; a directory, a link or anything else is
+    refused (`UserInputError`).
+    """
+    path = Path(path)
+    refuse_to_replace(path, replaces)
+    with staging(path, suffix) as temporary:
+        yield temporary
+        refuse_to_replace(path, replaces)  # again: something may have been put there meanwhile
+        os.replace(temporary, path)
 
 
 @contextmanager
@@ -114,34 +249,33 @@ def atomic_directory(path: str | os.PathLike, replaces: DirectoryKind | None = N
     path = Path(path)
     if replaces is not None:
         refuse_to_replace(path, replaces)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
+    with staging(path, directory=True) as temporary:
         yield temporary
         os.chmod(temporary, _umask_mode(0o777))
         if replaces is not None:  # again: something may have been put there while writing
             refuse_to_replace(path, replaces)
         _swap_in(temporary, path)
-    finally:
-        if temporary.exists():
-            shutil.rmtree(temporary)
 
 
 def _swap_in(new: Path, path: Path) -> None:
     if not path.exists() and not path.is_symlink():
         os.replace(new, path)
         return
+    # The old version, moved aside under a temporary's name, stays locked until it is deleted:
+    # another writer's clean-up takes only an abandoned one.
+    descriptor = _lock_or_none(path, blocking=True)
     aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}.tmp")
-    os.replace(path, aside)
-    os.replace(new, path)
-    if aside.is_dir() and not aside.is_symlink():
-        shutil.rmtree(aside)
-    else:
-        aside.unlink()
+    try:
+        os.replace(path, aside)
+        os.replace(new, path)
+        _remove(aside)
+    finally:
+        if descriptor is not None:
+            os.close(descriptor)
 
 
-def write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    with atomic_file(path) as temporary:
+def write_bytes(path: str | os.PathLike, data: bytes, replaces: FileKind = ANY_FILE) -> None:
+    with atomic_file(path, replaces=replaces) as temporary:
         temporary.write_bytes(data)
 
 

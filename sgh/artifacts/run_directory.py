@@ -41,7 +41,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from sgh.artifacts import tensorboard_events
-from sgh.artifacts.atomic import atomic_file, write_bytes, write_json
+from sgh.artifacts.atomic import atomic_file, remove_abandoned_staging, write_bytes, write_json
 from sgh.artifacts.checkpoint_integrity import checkpoint_files, first_intact
 from sgh.artifacts.codes_file import write_codes
 from sgh.artifacts.run_inputs import InputFile, inputs_from_json
@@ -72,7 +72,8 @@ CHECKPOINT_PREFIX = "ckpt"  # tf.train.CheckpointManager's: ckpt-<step>.index, .
 CHECKPOINT_STATE = "checkpoint"  # TF's list of the kept checkpoints, written last
 # What a run writes atomically (`sgh.artifacts.atomic`; the lock: its write probe), and so may
 # leave as `.<name>.*.tmp*` when killed. Not eval.json: sgh-eval writes it without owning the
-# directory, so one of its temporaries may be in flight.
+# directory, and its next write of eval.json clears what a killed one left
+# (`sgh.artifacts.atomic.staging`).
 ATOMICALLY_WRITTEN = (CONFIG_FILE, INPUTS_FILE, CODES_FILE, METRICS_FILE, ASYMMETRIC_FILE,
                       ENCODER_DIR, LOCK_FILE, RUN_MARKER)
 # Every name a run directory may hold: what a run, Hydra, sgh-export and sgh-eval put there.
@@ -160,6 +161,16 @@ class RunDirectory:
             "new or empty directory, or "
             "an sgh-train run directory (holding only a run's files) to resume it")
 
+    def holds_nothing_of_a_run(self) -> bool:
+        """Whether the directory holds only what comes before a run's first write (Hydra's
+        record and log, the lock file), as a start refused before it wrote anything leaves it."""
+        try:
+            names = _entries(self.path)
+        except OSError:
+            return False
+        return RUN_MARKER not in names and all(_named_in(name, _BEFORE_THE_RUN)
+                                               for name in names)
+
     def holds_a_run(self) -> bool:
         """Whether the directory is a run: it carries the marker, or is a run from before the
         marker (sgh's settings in config.yaml, a trace of training, nothing but a run's
@@ -176,12 +187,7 @@ class RunDirectory:
         if CONFIG_FILE not in names or not _TRACES_OF_A_RUN.intersection(names) \
                 or not all(_named_in(name, RUN_ENTRIES) for name in names):
             return False
-        settings = self.previous_config()
-        model = settings.get("model") if settings else None
-        return (isinstance(model, dict) and isinstance(model.get("name"), str)
-                and isinstance(model.get("bits"), int)
-                and all(isinstance(settings.get(section), dict)
-                        for section in ("dataset", "trainer")))
+        return are_sgh_train_settings(self.previous_config())
 
     # ---- names ------------------------------------------------------------------------------
     @property
@@ -304,15 +310,18 @@ class RunDirectory:
         """Delete what a killed writer left half-written, and return it: the atomic writes'
         temporaries of the run's own files, and TensorFlow's checkpoint temporaries. Only for
         the directory's owner (`sgh.artifacts.run_lock`): another writer's are in flight."""
-        stray = [path for name in ATOMICALLY_WRITTEN for path in self.path.glob(f".{name}.*.tmp*")]
+        stray = [path for name in ATOMICALLY_WRITTEN
+                 for path in remove_abandoned_staging(self.path / name)]
         for directory in (self.checkpoints, self.best_checkpoints):
             if directory.is_dir():
-                stray += [path for path in directory.iterdir() if _TF_TEMPORARY.match(path.name)]
-        for path in stray:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+                temporaries = [path for path in directory.iterdir()
+                               if _TF_TEMPORARY.match(path.name)]
+                for path in temporaries:
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink(missing_ok=True)
+                stray += temporaries
         if stray:
             logger.info("removed what an interrupted writer left half-written in %s: %s",
                         self.path, ", ".join(str(path.relative_to(self.path)) for path in stray))
@@ -414,6 +423,16 @@ class RunDirectory:
             raise UserInputError(f"run={self.path}: {METRICS_FILE} has no integer 'steps'; "
                                  "expected the metrics of an SGH run")
         return self.weights_of_step(step)
+
+
+def are_sgh_train_settings(settings) -> bool:
+    """Whether `settings` (a configuration read back as mappings) are sgh-train's: a `model`
+    with its `name` and `bits`, a `dataset` and a `trainer` section. What tells a run's
+    config.yaml, or Hydra's record of an sgh sweep, from another tool's file of that name."""
+    model = settings.get("model") if isinstance(settings, dict) else None
+    return (isinstance(model, dict) and isinstance(model.get("name"), str)
+            and isinstance(model.get("bits"), int) and not isinstance(model.get("bits"), bool)
+            and all(isinstance(settings.get(section), dict) for section in ("dataset", "trainer")))
 
 
 def _entries(directory: Path) -> list[str]:

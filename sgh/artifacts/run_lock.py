@@ -17,6 +17,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -25,7 +26,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from sgh.artifacts.run_directory import LOCK_FILE
+from sgh.artifacts.run_directory import LOCK_FILE, RunDirectory
 from sgh.errors import UserInputError
 
 TRAIN_IF_BUSY = "wait for it to finish, or choose another hydra.run.dir"
@@ -130,6 +131,53 @@ def refuse_if_busy(run_dir: str | os.PathLike, if_busy: str = TRAIN_IF_BUSY) -> 
         fcntl.flock(descriptor, fcntl.LOCK_UN)
     finally:
         os.close(descriptor)
+
+
+def existing_paths(run_dir: str | os.PathLike) -> frozenset[Path]:
+    """What exists now of `run_dir` (absolute): the directory, its parents and its entries;
+    what a start refused later must leave as it found it (`remove_a_refused_start`)."""
+    path = Path(os.path.abspath(run_dir))
+    existing = {part for part in (path, *path.parents) if part.exists()}
+    if path.is_dir():
+        existing.update(path / name for name in os.listdir(path))
+    return frozenset(existing)
+
+
+def remove_a_refused_start(run_dir: str | os.PathLike, existed: frozenset[Path]) -> None:
+    """Remove what a run refused at its start made of `run_dir`: the entries Hydra and the lock
+    put there, the directory and the parents made for it (a directory without a run would be
+    taken for one: `sgh-compare` counts it as a job without results). Only while the run wrote
+    nothing of its own there (`RunDirectory.holds_nothing_of_a_run`) and no other process holds
+    the directory; what `existed` before the command (`existing_paths`) stays."""
+    path = Path(os.path.abspath(run_dir))
+    if not path.is_dir() or not RunDirectory(path, create=False).holds_nothing_of_a_run():
+        return
+    descriptor = None
+    if (path / LOCK_FILE).is_file():
+        try:
+            descriptor = os.open(path / LOCK_FILE, os.O_RDONLY)
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held (another run starting there: its directory), or unreadable
+            if descriptor is not None:
+                os.close(descriptor)
+            return
+    try:
+        for entry in path.iterdir():
+            if entry not in existed:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+    finally:
+        if descriptor is not None:
+            os.close(descriptor)
+    for directory in (path, *path.parents):
+        if directory in existed:
+            break
+        try:
+            directory.rmdir()
+        except OSError:  # not empty: something else is there now
+            break
 
 
 def _take_or_refuse(descriptor: int, run_dir: Path, if_busy: str) -> None:

@@ -13,6 +13,8 @@ plugins, tags, tensor layouts and steps, so TensorBoard shows them the same way.
 `tf.summary.create_file_writer(...).as_default()` did; the `scalar`, `histogram`, `image`,
 `tensor` and `hparams` functions write to the current writer, and do nothing (`recording()` is
 false) without one, so code that shows something need not know whether anyone records.
+`recording_as_the_only_file(directory)` does the same for a directory whose events are written
+whole and replaced at once (`sgh-compare`'s images).
 """
 
 from __future__ import annotations
@@ -37,19 +39,27 @@ from tensorboard.plugins.scalar import summary_v2 as scalar_summary
 from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
 
+from sgh.artifacts.atomic import staging, staging_names_of
+
 _files_opened = itertools.count()  # two files of one process in one second get two names
+# TensorBoard takes every file whose name holds "tfevents" for events of the run in its
+# directory, whatever else the name says (`io_wrapper.IsSummaryEventsFile`), and every directory
+# holding one for a run: a file still being written is staged under a name without it.
+_STAGED_EVENTS = Path("events")
+STAGED_EVENT_FILES = staging_names_of(_STAGED_EVENTS)  # `.events.*.tmp*`
 
 
 class EventFile:
     """A new event file in `directory`, named as TensorFlow names them (TensorBoard reads every
-    ``events.out.tfevents.*`` file of a run's directory, in name order)."""
+    ``events.out.tfevents.*`` file of a run's directory, in name order). `staged_at`: where its
+    bytes go until the caller renames them to `path`, if not straight there."""
 
-    def __init__(self, directory: str | Path):
+    def __init__(self, directory: str | Path, staged_at: Path | None = None):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         self.path = directory / (f"events.out.tfevents.{int(time.time()):010d}."
                                  f"{socket.gethostname()}.{os.getpid()}.{next(_files_opened)}")
-        self._file = open(self.path, "wb")  # noqa: SIM115  (closed by close())
+        self._file = open(staged_at or self.path, "wb")  # noqa: SIM115  (closed by close())
         self._records = RecordWriter(self._file)
         self.add(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
 
@@ -68,17 +78,35 @@ _current: contextvars.ContextVar[EventFile | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def recording_to(directory: str | Path) -> Iterator[EventFile]:
-    """Record this block's summaries into a new event file in `directory` (yielded); the file
-    is closed, so complete on disk, when the block ends, however it ends (a process that exits
-    without its final garbage collection, `sgh.cli.boundary`, needs that)."""
-    writer = EventFile(directory)
+def recording_to(directory: str | Path, staged_at: Path | None = None) -> Iterator[EventFile]:
+    """Record this block's summaries into a new event file in `directory` (yielded; written at
+    `staged_at` until renamed, `EventFile`); the file is closed, so complete on disk, when the
+    block ends, however it ends (a process that exits without its final garbage collection,
+    `sgh.cli.boundary`, needs that)."""
+    writer = EventFile(directory, staged_at)
     token = _current.set(writer)
     try:
         yield writer
     finally:
         _current.reset(token)
         writer.close()
+
+
+@contextlib.contextmanager
+def recording_as_the_only_file(directory: str | Path) -> Iterator[EventFile]:
+    """Record this block's summaries as the one event file of `directory`, which the caller
+    owns (`sgh.artifacts.atomic.refuse_to_replace`): the earlier ones are removed, so a rerun
+    shows one set of summaries, not two. TensorBoard never reads it half-made: it is written
+    under a staging name TensorBoard does not read (`.events.XXXXXXXX.tmp`, which the next
+    writer removes if this one is killed, `sgh.artifacts.atomic.staging`) and renamed into
+    place when the block succeeds."""
+    directory = Path(directory)
+    with staging(directory / _STAGED_EVENTS) as staged:
+        with recording_to(directory, staged_at=staged) as writer:
+            yield writer
+        for earlier in directory.glob("events.out.tfevents.*"):
+            earlier.unlink()
+        os.replace(staged, writer.path)
 
 
 def recording() -> bool:

@@ -27,6 +27,7 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
+from sgh.artifacts.atomic import ANY_FILE, refuse_to_replace
 from sgh.errors import TrainingDiverged, TrainingInterrupted, UserInputError, one_line
 
 # Ending a process that has imported TensorFlow is slow, and almost all of it is the
@@ -49,7 +50,6 @@ _DISK_ERRORS = {
     # Reading or writing: no "write elsewhere" (and no output setting) for these.
     errno.EACCES: "permission denied; change its permissions, or use another path",
     errno.EPERM: "operation not permitted; change its permissions, or use another path",
-    errno.ENAMETOOLONG: "file name too long (at most 255 bytes a name); choose a shorter path",
     errno.ENOTDIR: "a part of this path is a file, not a directory; choose another path",
 }
 # TensorFlow's file system raises its own errors (tf.errors.*), which carry only the text.
@@ -143,6 +143,12 @@ def disk_error_line(error: BaseException, output_key: str | None = None,
     """
     for cause in _causes(error):
         code, path = None, None
+        if isinstance(cause, OSError) and cause.errno == errno.ENAMETOOLONG:
+            named = cause.filename or output_path
+            problem = path_length_problem(named) if named else None
+            return (f"{_shortened(named) if named else 'a path'}: "
+                    f"{problem or 'a file name or the path is too long; choose a shorter one'}"
+                    + (f" ({output_key}=...)" if output_key else ""))
         if isinstance(cause, OSError) and cause.errno in _DISK_ERRORS:
             code, path = cause.errno, cause.filename
         elif isinstance(cause, OSError) and cause.errno == errno.EEXIST and cause.filename \
@@ -161,22 +167,62 @@ def disk_error_line(error: BaseException, output_key: str | None = None,
     return None
 
 
+def _path_limit(path: Path, name: str, usual: int) -> int:
+    """`os.pathconf`'s limit `name` on the file system of `path`'s nearest existing part."""
+    existing = Path(os.path.abspath(path))
+    # os.path.exists, not Path.exists: a path too long to look up is not there, not an error.
+    while not os.path.exists(existing) and existing != existing.parent:
+        existing = existing.parent
+    try:
+        return os.pathconf(existing, name)
+    except (OSError, ValueError):  # not answered here: the usual value (Linux's)
+        return usual
+
+
+def path_length_problem(path: str | os.PathLike) -> str | None:
+    """What makes `path` too long for its file system, in words, or None: a name beyond the
+    file system's limit of bytes a name (NAME_MAX, 255 on most), or the whole path, absolute,
+    beyond the system's limit of bytes a path (PATH_MAX, 4096 on Linux, the final NUL
+    included) even when every name in it is short."""
+    path = Path(path)
+    name_max = _path_limit(path, "PC_NAME_MAX", 255)
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size > name_max:
+            return (f"the name {part[:24]!r}... is {size} bytes; a file name may have at most "
+                    f"{name_max} bytes, choose a shorter one")
+    path_max = _path_limit(path, "PC_PATH_MAX", 4096)
+    size = len(os.fsencode(os.path.abspath(path)))
+    if size >= path_max:
+        return (f"the path is {size} bytes (absolute); a path may have at most {path_max - 1} "
+                f"bytes, whatever its names (each at most {name_max}), choose a shorter one")
+    return None
+
+
+def _shortened(path: str | os.PathLike) -> str:
+    """A path for a one-line message: a very long one by its start and its end."""
+    text = str(path)
+    return text if len(text) <= 160 else f"{text[:80]}...{text[-60:]}"
+
+
 def check_writable_place(setting: str, path: str | os.PathLike, directory_wanted: bool) -> None:
     """Refuse, before any work, a place a command could not write: a file where a directory is
-    wanted (or the reverse), a path through a file, a read-only or forbidden directory, a name
-    beyond the 255-byte limit. `setting` is the key that chose it (`hydra.run.dir`, `out`)."""
+    wanted (or the reverse), a file that is not the command's to replace (a symbolic link, a
+    pipe: `refuse_to_replace`), a path through a file, a read-only or forbidden directory, a
+    name or a path beyond the file system's limits (`path_length_problem`). `setting` is the
+    key that chose it (`hydra.run.dir`, `out`)."""
     path = Path(path)
-    for part in path.parts:
-        if len(os.fsencode(part)) > 255:
-            raise UserInputError(f"{setting}={path}: the name {part[:24]!r}... is "
-                                 f"{len(os.fsencode(part))} bytes; a file name may have at most "
-                                 "255 bytes, choose a shorter one")
+    too_long = path_length_problem(path)
+    if too_long:
+        raise UserInputError(f"{setting}={_shortened(path)}: {too_long}")
     if path.exists():
         if directory_wanted and not path.is_dir():
             raise UserInputError(f"{setting}={path} is a file; accepted: a directory (a new one, "
                                  "or an earlier run's to resume it)")
         if not directory_wanted and path.is_dir():
             raise UserInputError(f"{setting}={path} is a directory; accepted: a file name")
+    if not directory_wanted:
+        refuse_to_replace(path, ANY_FILE, setting)
     existing = path if directory_wanted and path.is_dir() else path.parent
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -1,7 +1,8 @@
 """`sgh-compare SWEEP_DIR [--out DIR] [--no-tensorboard]`: the comparison of a sweep's runs.
 
 Reads every `metrics.json` below SWEEP_DIR, and writes `comparison.csv`, `comparison.md`, the
-plots and `tensorboard_compare/` (see `sgh.reports.comparison`).
+plots and `tensorboard_compare/` (see `sgh.reports.comparison`), replacing only its own earlier
+ones (`comparison.record.json` lists them).
 """
 
 from __future__ import annotations

@@ -210,7 +210,8 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    run_out_file_command("sgh-encode", "encode", _hydra_main, _check_arguments)
+    run_out_file_command("sgh-encode", "encode", _hydra_main, _check_arguments,
+                         lambda config: config.out)
 
 
 if __name__ == "__main__":

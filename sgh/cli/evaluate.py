@@ -129,13 +129,20 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
 def _hydra_main(cfg: DictConfig) -> None:
-    out = cfg.out or (None if cfg.run is None else RunDirectory(cfg.run, create=False).eval_file)
+    out = _output_of(cfg)
     with writing_out("sgh-eval", out, out or "nothing"):
         evaluate_codes(OmegaConf.to_object(cfg))
 
 
+def _output_of(config: EvalCommandConfig) -> Path | None:
+    """Where a job writes: `out`, else a re-scored run's eval.json."""
+    if config.out is not None:
+        return Path(config.out)
+    return None if config.run is None else RunDirectory(config.run, create=False).eval_file
+
+
 def main() -> None:
-    run_out_file_command("sgh-eval", "evaluate", _hydra_main, _check_arguments)
+    run_out_file_command("sgh-eval", "evaluate", _hydra_main, _check_arguments, _output_of)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ import os
 from collections.abc import Callable
 
 from sgh.cli.boundary import exit_on_failure
-from sgh.cli.hydra_command import run_hydra_command
+from sgh.cli.hydra_command import Composed, run_hydra_command
+from sgh.config import flatten_config
+from sgh.errors import UserInputError
 
 
 def writing_out(program: str, out: str | os.PathLike | None, shown: object):
@@ -17,9 +19,46 @@ def writing_out(program: str, out: str | os.PathLike | None, shown: object):
                                        "was): run the same command again")
 
 
+def refuse_a_shared_output(composed: Composed,
+                           output_of: Callable[[object], str | os.PathLike | None]) -> None:
+    """Refuse a sweep (`-m`) two of whose jobs would write the same file: each job would replace
+    the one before, and only the last result would be kept. `composed.jobs` holds the first job
+    and one per other value of each swept key, so two of them share a file exactly when two jobs
+    of the whole sweep do (a swept key that does not choose the output changes only the job;
+    `out=a,b` beside another swept key is crossed with it). `output_of`: a job's output path."""
+    if not composed.multirun:
+        return
+    writers: dict[str, object] = {}
+    for job in composed.jobs:
+        out = output_of(job)
+        if out is None:
+            continue
+        first = writers.setdefault(os.path.realpath(out), job)
+        if first is not job:
+            differ = _differences(first, job)
+            raise UserInputError(
+                f"out={out} would be written by more than one job of this sweep (the jobs "
+                f"with {differ}), each replacing the one before, so only the last result "
+                "would be kept; accepted: one command per job, each with its own out=")
+
+
+def _differences(first, other) -> str:
+    """`codes=a.npz and codes=b.npz`: the settings two jobs differ in, for a message."""
+    one, two = flatten_config(first), flatten_config(other)
+    keys = [key for key in one if one[key] != two.get(key)]
+    return "; ".join(f"{key}={one[key]} and {key}={two[key]}"
+                     for key in keys) or "the same settings"
+
+
 def run_out_file_command(program: str, config_name: str, hydra_main: Callable[[], object],
-                         check_job: Callable[[object], None]) -> None:
+                         check_job: Callable[[object], None],
+                         output_of: Callable[[object], str | os.PathLike | None]) -> None:
     """`run_hydra_command` with `out` as the output setting, `check_job` run on every composed
-    job (each job of a sweep) before any runs."""
-    run_hydra_command(program, config_name, hydra_main, output_key="out",
-                      check=lambda composed: [check_job(job) for job in composed.jobs])
+    job (each job of a sweep) before any runs, and a sweep whose jobs would share an output
+    (`output_of` a job) refused then too (`refuse_a_shared_output`)."""
+    def check(composed: Composed) -> None:
+        for job in composed.jobs:
+            check_job(job)
+        refuse_a_shared_output(composed, output_of)
+
+    run_hydra_command(program, config_name, hydra_main, output_key="out", check=check)

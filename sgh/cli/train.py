@@ -15,22 +15,28 @@ import logging
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from sgh.artifacts.run_directory import RunDirectory
-from sgh.artifacts.run_lock import refuse_if_busy
+from sgh.artifacts.run_directory import RunDirectory, are_sgh_train_settings
+from sgh.artifacts.run_lock import existing_paths, refuse_if_busy, remove_a_refused_start
 from sgh.cli.boundary import check_writable_place, exit_on_failure
 from sgh.cli.hydra_command import Composed, run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import validate
 from sgh.errors import TrainingInterrupted, UserInputError, first_few
 from sgh.pipeline import run
-from sgh.reports.comparison import COMPARISON_OUTPUTS
+from sgh.reports.comparison import written_by_compare
 
 register_configs()
 logger = logging.getLogger(__name__)
+
+# What existed of the run directory's path before Hydra made it (`_check_before_hydra`, one run
+# per process): a start refused inside the run removes what this command made, and only that.
+# A module's state because `@hydra.main` hands its function nothing but the configuration.
+_existed_before_hydra: frozenset[Path] | None = None
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
@@ -63,6 +69,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             raise TrainingInterrupted(f"{stop}{where} {resume}") from None
         except UserInputError as error:
             if not swept:
+                if _existed_before_hydra is not None:
+                    remove_a_refused_start(run_dir, _existed_before_hydra)
                 raise
             # Hydra's launcher stops the sweep at the first failing job: say so, and how on.
             raise UserInputError(
@@ -78,6 +86,8 @@ def _check_before_hydra(composed: Composed) -> None:
     run directory is new or an sgh run's (`RunDirectory.refuse_unless_ours`: Hydra's `.hydra/`
     and `train.log` must not land in a user's folder), and an earlier run's config.yaml there
     is readable (a resumed run compares its settings)."""
+    global _existed_before_hydra
+    _existed_before_hydra = None  # unknown until the run directory is resolved below
     for job in composed.jobs:
         validate(job)
     key = "hydra.sweep.dir" if composed.multirun else "hydra.run.dir"
@@ -91,20 +101,43 @@ def _check_before_hydra(composed: Composed) -> None:
     else:
         refuse_if_busy(directory)  # before Hydra writes .hydra/ and train.log into it
         RunDirectory(directory, create=False).refuse_unless_ours(key)
+        _existed_before_hydra = existing_paths(directory)
+
+
+# What Hydra writes into a sweep's directory besides its jobs: its record of the sweep
+# (`multirun.yaml`, the basic sweeper) and the Optuna sweeper's result.
+_SWEEP_RECORD, _OPTUNA_RESULT = "multirun.yaml", "optimization_results.yaml"
+
+
+def _written_by_hydra_for_sgh(entry: Path) -> bool:
+    """`multirun.yaml` recording an sgh-train sweep (sgh's settings beside Hydra's), or the
+    Optuna sweeper's `optimization_results.yaml`; a file of that name of anyone else's is not."""
+    if entry.name not in (_SWEEP_RECORD, _OPTUNA_RESULT) or entry.is_symlink() \
+            or not entry.is_file():
+        return False
+    try:
+        recorded = yaml.safe_load(entry.read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    if entry.name == _OPTUNA_RESULT:
+        return isinstance(recorded, dict) and recorded.get("name") == "optuna"
+    return are_sgh_train_settings(recorded) and isinstance(recorded.get("hydra"), dict)
 
 
 def _refuse_a_folder_that_holds_no_sweep(directory: Path) -> None:
-    """A sweep writes into a new or empty directory, or into an earlier sweep's to resume it:
-    Hydra's `multirun.yaml` is there, or (an Optuna search writes none) nothing but job
-    directories and sgh-compare's outputs. Each job's directory is checked as a run's."""
-    if not directory.is_dir() or (directory / "multirun.yaml").is_file():
+    """A sweep writes into a new or empty directory, or into an earlier sgh sweep's to resume
+    it: one that holds nothing but what a sweep puts there, Hydra's record of it
+    (`_written_by_hydra_for_sgh`), job directories (Hydra's `.hydra/` in them, or a run's files;
+    each is checked as a run's when its job starts) and sgh-compare's own outputs. Anything
+    else is the user's, which Hydra would write over (its multirun.yaml) or beside."""
+    if not directory.is_dir():
         return
 
     def of_a_sweep(entry: Path) -> bool:
-        if entry.name in COMPARISON_OUTPUTS or entry.suffix == ".png":
+        if _written_by_hydra_for_sgh(entry) or written_by_compare(entry):
             return True
-        return entry.is_dir() and ((entry / ".hydra").is_dir()
-                                   or RunDirectory(entry, create=False).holds_a_run())
+        return entry.is_dir() and not entry.is_symlink() and (
+            (entry / ".hydra").is_dir() or RunDirectory(entry, create=False).holds_a_run())
 
     entries = sorted(entry.name for entry in directory.iterdir() if not of_a_sweep(entry))
     if entries:

@@ -4,14 +4,21 @@ Reads every `metrics.json` below SWEEP_DIR (one per `sgh-train` job), groups the
 (dataset, method, bits) and reports mean ± population std (ddof=0) over seeds. Writes
 `comparison.csv`, `comparison.md`, `map_vs_bits.png`, `recall_curves.png`, `pr_curves.png` and
 `tensorboard_compare/` into SWEEP_DIR (or --out). TensorFlow is imported only for the last.
+
+It replaces only its own earlier output: its record beside the files, `comparison.record.json`,
+lists each file it wrote with a hash of its bytes (`written_by_compare`), so a file of the
+user's by one of those names, or one edited since, is refused; every output is checked before
+the first is written.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import logging
+import os
 import re
 import textwrap
 from collections import defaultdict
@@ -20,20 +27,82 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts import tensorboard_events
-from sgh.artifacts.atomic import DirectoryKind, atomic_directory, write_bytes
+from sgh.artifacts.atomic import DirectoryKind, FileKind, refuse_to_replace, write_bytes
 from sgh.artifacts.codes_file import SavedCodes, load_codes
-from sgh.artifacts.run_directory import CODES_FILE, METRICS_FILE
+from sgh.artifacts.run_directory import CODES_FILE, METRICS_FILE, refuse_a_run_file
 from sgh.errors import UserInputError
 from sgh.methods import METHODS
 from sgh.metrics.conventions import LABELS, SUMMARIES
 
 logger = logging.getLogger(__name__)
 
-# What `compare` writes besides its figures (PNG files): into a sweep's directory by default.
-COMPARISON_OUTPUTS = ("comparison.csv", "comparison.md", "tensorboard_compare")
-TENSORBOARD_IMAGES = DirectoryKind("sgh-compare's TensorBoard images (event files)",
-                                   required=frozenset(),
-                                   optional_patterns=("events.out.tfevents.*",))
+# Where `compare` writes its figures as TensorBoard images.
+TENSORBOARD_COMPARE = "tensorboard_compare"
+TENSORBOARD_IMAGES = DirectoryKind(
+    "sgh-compare's TensorBoard images (event files)", required=frozenset(),
+    optional_patterns=("events.out.tfevents.*", tensorboard_events.STAGED_EVENT_FILES))
+# The record of what `compare` wrote into a directory: {"files": {name: [sha256 hex, ...]}}.
+RECORD_FILE = "comparison.record.json"
+_ELSEWHERE = "choose another --out DIR"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_record(path: Path) -> dict | None:
+    """The record at `path`, if it is one `compare` wrote (its `written_by`); else None."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("written_by") != "sgh-compare" \
+            or not isinstance(record.get("files"), dict):
+        return None
+    return record
+
+
+def _record(directory: Path) -> dict[str, list[str]]:
+    """What `compare` wrote into `directory`, by name: the hashes of its bytes (empty when there
+    is no readable record: then no file there counts as its own)."""
+    record = _read_record(directory / RECORD_FILE) or {"files": {}}
+    return {name: hashes for name, hashes in record["files"].items()
+            if isinstance(name, str) and isinstance(hashes, list)}
+
+
+def _recorded_as_written(path: Path) -> bool:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    return _digest(data) in _record(path.parent).get(path.name, [])
+
+
+# A file `compare` may replace: one its record lists with these very bytes.
+COMPARISON_FILE = FileKind(f"a file sgh-compare wrote (its {RECORD_FILE} does not list it with "
+                           "these bytes: it is yours, or was edited since)",
+                           recognises=_recorded_as_written)
+
+
+def _is_record(path: Path) -> bool:
+    return path.name == RECORD_FILE and path.is_file() and _read_record(path) is not None
+
+
+_RECORD = FileKind(f"sgh-compare's record ({RECORD_FILE})", recognises=_is_record)
+
+
+def written_by_compare(path: str | os.PathLike) -> bool:
+    """Whether `path` is `compare`'s own output, which a later comparison may replace: its
+    record, a file the record lists with the bytes it has now, or its TensorBoard images."""
+    path = Path(path)
+    if path.is_symlink():
+        return False
+    if path.name == RECORD_FILE:
+        return _is_record(path)
+    if path.name == TENSORBOARD_COMPARE and path.is_dir():
+        return TENSORBOARD_IMAGES.holds(path)
+    return path.is_file() and _recorded_as_written(path)
+
 
 # SGH, then the baselines, as the registry orders them: tables and legends read the same.
 METHOD_ORDER = tuple(METHODS)
@@ -69,10 +138,15 @@ def collect(sweep_dir) -> list[dict]:
             row = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise UserInputError(f"{path}: not valid JSON ({error})") from None
-        if not isinstance(row, dict) or not all(key in row for key in ("dataset", "method")) \
+        if not isinstance(row, dict) or not all(isinstance(row.get(key), str)
+                                                for key in ("dataset", "method")) \
                 or isinstance(row.get("bits"), bool) or not isinstance(row.get("bits"), int):
-            raise UserInputError(f"{path}: expected a JSON object with 'dataset', 'method' and "
-                                 "an integer 'bits', as sgh-train writes")
+            raise UserInputError(f"{path}: expected a JSON object with a string 'dataset' and "
+                                 "'method' and an integer 'bits', as sgh-train writes")
+        seed = row.get("seed")  # runs are ordered and grouped by it
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise UserInputError(f"{path}: key 'seed' is {seed!r}; expected an integer (the "
+                                 "run's trainer.seed), as sgh-train writes")
         rows.append({**row, "run_dir": str(path.parent)})
     if not rows:
         raise UserInputError(f"{sweep_dir}: no {METRICS_FILE} below it; expected the directory "
@@ -320,11 +394,31 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
 def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
     """The figures as image summaries (step 0), replacing an earlier tensorboard_compare/
     (and nothing else: a folder of the user's by that name is refused)."""
-    # A fresh directory swapped in, so a rerun shows one set of images rather than two.
-    with atomic_directory(directory, replaces=TENSORBOARD_IMAGES) as staging, \
-            tensorboard_events.recording_to(staging):
+    refuse_to_replace(directory, TENSORBOARD_IMAGES, elsewhere=_ELSEWHERE)
+    # One event file, staged where TensorBoard does not look, so that it never shows a
+    # half-written comparison, nor two sets of images after a rerun.
+    with tensorboard_events.recording_as_the_only_file(directory):
         for name, png in images.items():
             tensorboard_events.encoded_image(name, png, step=0, description=DESCRIPTION[name])
+
+
+def _write_recorded(out: Path, files: dict[str, bytes]) -> None:
+    """Write `files` (name -> bytes) into `out`, each atomically, and record them as
+    `compare`'s own. The record lists the new bytes beside the old before the first file is
+    replaced, and only the new ones after the last: whenever the process is killed, every file
+    there is one the record lists, and the next comparison may replace it."""
+    record = _record(out)
+    new = {name: _digest(data) for name, data in files.items()}
+    during = {**record, **{name: [*record.get(name, []), digest] for name, digest in new.items()}}
+    after = {**record, **{name: [digest] for name, digest in new.items()}}
+    write_bytes(out / RECORD_FILE, _record_text(during), replaces=_RECORD)
+    for name, data in files.items():
+        write_bytes(out / name, data, replaces=COMPARISON_FILE)
+    write_bytes(out / RECORD_FILE, _record_text(after), replaces=_RECORD)
+
+
+def _record_text(files: dict[str, list[str]]) -> bytes:
+    return (json.dumps({"written_by": "sgh-compare", "files": files}, indent=1) + "\n").encode()
 
 
 def unfinished_jobs(sweep_dir) -> list[Path]:
@@ -358,6 +452,10 @@ def compare(sweep_dir, out=None, tensorboard: bool = True,
 
     Returns the Markdown table and the paths written. A sweep with jobs that have no results
     (of `planned_jobs`, if known) is compared as it stands, and warned about (in the table too).
+
+    Raises:
+        UserInputError: `out` is a file or inside a run, or a file or folder there by the name
+            of an output is not `compare`'s own (`written_by_compare`); nothing is written.
     """
     rows = collect(sweep_dir)
     aggregated = aggregate(rows)
@@ -365,19 +463,26 @@ def compare(sweep_dir, out=None, tensorboard: bool = True,
     out = Path(out if out is not None else sweep_dir)
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: is a file; expected a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    # A run's encoder/, checkpoints/, ...: what the run (or sgh-export) alone writes.
+    refuse_a_run_file("--out", out, "comparison")
     table = markdown(aggregated)
     if gap is not None:
         logger.warning("%s", gap)
         table = f"**Incomplete sweep**: {gap}.\n\n{table}"
     images = figures(aggregated)
-    written = {out / "comparison.csv": csv_text(aggregated).encode(),
-               out / "comparison.md": table.encode(),
-               **{out / f"{name}.png": png for name, png in images.items()}}
-    for path, data in written.items():
-        write_bytes(path, data)
-    paths = list(written)
-    if tensorboard and images:
-        write_tensorboard(out / "tensorboard_compare", images)
-        paths.append(out / "tensorboard_compare")
+    files = {"comparison.csv": csv_text(aggregated).encode(), "comparison.md": table.encode(),
+             **{f"{name}.png": png for name, png in images.items()}}
+    with_images = tensorboard and bool(images)
+    # Everything is checked before anything is written: a refusal leaves every file as it was.
+    refuse_to_replace(out / RECORD_FILE, _RECORD, elsewhere=_ELSEWHERE)
+    for name in files:
+        refuse_to_replace(out / name, COMPARISON_FILE, elsewhere=_ELSEWHERE)
+    if with_images:
+        refuse_to_replace(out / TENSORBOARD_COMPARE, TENSORBOARD_IMAGES, elsewhere=_ELSEWHERE)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_recorded(out, files)
+    paths = [out / name for name in files]
+    if with_images:
+        write_tensorboard(out / TENSORBOARD_COMPARE, images)
+        paths.append(out / TENSORBOARD_COMPARE)
     return table, paths

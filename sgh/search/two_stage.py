@@ -26,8 +26,8 @@ import numpy as np
 from sgh.codes import validate_codes
 from sgh.config import RESCORE_RULES
 from sgh.data.similarity import SIMILARITIES, nearness
-from sgh.data.streamed_features import take_rows
-from sgh.errors import check_int
+from sgh.data.streamed_features import StreamedFeatures, take_rows
+from sgh.errors import check_int, one_line
 from sgh.search.asymmetric import AsymmetricScore, check_queries
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.hamming_index import HammingIndex
@@ -82,8 +82,8 @@ class TwoStageSearch:
                                  f"the database has {bits}")
             self.shortlist_index = AsymmetricIndex(shortlist_score)
             self.shortlist_index.add(database_codes)
-        if vectors is not None and len(vectors) != self.hamming.ntotal:
-            raise ValueError(f"vectors has {len(vectors)} rows for {self.hamming.ntotal} codes")
+        if vectors is not None:
+            _check_vectors(vectors, self.hamming.ntotal)
 
     def shortlist(self, query_codes: np.ndarray, shortlist: int | None = 1000,
                   radius: int | None = None, queries: np.ndarray | None = None) -> np.ndarray:
@@ -92,8 +92,7 @@ class TwoStageSearch:
         ``radius`` (then S is the largest count of any query; Hamming only). A shortlist score
         ranks the ``queries`` themselves."""
         query_codes = validate_codes(query_codes, self.bits, "query codes")
-        if (shortlist is None) == (radius is None):
-            raise ValueError("give exactly one of shortlist (top S) or radius")
+        _check_stage_one(shortlist, radius)
         if self.shortlist_index is not None:
             if radius is not None or queries is None:
                 raise ValueError("a shortlist by score takes the top S (shortlist=S, no "
@@ -129,6 +128,7 @@ class TwoStageSearch:
                rescore: str = "score") -> tuple[np.ndarray, np.ndarray]:
         """The k best of each query's shortlist after rescoring: ``(D, I)``, ``(nq, k)``."""
         check_int("k", k, 1)
+        _check_stage_one(shortlist, radius)
         if len(query_codes) != len(queries):
             raise ValueError(f"{len(query_codes)} query codes for {len(queries)} queries")
         if rescore == "score" and self.shortlist_index is not None and radius is None \
@@ -145,6 +145,45 @@ class TwoStageSearch:
             D = np.pad(D, ((0, 0), (0, pad)), constant_values=np.inf)
             I = np.pad(I, ((0, 0), (0, pad)), constant_values=-1)
         return D[:, :k], I[:, :k]
+
+
+def _check_stage_one(shortlist: int | None, radius: int | None) -> None:
+    """One of a shortlist size (at least 1) or a Hamming radius (at least 0), each by its name
+    (the index's own check would blame its `k`)."""
+    if (shortlist is None) == (radius is None):
+        raise ValueError("give exactly one of shortlist (top S) or radius")
+    if shortlist is not None:
+        check_int("shortlist", shortlist, 1)
+    else:
+        check_int("radius", radius, 0)
+
+
+def _check_vectors(vectors, n_codes: int) -> None:
+    """The database's original vectors as the exact rule reads them: an ``(n, dim)`` numpy
+    array of numbers, one row per code, or streamed features. Their values are checked where
+    they are read (`exact_rescore`): a file may be larger than memory."""
+    if not isinstance(vectors, (np.ndarray, StreamedFeatures)):
+        raise ValueError(f"vectors is a {type(vectors).__name__}; accepted: the database's "
+                         "original vectors as an (n, dim) numpy array (np.asarray(vectors)) or "
+                         "streamed features")
+    if len(vectors.shape) != 2:
+        raise ValueError(f"vectors has shape {vectors.shape}; accepted: an (n, dim) array, one "
+                         "row of features per database code")
+    if vectors.dtype.kind not in "fiu":
+        raise ValueError(f"vectors has dtype {vectors.dtype}; accepted: real numbers")
+    if len(vectors) != n_codes:
+        raise ValueError(f"vectors has {len(vectors)} rows for {n_codes} codes")
+
+
+def _refuse_non_finite(rows: np.ndarray, ids: np.ndarray) -> None:
+    """NaN or Inf in a database vector makes its exact distance NaN, which no ranking orders:
+    the search would answer inf and id -1 for it without a word."""
+    bad = ~np.isfinite(rows)
+    if bad.any():
+        row, column = np.argwhere(bad)[0]
+        raise ValueError(f"vectors holds {one_line(rows[row, column])} at row {ids[row]}, "
+                         f"column {column}; the exact rule needs finite features: fix or drop "
+                         "that row, or use rescore='score'")
 
 
 def exact_rescore(queries: np.ndarray, vectors, candidates: np.ndarray, similarity: str
@@ -164,7 +203,9 @@ def exact_rescore(queries: np.ndarray, vectors, candidates: np.ndarray, similari
         block = candidates[q0 : q0 + rows_per_block]
         valid = block >= 0
         distinct, inverse = np.unique(block[valid], return_inverse=True)
-        rows = take_rows(vectors, distinct).astype(np.float64)[inverse]
+        read = take_rows(vectors, distinct).astype(np.float64)
+        _refuse_non_finite(read, distinct)
+        rows = read[inverse]
         owners = np.nonzero(valid)[0] + q0
         D[q0 : q0 + rows_per_block][valid] = nearness(rows, queries[owners], similarity)
     return sorted_heaps(D, np.where(candidates >= 0, candidates, -1))

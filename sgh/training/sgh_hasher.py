@@ -40,6 +40,7 @@ from sgh.config import (
     ValidationConfig,
     validate_training,
 )
+from sgh.data.npz_file import read_npz_arrays
 from sgh.errors import UserInputError
 from sgh.hasher import BinaryHasher
 from sgh.model.encoding import encode_bit_matrix, encode_packed
@@ -283,24 +284,34 @@ class SGHHasher(BinaryHasher):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SGHHasher:
-        """A hasher written by `save`; one-line errors for anything else."""
+        """A hasher written by `save`; anything else is one line naming the file at fault
+        (`UserInputError`): damaged or truncated, weights that are not finite, scores made for
+        codes of another length or features of another size."""
         path = Path(path)
         params_file, weights_file = path / _PARAMS_FILE, path / _WEIGHTS_FILE
+        scores_file = path / _SCORES_FILE
         if not params_file.is_file() or not weights_file.is_file():
             raise UserInputError(f"{path}: not a saved SGHHasher (expected {_PARAMS_FILE} and "
                                  f"{_WEIGHTS_FILE} in it)")
         try:
+            weights = read_npz_arrays(weights_file)
+        except UserInputError as error:  # damaged or truncated: its line names the file
+            raise UserInputError(f"{path}: unreadable saved SGHHasher ({error})") from None
+        _refuse_non_finite_weights(weights, weights_file)
+        try:
             saved = json.loads(params_file.read_text())
-            with np.load(weights_file, allow_pickle=False) as arrays:
-                weights = {key: arrays[key] for key in arrays.files}
             # JSON has no tuples: the layer sizes come back as lists.
             hasher = cls(**{_RENAMED_PARAMETERS.get(key, key):
                             tuple(value) if isinstance(value, list) else value
                             for key, value in saved["params"].items()})
-            scores = ScoreSet.load(path / _SCORES_FILE) if (path / _SCORES_FILE).is_file() \
-                else None
-            hasher._restore(int(saved["n_features_in"]), weights, saved.get("fit_info", {}),
-                            scores)
+            n_features = int(saved["n_features_in"])
+            scores = ScoreSet.load(scores_file) if scores_file.is_file() else None
+            if scores is not None:
+                _refuse_scores_of_another_size(scores, scores_file, hasher.n_bits, n_features,
+                                               params_file)
+            hasher._restore(n_features, weights, saved.get("fit_info", {}), scores)
+        except UserInputError:
+            raise
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise UserInputError(f"{path}: unreadable saved SGHHasher ({error})") from None
         return hasher
@@ -332,6 +343,33 @@ class SGHHasher(BinaryHasher):
                               for key, value in state.items()})
         if weights is not None:
             self._restore(self.n_features_in_, weights, self.fit_info_, scores)
+
+
+def _refuse_non_finite_weights(weights: dict[str, np.ndarray], where: Path) -> None:
+    """A fitted model's weights are finite (training stops at a NaN loss): NaN or Inf there
+    would encode every item to the same code without a word."""
+    for name, array in weights.items():
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            bad = int(np.count_nonzero(~np.isfinite(array)))
+            raise UserInputError(f"{where}: key {name!r} holds NaN or infinite values ({bad} of "
+                                 f"{array.size}); a fitted hasher's weights are finite: fit it "
+                                 "and save it again")
+
+
+def _refuse_scores_of_another_size(scores: ScoreSet, where: Path, bits: object,
+                                   n_features: int, params_file: Path) -> None:
+    """The scores saved beside the weights score this hasher's codes: the same code length
+    and features. Another hasher's, copied in, would rank with another model's bits."""
+    for kind, score in scores.scores.items():
+        if score.bits != bits:
+            raise UserInputError(f"{where}: its {kind} score is for {score.bits}-bit codes, but "
+                                 f"{params_file} is a hasher of n_bits={bits}; the files are of "
+                                 "different hashers: save the hasher again")
+        if score.dim != n_features:
+            raise UserInputError(f"{where}: its {kind} score takes {score.dim} features, but "
+                                 f"{params_file} is a hasher of {n_features} "
+                                 "(n_features_in); the files are of different hashers: save "
+                                 "the hasher again")
 
 
 def _scores_for(model: SGH, similarity: str, chosen: ScoreSet) -> ScoreSet:
