@@ -53,16 +53,19 @@ class TwoStageSearch:
             ``inner_product``; what ``exact`` computes.
         shortlist_score: a per-bit score whose scan makes the shortlist (the encoder's), instead
             of Hamming distance.
+        workers: threads of that scan (None: one per core, at most 8).
     """
 
     def __init__(self, database_codes: np.ndarray, bits: int,
                  score: AsymmetricScore | None = None, vectors=None,
                  similarity: str = "euclidean",
-                 shortlist_score: AsymmetricScore | None = None) -> None:
+                 shortlist_score: AsymmetricScore | None = None,
+                 workers: int | None = None) -> None:
         if similarity not in SIMILARITIES:
             raise ValueError(f"similarity={similarity!r} is not known; accepted: "
                              f"{', '.join(SIMILARITIES)}")
         self.bits, self.similarity, self.vectors = bits, similarity, vectors
+        self.workers = workers
         self.hamming = HammingIndex(bits)
         self.hamming.add(database_codes)
         self.asymmetric = None  # what rescores for the `decoder` rule: `.rescore(...)`
@@ -97,7 +100,7 @@ class TwoStageSearch:
             if radius is not None or queries is None:
                 raise ValueError("a shortlist by score takes the top S (shortlist=S, no "
                                  "radius) of the queries' own features (queries=...)")
-            return self.shortlist_index.search(queries, shortlist)[1]
+            return self.shortlist_index.search(queries, shortlist, self.workers)[1]
         if radius is None:
             return self.hamming.search(query_codes, shortlist)[1]
         lims, _, ids = self.hamming.range_search(query_codes, radius)
@@ -135,7 +138,7 @@ class TwoStageSearch:
                 and getattr(self.asymmetric, "encoder", None) is self.shortlist_index.score:
             # The joint score adds the decoder's term to the very score that made the
             # shortlist: its values come along instead of being computed twice.
-            first, candidates = self.shortlist_index.search(queries, shortlist)
+            first, candidates = self.shortlist_index.search(queries, shortlist, self.workers)
             D, I = self.asymmetric.rescore(queries, candidates, encoder_scores=first)
         else:
             D, I = self.rescore(queries, self.shortlist(query_codes, shortlist, radius, queries),

@@ -100,3 +100,16 @@ def test_missing_pieces_are_named(data):
         TwoStageSearch(database, 16, vectors=vectors[:10])
     with pytest.raises(ValueError, match="exactly one of shortlist"):
         TwoStageSearch(database, 16, score=score).shortlist(query_codes, None, None)
+
+
+def test_the_shortlist_scan_runs_on_the_threads_asked(data, monkeypatch):
+    # A benchmark that times "one thread" must get one: the scan's threads are the caller's.
+    _, database, queries, query_codes, score = data
+    asked = []
+    search_of = AsymmetricIndex.search
+    monkeypatch.setattr(AsymmetricIndex, "search", lambda self, *args: (
+        asked.append(args[2]), search_of(self, *args))[1])
+    search = TwoStageSearch(database, 16, score=score, shortlist_score=score, workers=1)
+    search.search(query_codes, queries, 5, shortlist=50)
+    search.shortlist(query_codes, 50, queries=queries)
+    assert asked == [1, 1]
