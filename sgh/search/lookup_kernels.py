@@ -165,36 +165,46 @@ def sorted_heaps(heap_scores: np.ndarray, heap_ids: np.ndarray) -> tuple[np.ndar
 
 
 @compiled
-def rescore_top_k(tables, codes, norms, candidates, heap_scores, heap_ids):
-    """Each query's k best candidate rows by the exact score, into its heap (as `scan_top_k`).
+def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
+    """Each query's k best candidate rows by the exact score, sorted by (score, row).
 
     Args:
         tables, codes, norms: as `scan_top_k`.
-        candidates: ``(nq, S)`` int64 rows of ``codes`` in any order, ``-1`` skipped.
-        heap_scores, heap_ids: ``(nq, k)`` max-heaps on (score, row), initially ``+inf`` / -1.
+        candidates: ``(nq, S)`` int64 rows of ``codes``, ``-1`` skipped; nearly in score order
+            (a fast scan's approximate ranking), which makes the insertion sort below linear in
+            practice.
+        top_scores, top_ids: ``(nq, k)`` float32 / int64 outputs, filled with ``+inf`` / -1
+            where a query has fewer than k candidates.
 
     Scores are summed as in `scan_top_k`, so a candidate's score is bit-identical to the full
-    scan's; candidates arrive in no id order, so an equal score displaces a larger row. Each
-    heap ends sorted by (score, row), empty slots (``inf``, -1) last.
+    scan's.
     """
     nq, code_bytes = tables.shape[0], tables.shape[1]
-    k = heap_scores.shape[1]
+    k, width = top_scores.shape[1], candidates.shape[1]
+    scores = np.empty(width, np.float32)
+    rows = np.empty(width, np.int64)
     for q in range(nq):
         table = tables[q].reshape(-1)
-        worst, worst_id = heap_scores[q, 0], heap_ids[q, 0]
-        for c in range(candidates.shape[1]):
+        n = 0
+        for c in range(width):
             i = candidates[q, c]
             if i < 0:
                 continue
             s = norms[i]
             for j in range(code_bytes):
                 s += table[j * 256 + codes[i, j]]
-            if s < worst or (s == worst and i < worst_id):
-                worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
-                worst_id = heap_ids[q, 0]
-        # Heap sort in place: the root (largest) to the end, the heap shrinks by one.
-        for size in range(k - 1, 0, -1):
-            scores, ids = heap_scores[q], heap_ids[q]
-            scores[0], scores[size] = scores[size], scores[0]
-            ids[0], ids[size] = ids[size], ids[0]
-            _sift_down(scores, ids, 0, size)
+            # Insertion by (score, row): the candidates arrive nearly sorted, so few moves.
+            position = n
+            while position > 0 and (scores[position - 1] > s or (
+                    scores[position - 1] == s and rows[position - 1] > i)):
+                scores[position] = scores[position - 1]
+                rows[position] = rows[position - 1]
+                position -= 1
+            scores[position] = s
+            rows[position] = i
+            n += 1
+        for r in range(k):
+            if r < n:
+                top_scores[q, r], top_ids[q, r] = scores[r], rows[r]
+            else:
+                top_scores[q, r], top_ids[q, r] = np.inf, -1

@@ -329,12 +329,13 @@ class SGHIndex:
 
     def _assign(self, x: np.ndarray, nearest: int) -> np.ndarray:
         """``(n, nearest)`` the lists of the centroids nearest each row of ``x``."""
-        import faiss
+        if "coarse" not in self._engines:
+            import faiss
 
+            self._engines["coarse"] = faiss.IndexFlatL2(self.dim)
+            self._engines["coarse"].add(self._centroids)
         nearest = min(nearest, self.nlist)
-        coarse = faiss.IndexFlatL2(self.dim)
-        coarse.add(self._centroids)
-        return coarse.search(np.ascontiguousarray(x, np.float32), nearest)[1]
+        return self._engines["coarse"].search(np.ascontiguousarray(x, np.float32), nearest)[1]
 
     def _require_training(self) -> None:
         if not self.is_trained:
