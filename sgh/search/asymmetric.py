@@ -139,6 +139,12 @@ class AsymmetricScore:
     def dim(self) -> int:
         return self.query_projection.shape[0]
 
+    def __repr__(self) -> str:
+        network = "" if self.network is None else f", mlp of {len(self.network.kernels)} " \
+                                                    "hidden layers"
+        return (f"AsymmetricScore({self.kind}, {self.bits} bits, {self.dim} features"
+                f"{network}: {self.form})")
+
     def bit_weights(self, queries: np.ndarray) -> np.ndarray:
         """``(nq, bits)`` float32: each query's weight of every bit, ``w(x)``."""
         queries = check_queries(queries, self.dim)
@@ -338,6 +344,11 @@ def _checked_network(network: QueryNetwork, dim: int, bits: int, where: str) -> 
     return QueryNetwork(kernels, biases, network.activation, projection)
 
 
+# What a linear decoder's score measures, by similarity: in its form, and in a joint score's.
+_DECODER_FORMULAS = {"reconstruction distance": "||x - (hT + t)||^2",
+                     "inner product": "-<x, hT + t>"}
+
+
 def decoder_score(templates: np.ndarray, offset: np.ndarray, similarity: str) -> AsymmetricScore:
     """The linear decoder ``x^ = h T + t`` (input units) scored against queries.
 
@@ -355,12 +366,13 @@ def decoder_score(templates: np.ndarray, offset: np.ndarray, similarity: str) ->
     bits = templates.shape[0]
     if similarity == "inner_product":
         return make_score(bits, -templates.T, np.zeros(bits), None,
-                          "decoder, inner product: -<x, hT + t> (T, t: the decoder's templates "
-                          "and offset in input units), ranked ascending", "decoder")
+                          f"decoder, inner product: {_DECODER_FORMULAS['inner product']} (T, t: "
+                          "the decoder's templates and offset in input units), ranked ascending",
+                          "decoder")
     return make_score(bits, -2.0 * templates.T, 2.0 * templates @ offset, templates,
-                      "decoder, reconstruction distance: ||x - (hT + t)||^2 (T, t: the "
-                      "decoder's templates and offset in input units), ranked ascending",
-                      "decoder")
+                      "decoder, reconstruction distance: "
+                      f"{_DECODER_FORMULAS['reconstruction distance']} (T, t: the decoder's "
+                      "templates and offset in input units), ranked ascending", "decoder")
 
 
 def projection_score(mean: np.ndarray, projection: np.ndarray, method: str) -> AsymmetricScore:
@@ -418,9 +430,15 @@ def joint_score(encoder: AsymmetricScore, decoder: AsymmetricScore, weight: floa
         + np.asarray(decoder.query_offset, np.float64) * factor,
         templates,
         f"joint likelihood: -log q(h|x) - {weight:g} log p(x|h) (the encoder's likelihood plus "
-        f"{weight:g} x the decoder's {decoder.form.split(': ', 1)[1].split(' (')[0]} / "
+        f"{weight:g} x the decoder's {_decoder_formula(decoder)} / "
         "(2 sigma^2), sigma^2 its variance in input units), ranked ascending",
         "joint", encoder.network)
+
+
+def _decoder_formula(decoder: AsymmetricScore) -> str:
+    """The formula a decoder score's form states (whole: it holds parentheses itself)."""
+    return next((formula for formula in _DECODER_FORMULAS.values() if formula in decoder.form),
+                "score")
 
 
 def check_queries(queries: np.ndarray, dim: int, name: str = "queries") -> np.ndarray:

@@ -69,9 +69,18 @@ class ScoreSet:
         decoded = ("decoder", "joint") if self.decoder is not None else ()
         return tuple(kind for kind in SCORE_KINDS if kind in self.scores or kind in decoded)
 
+    def __repr__(self) -> str:
+        decoder = "" if self.decoder is None else ", an mlp decoder"
+        return (f"ScoreSet({', '.join(self.scores)}; {self.chosen!r} for a scan, "
+                f"{self.rescore_chosen or self.chosen!r} for rescoring; {self.similarity}"
+                f"{decoder}; model {self.fingerprint})")
+
     def rescorer(self, kind: str, database_codes: np.ndarray):
-        """What rescores a shortlist of ``database_codes`` by ``kind``: the per-bit score
-        (`AsymmetricScore`), or a `DecodedRescorer` for an mlp decoder's kinds."""
+        """What rescores a shortlist of ``database_codes`` by ``kind`` (``"auto"``: the
+        validated choice for rescoring): the per-bit score (`AsymmetricScore`), or a
+        `DecodedRescorer` for an mlp decoder's kinds."""
+        if kind == "auto":
+            kind = self.rescore_chosen or self.chosen
         if kind in self.scores:
             return self.scores[kind]
         if self.decoder is None or kind not in self.rescoring_kinds:

@@ -6,8 +6,15 @@ import pytest
 
 from sgh.baselines import ITQ, LSH, PCAH, SH, SpH
 from sgh.codes import pack_bits, unpack_bits
-from sgh.search.asymmetric import AsymmetricScore, decoder_score, projection_score
+from sgh.search.asymmetric import (
+    AsymmetricScore,
+    decoder_score,
+    encoder_score,
+    joint_score,
+    projection_score,
+)
 from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.score_set import ScoreSet
 
 
 def _decoder(bits, dim, seed=0):
@@ -171,3 +178,21 @@ def test_a_long_top_k_from_every_score_is_the_heap_scans_result(monkeypatch):
     for heap, dense in zip(results[0], results[10**9], strict=True):
         for a, b in zip(heap, dense, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("similarity, formula", [("euclidean", "||x - (hT + t)||^2"),
+                                                 ("inner_product", "-<x, hT + t>")])
+def test_the_joint_score_states_the_decoders_whole_formula_and_prints_short(similarity,
+                                                                            formula):
+    rng = np.random.default_rng(4)
+    decoder = decoder_score(rng.normal(size=(8, 5)), rng.normal(size=5), similarity)
+    encoder = encoder_score([rng.normal(size=(5, 8))], [np.zeros(8)], "relu", np.zeros(5), 1.0)
+    joint = joint_score(encoder, decoder, 0.5, 2.0)
+    assert f"0.5 x the decoder's {formula} / (2 sigma^2)" in joint.form
+    scores = ScoreSet({"encoder": encoder, "decoder": decoder, "joint": joint}, "joint",
+                      "decoder")
+    for shown in (repr(joint), repr(scores)):
+        assert "\n" not in shown and "array" not in shown
+    assert repr(scores).startswith("ScoreSet(encoder, decoder, joint; 'joint' for a scan, "
+                                   "'decoder' for rescoring")
+    assert scores.rescorer("auto", pack_bits(rng.integers(0, 2, (3, 8)))) is decoder
