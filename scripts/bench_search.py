@@ -2,13 +2,20 @@
 
     SGH_DATA_DIR=../shared/data python scripts/bench_search.py --json bench_search.json
         [--datasets mnist cifar10_gist siftsmall] [--bits 32 64] [--skip-quality]
-        [--skip-speed] [--sgh default search] [--runs DIR]
+        [--skip-speed] [--sgh default search] [--runs DIR] [--faiss-only]
+
+The anchors, faiss's product quantizers at the codes' bytes per item (M = bits / 8
+sub-quantizers of 8 bits: 4 bytes at 32 bits, 8 at 64): `IndexPQ`, and OPQ, the same PQ after a
+learned rotation (`index_factory(d, "OPQ{M},PQ{M}")`), the stronger of the two on correlated
+features. Both ranked by their ADC distance, one thread (`faiss.omp_set_num_threads(1)`).
 
 1. Scan speed, one thread each, side by side in one process (medians of --repeats runs):
    1,000 queries x 1,000,000 random 32-bit codes, top 100: our asymmetric scan
    (`AsymmetricIndex.search`: per-query lookup tables over the 4 code bytes, one float per
-   item), our Hamming scan (`HammingIndex.search`), and faiss `IndexPQ(d=32, M=4, nbits=8)`
-   (the same 4 bytes per item, its ADC scan). `asymmetric_over_pq` = our pairs/s over faiss's.
+   item), our Hamming scan (`HammingIndex.search`), and faiss `IndexPQ(d=32, M=4, nbits=8)` and
+   OPQ4,PQ4 over 1,000,000 random 32-dimensional vectors (the same 4 bytes per item, their ADC
+   scans; OPQ adds the rotation of each query). `asymmetric_over_pq` / `asymmetric_over_opq` =
+   our pairs/s over faiss's.
 2. Quality and queries/s on each dataset at each code length, the test queries of its protocol
    (MNIST protocol A, CIFAR-10 GIST protocol B, SIFT10K protocol C), every score chosen on the
    validation split only:
@@ -18,14 +25,16 @@
      1% (at least 500) rescored by the validated rescoring score (through the mlp decoder for
      deep SGH);
    - ITQ, PCAH, LSH with their asymmetric (projection) form;
-   - faiss `IndexPQ` at the same bytes (M = bits / 8 sub-quantizers of 8 bits), trained on the
-     training set, ranked by its ADC distance.
+   - faiss `IndexPQ` and OPQ at the same bytes, each trained on the training set only.
    Recall10@100: the share of each query's 10 exact Euclidean nearest neighbours among its
    first 100, ties by id (faiss: as faiss orders them). Queries/s: one thread, the top 100 of
    every test query; every search of a dataset and code length timed in --repeats interleaved
    rounds after one warm-up, the median round of each.
    `sgh_best_over_pq_recall`: the best SGH row's recall over PQ's (codes only: no original
-   vectors), `sgh_best_over_pq_qps` the same row's queries/s over PQ's, per dataset and bits.
+   vectors), `sgh_best_over_pq_qps` the same row's queries/s over PQ's, per dataset and bits;
+   `sgh_best_over_opq_recall`, `sgh_best_over_opq_qps` the same against OPQ.
+   --faiss-only: the two anchors alone on each dataset and code length (no training, minutes),
+   the same conventions, their queries/s timed side by side with each other only.
 """
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import statistics
@@ -50,11 +60,13 @@ from omegaconf import OmegaConf  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from sgh.artifacts.codes_file import load_codes  # noqa: E402
+from sgh.artifacts.ground_truth_cache import cached_exact_neighbours  # noqa: E402
 from sgh.cli.evaluate import evaluate_codes  # noqa: E402
 from sgh.cli.schemas import CONFIG_PATH, register_configs  # noqa: E402
 from sgh.codes import pack_bits  # noqa: E402
 from sgh.config import EvalCommandConfig, EvalConfig, dataset_config_from  # noqa: E402
 from sgh.data import load_split  # noqa: E402
+from sgh.data.ground_truth import split_ground_truth  # noqa: E402
 from sgh.methods import METHODS  # noqa: E402
 from sgh.metrics.ordered import ordered_metrics  # noqa: E402
 from sgh.pipeline import run  # noqa: E402
@@ -86,16 +98,20 @@ def speed(repeats: int) -> dict:
     hamming.add(codes)
     vectors = rng.normal(size=(n, dim)).astype(np.float32)
     pq = faiss.IndexPQ(dim, 4, 8)
-    pq.train(vectors[:65536])
-    pq.add(vectors)
+    opq = faiss.index_factory(dim, "OPQ4,PQ4")
+    for index in (pq, opq):
+        index.train(vectors[:65536])
+        index.add(vectors)
     asymmetric.search(queries[:8], k, workers=1)  # compile
     hamming.search(query_codes[:8], k)
     pq.search(queries[:8], k)
+    opq.search(queries[:8], k)
     seconds = {}
-    for _ in range(repeats):  # interleaved, so that machine noise hits all three alike
+    for _ in range(repeats):  # interleaved, so that machine noise hits all four alike
         for name, call in (("asymmetric", lambda: asymmetric.search(queries, k, workers=1)),
                            ("hamming", lambda: hamming.search(query_codes, k)),
-                           ("faiss_pq", lambda: pq.search(queries, k))):
+                           ("faiss_pq", lambda: pq.search(queries, k)),
+                           ("faiss_opq", lambda: opq.search(queries, k))):
             started = time.perf_counter()
             call()
             seconds.setdefault(name, []).append(time.perf_counter() - started)
@@ -105,8 +121,9 @@ def speed(repeats: int) -> dict:
         median = statistics.median(values)
         result[f"{name}_seconds"] = median
         result[f"{name}_pairs_per_second"] = n * nq / median
-    result["asymmetric_over_pq"] = result["asymmetric_pairs_per_second"] / \
-        result["faiss_pq_pairs_per_second"]
+    for anchor in ("pq", "opq"):
+        result[f"asymmetric_over_{anchor}"] = result["asymmetric_pairs_per_second"] / \
+            result[f"faiss_{anchor}_pairs_per_second"]
     return result
 
 
@@ -147,7 +164,7 @@ def _rows_of_run(run_dir: str, split, with_two_stage: bool) -> tuple[dict, dict]
         kind = scores.kind_for("auto", "rerank")
         search = TwoStageSearch(codes.database, codes.bits,
                                 scores.rescorer(kind, codes.database),
-                                shortlist_score=scores.scores["encoder"])
+                                shortlist_score=scores.scores["encoder"], workers=1)
         name = f"two-stage, encoder top {shortlist} rescored by {kind}"
         rows[name] = {"recall10@100": recall, "ranking": ranking}
         searches[name] = lambda: search.search(codes.query, split.query, TOP,
@@ -170,30 +187,54 @@ def _time_side_by_side(searches: dict, n_queries: int, repeats: int) -> dict[str
     return {name: n_queries / statistics.median(values) for name, values in seconds.items()}
 
 
-def pq_reference(split, bits: int, groundtruth: np.ndarray) -> tuple[dict, object]:
-    """faiss IndexPQ at bits/8 bytes per item, trained on the training set, ranking by ADC: its
-    row, and its search call."""
+def faiss_anchors(split, bits: int, groundtruth: np.ndarray) -> dict[str, tuple[dict, object]]:
+    """faiss IndexPQ and OPQ at bits/8 bytes per item (M = bits/8 sub-quantizers of 8 bits),
+    each trained on the training set only and ranking by its ADC distance: {table name: (its
+    row, its search call)}."""
     train = np.ascontiguousarray(split.train, np.float32)
     database = np.ascontiguousarray(split.database, np.float32)
     queries = np.ascontiguousarray(split.query, np.float32)
-    pq = faiss.IndexPQ(train.shape[1], bits // 8, 8)
-    pq.train(train)
-    pq.add(database)
+    dim, sub_quantizers = train.shape[1], bits // 8
+    indexes = {
+        "faiss_pq": (faiss.IndexPQ(dim, sub_quantizers, 8),
+                     f"faiss IndexPQ(M={sub_quantizers}, nbits=8): ADC distance"),
+        "faiss_opq": (faiss.index_factory(dim, f"OPQ{sub_quantizers},PQ{sub_quantizers}"),
+                      f"faiss OPQ{sub_quantizers},PQ{sub_quantizers} (rotation learned, then "
+                      "PQ of 8-bit sub-quantizers): ADC distance"),
+    }
+    anchors = {}
+    for name, (index, ranking) in indexes.items():
+        index.train(train)
+        index.add(database)
 
-    class Ranking:
-        def order_blocks(self, depth):
-            yield 0, len(queries), pq.search(queries, depth)[1]
+        class Ranking:
+            def order_blocks(self, depth, index=index):
+                yield 0, len(queries), index.search(queries, depth)[1]
 
-    metrics = ordered_metrics(Ranking(), len(queries), len(database), groundtruth=groundtruth,
-                              recall_k=10, recall_n=[TOP])
-    return ({"recall10@100": metrics["recall10@100"],
-             "ranking": f"faiss IndexPQ(M={bits // 8}, nbits=8): ADC distance"},
-            lambda: pq.search(queries, TOP))
+        metrics = ordered_metrics(Ranking(), len(queries), len(database),
+                                  groundtruth=groundtruth, recall_k=10, recall_n=[TOP])
+        anchors[name] = ({"recall10@100": metrics["recall10@100"], "ranking": ranking},
+                         lambda index=index: index.search(queries, TOP))
+    return anchors
+
+
+def _split_and_ground_truth(dataset: str):
+    """The dataset's split and its 10 exact neighbours per test query, as a run of it gets them
+    (the file's own, or computed once and cached beside the dataset), without a run."""
+    config = _compose([f"dataset={dataset}"])
+    split = load_split(config.dataset)
+    groundtruth, _ = split_ground_truth(split, 10, functools.partial(
+        cached_exact_neighbours, dataset_path=getattr(config.dataset, "path", None)))
+    return split, groundtruth
 
 
 def quality(dataset: str, bits: int, configurations: list[str], root: str,
             repeats: int) -> dict:
+    """Every row of one dataset and code length (module doc, 2); no `configurations`: the
+    faiss anchors alone."""
     table, searches = {}, {}
+    if not configurations:
+        split, groundtruth = _split_and_ground_truth(dataset)
     for name in configurations:
         run_dir = os.path.join(root, f"{dataset}_sgh_{name}_{bits}")
         started = time.perf_counter()
@@ -211,7 +252,7 @@ def quality(dataset: str, bits: int, configurations: list[str], root: str,
                                 "validation": metrics.get("validation_recall10@100_by_score"),
                                 "score_selection": metrics.get("score_selection")}
         searches.update({(f"sgh {name}", row): call for row, call in calls.items()})
-    for method in BASELINES:
+    for method in BASELINES if configurations else ():
         run_dir = os.path.join(root, f"{dataset}_{method}_{bits}")
         if METHODS[method].bits_at_most_features and bits > split.train.shape[1]:
             continue
@@ -219,28 +260,34 @@ def quality(dataset: str, bits: int, configurations: list[str], root: str,
         rows, calls = _rows_of_run(run_dir, split, with_two_stage=False)
         table[method] = {"rows": {"scan, projection": rows["scan, auto"]}}
         searches[(method, "scan, projection")] = calls["scan, auto"]
-    groundtruth = load_codes(os.path.join(run_dir, "codes.npz")).groundtruth
-    pq_row, pq_search = pq_reference(split, bits, groundtruth)
-    table["faiss_pq"] = {"rows": {"ADC": pq_row}}
-    searches[("faiss_pq", "ADC")] = pq_search
+    if configurations:  # the ground truth every run above was scored against
+        groundtruth = load_codes(os.path.join(run_dir, "codes.npz")).groundtruth
+    for anchor, (row, search) in faiss_anchors(split, bits, groundtruth).items():
+        table[anchor] = {"rows": {"ADC": row}}
+        searches[(anchor, "ADC")] = search
     for (method, row), rate in _time_side_by_side(searches, len(split.query), repeats).items():
         table[method]["rows"][row]["queries_per_second"] = rate
     for method, entry in table.items():
         _print(dataset, bits, method, entry["rows"])
+    if not configurations:
+        return {"methods": table}
     sgh_rows = [(f"{name}: {row_name}", row) for name, entry in table.items()
                 if name.startswith("sgh") for row_name, row in entry["rows"].items()
                 if "queries_per_second" in row]
     best_name, best = max(sgh_rows, key=lambda item: item[1]["recall10@100"])
-    pq = table["faiss_pq"]["rows"]["ADC"]
     baseline_best = max((row["recall10@100"] for method in BASELINES if method in table
                          for row in table[method]["rows"].values()), default=float("nan"))
-    return {"methods": table, "targets": {
+    targets = {
         "sgh_best": best_name,
         "sgh_best_recall10@100": best["recall10@100"],
         "best_baseline_asymmetric_recall10@100": baseline_best,
-        "sgh_best_minus_best_baseline": best["recall10@100"] - baseline_best,
-        "sgh_best_over_pq_recall": best["recall10@100"] / pq["recall10@100"],
-        "sgh_best_over_pq_qps": best["queries_per_second"] / pq["queries_per_second"]}}
+        "sgh_best_minus_best_baseline": best["recall10@100"] - baseline_best}
+    for anchor in ("pq", "opq"):
+        row = table[f"faiss_{anchor}"]["rows"]["ADC"]
+        targets[f"sgh_best_over_{anchor}_recall"] = best["recall10@100"] / row["recall10@100"]
+        targets[f"sgh_best_over_{anchor}_qps"] = (best["queries_per_second"]
+                                                  / row["queries_per_second"])
+    return {"methods": table, "targets": targets}
 
 
 def _print(dataset: str, bits: int, method: str, rows: dict) -> None:
@@ -263,7 +310,10 @@ def main() -> None:
                                        "them: a finished run is not trained again)")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--faiss-only", action="store_true",
+                        help="quality: the faiss anchors (IndexPQ, OPQ) alone, no training")
     args = parser.parse_args()
+    configurations = [] if args.faiss_only else args.sgh
     result = {"conventions": __doc__}
     if not args.skip_speed:
         result["speed"] = speed(args.repeats)
@@ -274,14 +324,15 @@ def main() -> None:
               else tempfile.TemporaryDirectory()) as root:
             for dataset in args.datasets:
                 for bits in args.bits:
-                    result["quality"][f"{dataset}_{bits}"] = quality(dataset, bits, args.sgh,
-                                                                     root, args.repeats)
+                    result["quality"][f"{dataset}_{bits}"] = quality(
+                        dataset, bits, configurations, root, args.repeats)
                     with open(args.json, "w") as file:  # what has run so far, kept
                         json.dump(result, file, indent=1)
     with open(args.json, "w") as file:
         json.dump(result, file, indent=1)
     summary = {"speed": result.get("speed"), "targets": {
-        name: entry["targets"] for name, entry in result.get("quality", {}).items()}}
+        name: entry["targets"] for name, entry in result.get("quality", {}).items()
+        if "targets" in entry}}
     print(json.dumps(summary, indent=1))
 
 

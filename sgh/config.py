@@ -416,6 +416,11 @@ def _validate_validation(config: ValidationConfig) -> None:
     check_int("validation.queries", config.queries, 1)
     check_int("validation.database", config.database, 1)
     check_int("validation.patience", config.patience, 0)
+    if config.patience > 0 and config.every == 0:
+        # Early stopping counts validation points: without any it would silently never stop.
+        raise UserInputError(f"validation.patience={config.patience} is impossible with "
+                             "validation.every=0 (no validation points to count); accepted: "
+                             "validation.every >= 1, or validation.patience=0")
 
 
 def validate_eval(config: EvalConfig) -> EvalConfig:

@@ -92,11 +92,32 @@ def test_wrong_type_fails_at_compose_time():
     ("model.noise=gaussian", "model.noise='gaussian' is not known; accepted: uniform, fixed"),
     ("trainer.schedule=linear", "trainer.schedule='linear' is not known"),
     ("eval.recall_n=[]", "eval.recall_n is empty"),
+    ("validation.patience=-1",
+     "validation.patience=-1 is impossible; accepted: an integer >= 0"),
 ])
 def test_impossible_values_are_named(override, message):
     with pytest.raises(UserInputError) as error:
         validate(_compose(override))
     assert message in str(error.value)
+
+
+def test_patience_needs_validation_points_and_an_integer():
+    # Early stopping counts validation points: with none it would silently never stop.
+    with pytest.raises(UserInputError, match=r"^validation.patience=3 is impossible with "
+                       r"validation.every=0 \(no validation points to count\); accepted: "
+                       r"validation.every >= 1, or validation.patience=0$"):
+        validate(_compose("validation.every=0", "validation.patience=3"))
+    assert validate(_compose("validation.every=0", "validation.patience=0"))  # off with it
+    assert validate(_compose("validation.patience=3")).validation.patience == 3
+    # Hydra's types refuse 2.5 on the command line; from Python it reaches the check.
+    with pytest.raises(ConfigCompositionException):
+        _compose("validation.patience=2.5")
+    config = _compose()
+    for value in (2.5, True, "3"):
+        config.validation.patience = value
+        with pytest.raises(UserInputError, match=r"^validation.patience=.* is impossible; "
+                           r"accepted: an integer >= 0$"):
+            validate(config)
 
 
 def test_what_acts_on_a_setting_knows_every_value_it_may_name():

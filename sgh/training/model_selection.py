@@ -81,6 +81,9 @@ class ModelSelection:
         return int(self.state.best_step.numpy())
 
     def should_stop(self) -> bool:
+        """Whether `patience` validation points in a row were no better than the best (never
+        with patience 0). Read from the checkpointed count, so a resumed run answers as an
+        uninterrupted one; the loop asks before each compiled call."""
         return self.patience > 0 and int(self.state.points_since_best.numpy()) >= self.patience
 
     def require_best_weights(self) -> None:

@@ -3,8 +3,9 @@
     TrainingScalars     loss terms, learning rate, step time, gradient norms -> TensorBoard
     ValidationPoints    at every validation.every steps: score, keep the best, show code health
     PeriodicCheckpoints at every trainer.checkpoint_every steps: a checkpoint
-    ConsoleProgress     about every tenth of the run: one log line with the latest validation
-                        score, steps/s and an ETA that includes validation's time
+    ConsoleProgress     about every tenth of the run, and at the step where it stops early: one
+                        log line with the latest validation score, steps/s and an ETA that
+                        includes validation's time
 
 `sgh.training.train_sgh` calls them in this order after every call; each is testable alone.
 """
@@ -86,7 +87,9 @@ class PeriodicCheckpoints:
 
 
 class ConsoleProgress:
-    """One line about every tenth of the run, and at its last step."""
+    """One line about every tenth of the run, and at its last step: the last one of a full run,
+    or the one where early stopping (`validation.patience`) ends it, which need not fall on a
+    tenth and would otherwise leave the deciding validation score unshown."""
 
     def __init__(self, total_steps: int, first_step: int,
                  validation: ValidationPoints | None = None):
@@ -96,13 +99,16 @@ class ConsoleProgress:
         self.started = time.perf_counter()
 
     def __call__(self, log: ChunkLog) -> None:
-        if log.step < self.next_line and log.step != self.total:
+        # Called after ValidationPoints, so a point that exhausts the patience is already counted.
+        stopping = self.validation is not None and self.validation.selection.should_stop()
+        if log.step < self.next_line and log.step != self.total and not stopping:
             return
         self.next_line = (log.step // self.every + 1) * self.every
         terms = "  ".join(f"{name} {value:.4g}" for name, value in log.terms.items())
         elapsed = time.perf_counter() - self.started
         done = log.step - self.first_step
-        eta = elapsed / done * (self.total - log.step) if done else float("nan")
+        remaining = 0 if stopping else self.total - log.step
+        eta = elapsed / done * remaining if done else float("nan")
         score = self.validation.last_score if self.validation is not None else ""
         logger.info("step %6d/%d  %s  lr %.3g%s  %.0f steps/s  ETA %s", log.step, self.total,
                     terms, log.learning_rate, score, 1e3 / log.ms_per_step, duration(eta))

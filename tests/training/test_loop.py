@@ -61,6 +61,22 @@ def test_same_seed_same_weights_whatever_the_grouping_of_steps():
         np.testing.assert_array_equal(value, _weights(b)[name])
 
 
+def test_fit_stops_between_calls_once_asked_and_a_later_fit_carries_on_exactly():
+    # What early stopping (validation.patience) and Ctrl-C rely on: the request is read before
+    # each compiled call, so training ends on the call boundary where it became true, at no
+    # cost to the weights: carried on later, the run ends as an unstopped one does.
+    config = TrainerConfig(steps=40, batch_size=32, steps_per_call=10, learning_rate=0.01,
+                           strategy="one_device", jit_compile=False)
+    trainer = Trainer(SGH.from_training_data(ModelConfig(bits=8), X, seed=config.seed), X,
+                      config)
+    stopped = trainer.fit(stop_requested=lambda: int(trainer.step.numpy()) >= 20)
+    assert [log.step for log in stopped] == [10, 20] and int(trainer.step.numpy()) == 20
+    assert [log.step for log in trainer.fit()] == [30, 40]
+    unstopped, _ = _train()
+    for name, value in _weights(unstopped).items():
+        np.testing.assert_array_equal(value, _weights(trainer)[name])
+
+
 def test_xla_and_graph_paths_learn_alike():
     # Not bit-for-bit: XLA draws stateless random numbers from a runtime seed with its own
     # kernel (another stream than the graph executor's), and its float32 sigmoid differs by a

@@ -114,6 +114,74 @@ def test_early_stopping_stops_after_patience_points_without_improvement(tmp_path
     assert again["steps"] == 120 and again["best_step"] == 40
 
 
+def test_the_step_where_training_stops_early_gets_its_progress_line(caplog):
+    # 1,000 steps: a line every 100. Stopping at step 180 must show that step's line (with its
+    # deciding validation score, nothing left to wait for), not leave step 100's as the last.
+    from types import SimpleNamespace
+
+    from sgh.training.loop import ChunkLog
+    from sgh.training.progress import ConsoleProgress
+
+    stopping = False
+    validation = SimpleNamespace(last_score="  val recall10@100 0.6032",
+                                 selection=SimpleNamespace(should_stop=lambda: stopping))
+    console = ConsoleProgress(total_steps=1000, first_step=0, validation=validation)
+
+    def call_ending_at(step):
+        console(ChunkLog(step=step, steps=20, seconds=0.01, learning_rate=1e-3,
+                         terms={"total": 1.0}))
+
+    with caplog.at_level("INFO", logger="sgh.training.progress"):
+        call_ending_at(100)
+        assert [line.split("/")[0] for line in caplog.messages] == ["step    100"]
+        call_ending_at(180)
+        assert len(caplog.messages) == 1  # not a tenth, not stopping: no line
+        stopping = True
+        call_ending_at(180)
+    assert len(caplog.messages) == 2
+    assert caplog.messages[1].startswith("step    180/1000  total 1  lr 0.001  val recall10@100 "
+                                         "0.6032")
+    assert caplog.messages[1].endswith("ETA 0:00")
+
+
+def test_without_patience_a_stalled_validation_trains_every_step(tmp_path):
+    # The stalled run above, with validation.patience at its default 0: all 200 steps, the
+    # codes still from the first (best) point.
+    metrics = run(_config("trainer.learning_rate=1e-12"), tmp_path)
+    assert metrics["stopped_early"] is False
+    assert metrics["steps"] == 200 and metrics["best_step"] == 40
+
+
+def test_a_resumed_run_with_patience_stops_where_an_uninterrupted_one_does(tmp_path,
+                                                                          monkeypatch):
+    # Interrupted (a Ctrl-C) right after the checkpoint of step 80, one point without
+    # improvement into a patience of 2: the resumed run must count that point and stop at 120,
+    # as the uninterrupted run does. A counter not carried in the checkpoint would stop at 160
+    # (at 200, with the best score lost too).
+    import signal
+
+    from sgh.errors import TrainingInterrupted
+    from sgh.training import progress
+
+    config = _config("trainer.learning_rate=1e-12", "validation.patience=2",
+                     "trainer.checkpoint_every=40")
+    save = progress.PeriodicCheckpoints.__call__
+
+    def save_then_interrupt_at_80(self, log):
+        save(self, log)
+        if log.step == 80:
+            signal.raise_signal(signal.SIGINT)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(progress.PeriodicCheckpoints, "__call__", save_then_interrupt_at_80)
+        with pytest.raises(TrainingInterrupted, match="interrupted at step 80 of 200"):
+            run(config, tmp_path)
+    resumed = run(config, tmp_path)
+    assert resumed["stopped_early"] is True
+    assert resumed["steps"] == 120 and resumed["steps_this_process"] == 40
+    assert resumed["best_step"] == 40
+
+
 def test_validation_off_trains_on_the_whole_training_set(tmp_path):
     metrics = run(_config("validation.every=0"), tmp_path)
     assert metrics["n_train"] == 2000 and "best_step" not in metrics
