@@ -37,9 +37,11 @@ from sgh.errors import check_int
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.lookup_kernels import rescore_top_k
 
-# Candidates per result rescored exactly: 4 x k kept the float scan's top 100 (Recall10@100 within
-# 0.001) on every dataset of scripts/bench_ann.py; `FastScanIndex.refine_factor` changes it.
-DEFAULT_REFINE_FACTOR = 4
+# Candidates per result rescored exactly. The fast scan's own top k, reordered by the exact score,
+# kept the float scan's Recall10@100 within 0.0005 on MNIST and glove-50-angular at 32 bits
+# (scripts/bench_ann.py); each doubling costs about a fifth of the queries/s. Raise
+# `FastScanIndex.refine_factor` for a result nearer the float scan's, or for small k.
+DEFAULT_REFINE_FACTOR = 1
 # The fast-scan block size of faiss (codes are interleaved by 32 items).
 _BLOCK = 32
 # _CORNERS[c] = the 4 bits of nibble value c, first bit most significant (as `pack_bits`).

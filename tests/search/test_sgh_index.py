@@ -47,6 +47,7 @@ def test_the_fast_scan_returns_the_float_scans_top_k(bits, with_templates):
     exact = AsymmetricIndex(score)
     exact.add(codes)
     engine = FastScanIndex(score)
+    engine.refine_factor = 4  # enough candidates for the float scan's top 20
     engine.add(codes)
     D0, I0 = exact.search(queries, 20, workers=1)
     D, I = engine.search(queries, 20)
@@ -61,6 +62,9 @@ def test_inverted_lists_probe_only_the_lists_asked_and_all_of_them_give_the_flat
     engine.add(codes, lists)
     flat = FastScanIndex(score)
     flat.add(codes)
+    # Enough candidates that both give the float scan's top 15 (their fast scans order
+    # near ties by different kernels).
+    engine.refine_factor = flat.refine_factor = 4
     everything = np.tile(np.arange(6), (len(queries), 1))
     np.testing.assert_array_equal(engine.search(queries, 15, everything)[1],
                                   flat.search(queries, 15)[1])
@@ -79,6 +83,7 @@ def itq_data():
 def test_an_index_of_a_hasher_encodes_as_it_does_and_scans_by_its_score(itq_data):
     hasher, x, queries = itq_data
     index = SGHIndex(hasher)
+    index.refine_factor = 4
     index.add(x, ids=np.arange(len(x)) + 500)
     np.testing.assert_array_equal(index.encode(x), hasher.encode(x))
     exact = AsymmetricIndex(hasher.asymmetric_score())
