@@ -1,0 +1,561 @@
+"""Recall against queries/s, as ann-benchmarks draws it: SGH's search modes and faiss's
+quantizers at equal bytes per item.
+
+    SGH_DATA_DIR=/path/to/data python scripts/bench_ann.py --runs RUN [RUN ...]
+        [--json bench_ann.json] [--png bench_ann_plots] [--threads 1] [--quick]
+
+RUN: a finished `sgh-train` run of SGH (its config.yaml, codes.npz and asymmetric.npz). The runs
+are grouped by dataset and code length (bits); each group is one table, one plot and one set of
+anchors, B = bits / 8 bytes per item (4 at 32 bits, 8 at 64). The dataset is the run's own split,
+read again through its config.yaml (`sgh.data.load_split`); the ground truth is the run's
+codes.npz `groundtruth`: each test query's 10 exact nearest neighbours under the run's similarity,
+nearest first, ties by id.
+
+Curves (a point per setting; each method's line its Pareto frontier, as ann-benchmarks plots
+it, its dominated settings drawn as crosses):
+- SGH, `sgh.SGHIndex.from_run(run)`: mode="scan" (the validated score on faiss's fast-scan
+  kernels, the fast scan's refine_factor x k best rescored exactly) at refine_factor 1, 2, 4;
+  mode="two_stage" (the encoder score's shortlist, rescored by the validated rescoring score) over
+  shortlists of 200 .. 5,000 items (at most the database); and inverted lists,
+  `from_run(run, nlist=N)`, N = round(4 sqrt(n_database)), mode="scan" over nprobe 1 .. 64. The
+  inverted lists are SGHIndex's own: a k-means of the database features.
+- faiss anchors at B bytes per item (index_factory strings), each trained on the run's
+  training features only: `PQ{B}np` (IndexPQ, 8-bit sub-quantizers, without the polysemous
+  training that only faiss's Hamming-filtered search uses), `PQ{2B}x4fs` (4-bit fast scan),
+  `OPQ{B},PQ{B}np` and `OPQ{2B},PQ{2B}x4fs` (a learned rotation first), `IVF{N},PQ{2B}x4fs`
+  (codes of the vectors) and `IVF{N},PQ{2B}x4fsr` (codes of their residuals to the list's
+  centroid) over nprobe 1 .. 64, the same N, their lists a k-means of the training features;
+  and `RaBitQ` at its own size (d/8 bytes of signs plus two float factors; faiss's default of
+  4-bit quantised queries). `PQ{2B}x4fs,RFlat` is left out: its refine step re-ranks by
+  the raw float vectors, 4d more bytes per item. Dimensions that are no multiple of 2B sub-vectors
+  (glove's 50) get zero columns appended for the PQ family (no distance changes). Angular data:
+  the split holds unit vectors (checked here), searched by L2 distance, which orders them as
+  cosine does; inner-product data by faiss's inner-product metric.
+
+Measured for each point:
+- Recall10@100: the share of each query's 10 true neighbours among its first 100 results;
+  10-recall@10: among its first 10; 1-recall@1: whether the first result is the nearest
+  neighbour. Results as each index returns them (SGH: by score, then id; faiss: its own order),
+  no tie correction; averaged over the queries.
+- queries/s: the number of queries over the median wall time of `rounds` searches of all of
+  them (k = 100), on --threads threads (faiss's OpenMP and numpy's BLAS alike); every point of a
+  group timed in interleaved rounds in one process, after one untimed warm-up search (which also
+  builds SGHIndex's search structures and gives the recalls), so that the machine's noise falls
+  on all alike. Building and training (not timed) run on the same threads: more OpenMP
+  threads than free cores make faiss's training many times slower, not faster.
+- bytes per item: what one item's code takes (SGH: bits / 8; faiss: its standalone code size,
+  without an IVF list number, since the list an item is stored in says it); index bytes per item:
+  the whole index as saved, over the items (faiss.serialize_index; the directory SGHIndex.save
+  writes), so ids, lists, codebooks and models included.
+
+The target (issue 33): SGH's curve at B bytes at or above the upper envelope of the equal-bytes
+anchors (every anchor but a RaBitQ of another size) over the recalls a user would pick, Recall10@100
+from 0.8 x the highest any of them reached upwards. A curve's queries/s at recall r is the most
+queries/s of its points with Recall10@100 >= r (the Pareto frontier, as ann-benchmarks plots it);
+SGH's curve is every point of the run (scan, two-stage and inverted lists). Compared at every
+recall of a point in that range, without a noise margin.
+
+--quick (a smoke run, minutes): the first 200 queries, fewer settings, one timed round,
+N = round(sqrt(n_database)) lists, anchors trained on the first 10,000 training items and OPQ
+with 2 iterations.
+"""
+
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import faiss
+import matplotlib
+import numpy as np
+from omegaconf import OmegaConf
+from threadpoolctl import threadpool_limits
+
+from sgh.artifacts.codes_file import load_codes
+from sgh.config import dataset_config_from
+from sgh.data import load_split
+from sgh.data.streamed_features import iter_chunks
+from sgh.search.sgh_index import SGHIndex
+
+matplotlib.use("Agg")  # files only: no display
+from matplotlib import pyplot  # noqa: E402
+
+K = 100  # results asked of every search: Recall10@100's 100
+TRUE_NEIGHBOURS = 10  # Recall10@100's 10
+TARGET_RECALL_SHARE = 0.8  # the target's recall range starts at this share of the highest
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What one invocation sweeps and how long it measures (module doc)."""
+
+    refine_factors: tuple[int, ...]
+    shortlists: tuple[int, ...]
+    nprobes: tuple[int, ...]
+    rounds: int
+    queries: int | None  # the first this many test queries (None: all)
+    lists_per_sqrt_n: int
+    training_rows: int | None  # anchors train on the first this many (None: all)
+    opq_iterations: int | None  # None: faiss's default (50)
+
+
+FULL = Settings(refine_factors=(1, 2, 4), shortlists=(200, 500, 1000, 2000, 5000),
+                nprobes=(1, 2, 4, 8, 16, 32, 64), rounds=3, queries=None, lists_per_sqrt_n=4,
+                training_rows=None, opq_iterations=None)
+QUICK = Settings(refine_factors=(1, 4), shortlists=(500, 2000), nprobes=(1, 8, 64), rounds=1,
+                 queries=200, lists_per_sqrt_n=1, training_rows=10_000, opq_iterations=2)
+
+
+@dataclasses.dataclass(eq=False)  # points are compared by identity
+class Point:
+    """One setting of one method: how to search all queries, and what was measured."""
+
+    method: str
+    params: dict
+    bytes_per_item: float
+    index_bytes_per_item: float
+    search: Callable[[], tuple[np.ndarray, np.ndarray]]
+    is_sgh: bool
+    run: str | None = None
+    measured: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Group:
+    """The runs of one dataset at one code length: one table, one plot, one set of anchors."""
+
+    dataset: str
+    bits: int
+    runs: list[str]
+    groundtruth: np.ndarray
+
+    @property
+    def bytes_per_item(self) -> int:
+        return self.bits // 8
+
+
+@contextlib.contextmanager
+def threads(count: int):
+    """faiss's OpenMP and numpy's BLAS both limited to `count` threads."""
+    previous = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(count)
+    try:
+        with threadpool_limits(count):
+            yield
+    finally:
+        faiss.omp_set_num_threads(previous)
+
+
+# ---- runs and their data ----------------------------------------------------------------------
+def groups_of(run_dirs: list[str]) -> list[Group]:
+    """The runs grouped by (dataset, bits), in the order given; the runs of a group must share
+    their ground truth (the same queries and database), or one plot would mix two splits."""
+    groups: dict[tuple[str, int], Group] = {}
+    for run_dir in run_dirs:
+        codes = load_codes(os.path.join(run_dir, "codes.npz"))
+        if codes.bits % 8:
+            sys.exit(f"{run_dir}: {codes.bits}-bit codes; the anchors need whole bytes per item "
+                     "(bits a multiple of 8)")
+        if codes.groundtruth is None or codes.groundtruth.shape[1] < TRUE_NEIGHBOURS:
+            sys.exit(f"{run_dir}: codes.npz holds no ground truth of {TRUE_NEIGHBOURS} "
+                     "neighbours per query")
+        dataset = run_config(run_dir)["dataset"]["name"]
+        group = groups.setdefault((dataset, codes.bits), Group(
+            dataset, codes.bits, [], codes.groundtruth[:, :TRUE_NEIGHBOURS]))
+        if not np.array_equal(group.groundtruth, codes.groundtruth[:, :TRUE_NEIGHBOURS]):
+            sys.exit(f"{run_dir} and {group.runs[0]}: both {dataset} at {codes.bits} bits, but "
+                     "with different ground truth (another split); benchmark them separately")
+        group.runs.append(run_dir)
+    return list(groups.values())
+
+
+def run_config(run_dir: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(os.path.join(run_dir, "config.yaml")))
+
+
+def in_memory(features) -> np.ndarray:
+    """float32 rows of an array or of features streamed from disk."""
+    return np.concatenate([rows for _, rows in iter_chunks(features)])
+
+
+def require_unit_vectors(name: str, rows: np.ndarray) -> None:
+    """The anchors search angular data by L2, which orders unit vectors as cosine does: the
+    split normalises them when it reads the file (sgh.data), checked rather than assumed."""
+    norms = np.linalg.norm(rows, axis=1)
+    if not np.allclose(norms, 1.0, atol=1e-4):
+        sys.exit(f"angular data, but the split's {name} are not unit vectors (norms "
+                 f"{norms.min():.4f} .. {norms.max():.4f})")
+
+
+def coarse_lists(n_database: int, settings: Settings) -> int:
+    return max(1, round(settings.lists_per_sqrt_n * math.sqrt(n_database)))
+
+
+# ---- SGH ---------------------------------------------------------------------------------------
+def sgh_points(run_dir: str, label: str, queries: np.ndarray, nlist: int,
+               settings: Settings) -> list[Point]:
+    """The scan, two-stage and inverted-list curves of one run (module doc)."""
+    scan = SGHIndex.from_run(run_dir, mode="scan")
+    two_stage = SGHIndex.from_run(run_dir, mode="two_stage")
+    inverted = SGHIndex.from_run(run_dir, mode="scan", nlist=nlist)
+    bytes_per_item = scan.bits / 8
+    rescore = scan.scores.rescore_chosen or scan.scores.chosen
+    # Two-stage and inverted lists keep SGHIndex's default refine factor: it is the scan's
+    # sweep that shows what the factor buys.
+    default_refine = inverted.refine_factor
+
+    def point(method, index, saved_size, params, **attributes):
+        return Point(f"SGH {method}{label}", params, bytes_per_item=bytes_per_item,
+                     index_bytes_per_item=saved_size / index.ntotal,
+                     search=lambda: sgh_search(index, queries, **attributes), is_sgh=True,
+                     run=run_dir)
+
+    points = []
+    size = saved_bytes(scan)
+    for factor in settings.refine_factors:
+        points.append(point("scan", scan, size, {"score": scan.scores.chosen,
+                                                 "refine_factor": factor},
+                            refine_factor=factor))
+    size = saved_bytes(two_stage)
+    for shortlist in sorted({min(length, two_stage.ntotal) for length in settings.shortlists}):
+        points.append(point("two-stage", two_stage, size, {
+            "shortlist": shortlist, "shortlist_score": "encoder", "rescore": rescore,
+            "refine_factor": default_refine}, shortlist=shortlist))
+    size = saved_bytes(inverted)
+    for nprobe in settings.nprobes:
+        points.append(point(f"IVF{nlist} scan", inverted, size, {
+            "nlist": nlist, "nprobe": nprobe, "score": inverted.scores.chosen,
+            "refine_factor": default_refine}, nprobe=nprobe))
+    return points
+
+
+def sgh_search(index: SGHIndex, queries: np.ndarray, **attributes
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Search with `attributes` (refine_factor, shortlist, nprobe) set first: the points of one
+    index take turns in the interleaved rounds."""
+    for name, value in attributes.items():
+        setattr(index, name, value)
+    return index.search(queries, K)
+
+
+def saved_bytes(index: SGHIndex) -> int:
+    """The size of the directory `index.save` writes."""
+    with tempfile.TemporaryDirectory() as root:
+        saved = index.save(Path(root) / "index")
+        return sum(path.stat().st_size for path in saved.iterdir())
+
+
+# ---- faiss anchors -----------------------------------------------------------------------------
+def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
+                  settings: Settings) -> list[Point]:
+    """faiss's quantizers at the group's bytes per item, and RaBitQ at its own (module doc)."""
+    B = group.bytes_per_item
+    train = in_memory(split.train)[: settings.training_rows]
+    database = in_memory(split.database)
+    if split.similarity == "angular":
+        for name, rows in (("training items", train), ("database items", database),
+                           ("queries", queries)):
+            require_unit_vectors(name, rows)
+    metric = faiss.METRIC_INNER_PRODUCT if split.similarity == "inner_product" else \
+        faiss.METRIC_L2
+    # Every PQ below splits the vector into B or 2B equal sub-vectors.
+    pq_train, pq_database, pq_queries = (zero_padded(rows, 2 * B)
+                                         for rows in (train, database, queries))
+    dim, padded_dim = train.shape[1], pq_train.shape[1]
+    # np: no polysemous training, which serves only faiss's Hamming-filtered search (minutes
+    # of annealing; the ADC ranking measured here is the same without it).
+    flat = [f"PQ{B}np", f"PQ{2 * B}x4fs", f"OPQ{B},PQ{B}np", f"OPQ{2 * B},PQ{2 * B}x4fs"]
+    inverted = [f"IVF{nlist},PQ{2 * B}x4fs", f"IVF{nlist},PQ{2 * B}x4fsr"]
+    built = {}
+    for key in flat + inverted:
+        index = faiss.index_factory(padded_dim, key, metric)
+        if settings.opq_iterations is not None and key.startswith("OPQ"):
+            faiss.downcast_VectorTransform(index.chain.at(0)).niter = settings.opq_iterations
+        if key in inverted[1:]:  # the same coarse lists as the first: k-means once
+            index.quantizer.add(built[inverted[0]].quantizer.reconstruct_n(0, nlist))
+        index.train(pq_train)
+        index.add(pq_database)
+        built[key] = index
+    rabitq = faiss.index_factory(dim, "RaBitQ", metric)
+    rabitq.train(train)
+    rabitq.add(database)
+    padding = {} if padded_dim == dim else {"zero_padded_dim": padded_dim}
+    points = []
+    for key, index in built.items():
+        sizes = {"bytes_per_item": code_bytes(index), "index_bytes_per_item": index_bytes(index)}
+        if key in flat:
+            points.append(Point(f"faiss {key}", dict(padding), search=faiss_search(
+                index, pq_queries), is_sgh=False, **sizes))
+            continue
+        for nprobe in settings.nprobes:
+            points.append(Point(f"faiss {key}", {"nlist": nlist, "nprobe": nprobe, **padding},
+                                search=faiss_search(index, pq_queries, faiss.SearchParametersIVF(
+                                    nprobe=nprobe)), is_sgh=False, **sizes))
+    points.append(Point("faiss RaBitQ", {"query_bits": rabitq.qb},
+                        bytes_per_item=code_bytes(rabitq),
+                        index_bytes_per_item=index_bytes(rabitq),
+                        search=faiss_search(rabitq, queries), is_sgh=False))
+    return points
+
+
+def faiss_search(index, queries: np.ndarray, params=None):
+    return lambda: index.search(queries, K, params=params)
+
+
+def zero_padded(rows: np.ndarray, multiple: int) -> np.ndarray:
+    """`rows` with zero columns appended up to a multiple of `multiple` dimensions."""
+    missing = -rows.shape[1] % multiple
+    return np.ascontiguousarray(np.pad(rows, ((0, 0), (0, missing))) if missing else rows)
+
+
+def code_bytes(index) -> int:
+    """One item's code: faiss's standalone code size, less an IVF's list number."""
+    ivf = faiss.try_extract_index_ivf(index)
+    return index.sa_code_size() - (ivf.coarse_code_size() if ivf is not None else 0)
+
+
+def index_bytes(index) -> float:
+    return len(faiss.serialize_index(index)) / index.ntotal
+
+
+# ---- measuring ---------------------------------------------------------------------------------
+def measure(points: list[Point], groundtruth: np.ndarray, rounds: int) -> None:
+    """Recalls from a warm-up search of each point, then queries/s from `rounds` interleaved
+    rounds of all points (module doc)."""
+    for point in points:
+        _, I = point.search()
+        point.measured.update(recalls(I, groundtruth))
+    seconds: list[list[float]] = [[] for _ in points]
+    for _ in range(rounds):
+        for point, timings in zip(points, seconds, strict=True):
+            started = time.perf_counter()
+            point.search()
+            timings.append(time.perf_counter() - started)
+    for point, timings in zip(points, seconds, strict=True):
+        point.measured["queries_per_second"] = len(groundtruth) / statistics.median(timings)
+
+
+def recalls(I: np.ndarray, groundtruth: np.ndarray) -> dict[str, float]:
+    """Recall10@100, 10-recall@10 and 1-recall@1 of result ids `I` (module doc)."""
+    def share_found(true: np.ndarray, depth: int) -> float:
+        return float((I[:, :depth, None] == true[:, None, :]).any(axis=1).mean())
+
+    return {"recall10@100": share_found(groundtruth, K),
+            "10-recall@10": share_found(groundtruth, TRUE_NEIGHBOURS),
+            "1-recall@1": share_found(groundtruth[:, :1], 1)}
+
+
+# ---- the target --------------------------------------------------------------------------------
+def frontier_qps(points: list[Point], recall: float) -> tuple[float, Point | None]:
+    """The most queries/s among `points` at Recall10@100 >= `recall`, and that point
+    (0 and None when none reaches it)."""
+    reaching = [point for point in points if point.measured["recall10@100"] >= recall]
+    best = max(reaching, key=lambda point: point.measured["queries_per_second"], default=None)
+    return (best.measured["queries_per_second"] if best else 0.0), best
+
+
+def envelope(points: list[Point]) -> list[Point]:
+    """The Pareto frontier: the points no other beats on both recall and queries/s, by
+    recall."""
+    frontier = dict.fromkeys(frontier_qps(points, point.measured["recall10@100"])[1]
+                             for point in points)
+    return sorted(frontier, key=lambda point: point.measured["recall10@100"])
+
+
+def target(sgh: list[Point], anchors: list[Point]) -> dict:
+    """SGH's curve against the anchors' envelope over Recall10@100 from 0.8 x the highest
+    reached (module doc)."""
+    reached = [point.measured["recall10@100"] for point in sgh + anchors]
+    highest = max(reached)
+    floor = TARGET_RECALL_SHARE * highest
+    levels = sorted({floor, *(recall for recall in reached if recall >= floor)})
+    below = []
+    for recall in levels:
+        sgh_qps, sgh_best = frontier_qps(sgh, recall)
+        anchor_qps, anchor_best = frontier_qps(anchors, recall)
+        if sgh_qps < anchor_qps:
+            below.append({"recall10@100": recall, "sgh_queries_per_second": sgh_qps,
+                          "sgh_point": describe(sgh_best) if sgh_best else None,
+                          "anchor_queries_per_second": anchor_qps,
+                          "anchor_point": describe(anchor_best)})
+    return {"recall_range": [floor, highest], "levels_compared": len(levels),
+            "at_or_above": not below, "below_at": below}
+
+
+def settings_text(point: Point) -> str:
+    return ", ".join(f"{name}={value}" for name, value in point.params.items())
+
+
+def describe(point: Point) -> str:
+    settings = settings_text(point)
+    return f"{point.method} ({settings})" if settings else point.method
+
+
+def equal_bytes_anchors(points: list[Point], group: Group) -> list[Point]:
+    """The anchors the target compares with: every faiss point at the group's bytes per item."""
+    return [point for point in points
+            if not point.is_sgh and point.bytes_per_item == group.bytes_per_item]
+
+
+# ---- output ------------------------------------------------------------------------------------
+def print_table(group: Group, points: list[Point], thread_count: int, n_queries: int,
+                rounds: int) -> None:
+    print(f"\n== {group.dataset}, {group.bits}-bit codes = {group.bytes_per_item} bytes per "
+          f"item; {n_queries} test queries, k = {K}, {thread_count} thread(s), queries/s = "
+          f"queries / median of {rounds} interleaved full searches ==")
+    print("R10@100: share of the 10 true neighbours in the first 100 results; 10-R@10: in the "
+          "first 10; 1-R@1: first result = the nearest (ids as returned, no tie correction). "
+          "B/item: code bytes per item; index B/item: the index as saved, per item.")
+    double = 2 * group.bytes_per_item
+    print(f"Not measured: faiss PQ{double}x4fs,RFlat, whose refine step re-ranks by the raw "
+          "float vectors (4 bytes per dimension more per item), so not at equal bytes.")
+    described = [(point, settings_text(point)) for point in points]
+    method_width = max(len("method"), *(len(point.method) for point in points))
+    settings_width = max(len("settings"), *(len(settings) for _, settings in described))
+    header = f"{'method':<{method_width}} {'settings':<{settings_width}} {'B/item':>6} " \
+             f"{'index B/item':>12} {'R10@100':>7} {'10-R@10':>7} {'1-R@1':>6} {'queries/s':>10}"
+    print(header)
+    print("-" * len(header))
+    for point, settings in described:
+        m = point.measured
+        print(f"{point.method:<{method_width}} {settings:<{settings_width}} "
+              f"{point.bytes_per_item:>6g} {point.index_bytes_per_item:>12.2f} "
+              f"{m['recall10@100']:>7.4f} {m['10-recall@10']:>7.4f} {m['1-recall@1']:>6.4f} "
+              f"{m['queries_per_second']:>10,.0f}", flush=True)
+
+
+def print_target(group: Group, run: str, anchors: list[Point], verdict: dict) -> None:
+    low, high = verdict["recall_range"]
+    print(f"\nUpper envelope of the faiss anchors at {group.bytes_per_item} bytes per item "
+          f"({group.dataset}; Recall10@100 -> queries/s):")
+    for point in envelope(anchors):
+        m = point.measured
+        print(f"  {m['recall10@100']:.4f}  {m['queries_per_second']:>10,.0f}  {describe(point)}")
+    where = f"SGH ({run}) on {group.dataset} at {group.bytes_per_item} bytes per item"
+    span = f"Recall10@100 {low:.4f} .. {high:.4f} ({TARGET_RECALL_SHARE} x the highest reached " \
+           "and up, " \
+           f"{verdict['levels_compared']} recall levels compared)"
+    if verdict["at_or_above"]:
+        print(f"TARGET MET: {where} is at or above the anchors' envelope over {span}.")
+        return
+    print(f"TARGET NOT MET: {where} is below the anchors' envelope at "
+          f"{len(verdict['below_at'])} of the recall levels of {span}:")
+    for level in verdict["below_at"]:
+        sgh = (f"SGH {level['sgh_queries_per_second']:,.0f} q/s ({level['sgh_point']})"
+               if level["sgh_point"] else "SGH does not reach it")
+        print(f"  at {level['recall10@100']:.4f}: {sgh}; anchors "
+              f"{level['anchor_queries_per_second']:,.0f} q/s ({level['anchor_point']})")
+
+
+def plot(group: Group, points: list[Point], anchors_envelope: list[Point], thread_count: int,
+         n_queries: int, directory: Path) -> Path:
+    """Recall10@100 against queries/s (log): each method's Pareto frontier as a line (as
+    ann-benchmarks draws it), its dominated settings as crosses; the anchors' envelope dashed."""
+    figure, axes = pyplot.subplots(figsize=(9, 6))
+    for method in dict.fromkeys(point.method for point in points):
+        curve = [point for point in points if point.method == method]
+        frontier = envelope(curve)
+        size = curve[0].bytes_per_item
+        label = method if size == group.bytes_per_item else f"{method} ({size:g} B/item)"
+        (line,) = axes.plot([p.measured["recall10@100"] for p in frontier],
+                            [p.measured["queries_per_second"] for p in frontier], marker="o",
+                            linewidth=2 if curve[0].is_sgh else 1, label=label)
+        dominated = [point for point in curve if point not in frontier]  # by identity
+        axes.scatter([p.measured["recall10@100"] for p in dominated],
+                     [p.measured["queries_per_second"] for p in dominated], marker="x",
+                     color=line.get_color())
+    axes.plot([p.measured["recall10@100"] for p in anchors_envelope],
+              [p.measured["queries_per_second"] for p in anchors_envelope], linestyle="--",
+              color="grey", drawstyle="steps-pre", label="anchors' envelope (equal bytes)")
+    axes.set_yscale("log")
+    axes.set_xlabel(f"Recall10@100 ({n_queries} test queries, 10 exact neighbours)")
+    axes.set_ylabel(f"queries/s ({thread_count} thread(s), k = {K}, median of interleaved rounds)")
+    axes.set_title(f"{group.dataset}: {group.bytes_per_item} bytes per item "
+                   f"({group.bits}-bit codes)")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize="small")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{group.dataset}_{group.bytes_per_item}bytes.png"
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    pyplot.close(figure)
+    return path
+
+
+def as_json(group: Group, point: Point, thread_count: int) -> dict:
+    return {"dataset": group.dataset, "bits": group.bits, "threads": thread_count,
+            "method": point.method, "params": point.params, "run": point.run,
+            "bytes_per_item": point.bytes_per_item,
+            "index_bytes_per_item": point.index_bytes_per_item, **point.measured}
+
+
+# ---- the benchmark -----------------------------------------------------------------------------
+def benchmark(group: Group, settings: Settings, thread_count: int
+              ) -> tuple[list[Point], list[dict]]:
+    """Every point of one group, measured and printed; the target's verdict per run."""
+    split = load_split(dataset_config_from(run_config(group.runs[0])["dataset"]))
+    queries = np.ascontiguousarray(in_memory(split.query)[: settings.queries], np.float32)
+    groundtruth = group.groundtruth[: settings.queries]
+    if len(split.query) != len(group.groundtruth):
+        sys.exit(f"{group.runs[0]}: {len(split.query)} test queries in the dataset, "
+                 f"{len(group.groundtruth)} in codes.npz; the dataset changed since the run")
+    nlist = coarse_lists(len(split.database), settings)
+    points_by_run = {run: sgh_points(run, "" if len(group.runs) == 1 else f" [{run}]", queries,
+                                     nlist, settings) for run in group.runs}
+    anchors = anchor_points(split, queries, group, nlist, settings)
+    points = [point for run_points in points_by_run.values() for point in run_points] + anchors
+    measure(points, groundtruth, settings.rounds)
+    print_table(group, points, thread_count, len(queries), settings.rounds)
+    equal_bytes = equal_bytes_anchors(anchors, group)
+    verdicts = []
+    for run, run_points in points_by_run.items():
+        verdict = target(run_points, equal_bytes)
+        print_target(group, run, equal_bytes, verdict)
+        verdicts.append({"dataset": group.dataset, "bits": group.bits, "run": run, **verdict})
+    return points, verdicts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", nargs="+", required=True,
+                        help="finished sgh-train run directories of SGH")
+    parser.add_argument("--json", help="write every point and verdict here")
+    parser.add_argument("--png", help="write one plot per dataset and bytes per item here")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads for building and searching (default 1)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: fewer queries and settings (module doc)")
+    args = parser.parse_args()
+    settings = QUICK if args.quick else FULL
+    print(f"bench_ann: {args.threads} thread(s) (faiss OpenMP and numpy BLAS), building and "
+          f"searching; {'QUICK: ' if args.quick else ''}{settings}", flush=True)
+    result = {"conventions": __doc__, "threads": args.threads, "quick": args.quick,
+              "settings": dataclasses.asdict(settings), "points": [], "targets": []}
+    for group in groups_of(args.runs):
+        with threads(args.threads):
+            points, verdicts = benchmark(group, settings, args.threads)
+        result["points"] += [as_json(group, point, args.threads) for point in points]
+        result["targets"] += verdicts
+        if args.png:
+            path = plot(group, points, envelope(equal_bytes_anchors(points, group)), args.threads,
+                        len(group.groundtruth[: settings.queries]), Path(args.png))
+            print(f"plot: {path}")
+        if args.json:  # what has run so far, kept
+            with open(args.json, "w") as file:
+                json.dump(result, file, indent=1)
+    if args.json:
+        print(f"json: {args.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""scripts/bench_ann.py on a small synthetic SGH run: every curve measured, the recalls as the
+module doc defines them, the plot and the target's verdict written."""
+
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from sgh.artifacts.codes_file import load_codes
+from sgh.config import dataset_config_from
+from sgh.data import load_split
+from sgh.search.sgh_index import SGHIndex
+from tests.helpers import compose_config, quick, trained
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_ann.py"
+# A training run and a faiss build of every anchor: half a minute to a minute.
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def benchmarked(tmp_path_factory):
+    place = tmp_path_factory.mktemp("bench_ann")
+    run_dir, _ = trained(place / "run", compose_config(*quick("model.bits=16")))
+    finished = subprocess.run(
+        [sys.executable, str(SCRIPT), "--runs", str(run_dir), "--quick",
+         "--json", str(place / "bench.json"), "--png", str(place / "plots")],
+        capture_output=True, text=True, cwd=SCRIPT.parents[1])
+    assert finished.returncode == 0, finished.stderr
+    return run_dir, place, finished.stdout, json.loads((place / "bench.json").read_text())
+
+
+def test_every_curve_is_measured_at_the_codes_bytes_per_item(benchmarked):
+    _, _, _, result = benchmarked
+    points = result["points"]
+    methods = {point["method"] for point in points}
+    lists = next(point["params"]["nlist"] for point in points if "nlist" in point["params"])
+    assert methods == {"SGH scan", "SGH two-stage", f"SGH IVF{lists} scan", "faiss PQ2np",
+                       "faiss PQ4x4fs", "faiss OPQ2,PQ2np", "faiss OPQ4,PQ4x4fs",
+                       f"faiss IVF{lists},PQ4x4fs", f"faiss IVF{lists},PQ4x4fsr", "faiss RaBitQ"}
+    for point in points:
+        assert (point["dataset"], point["bits"], point["threads"]) == ("synthetic", 16, 1)
+        assert point["queries_per_second"] > 0
+        for metric in ("recall10@100", "10-recall@10", "1-recall@1"):
+            assert 0 <= point[metric] <= 1
+        # RaBitQ at its own size: a bit per dimension (32) plus its float factors.
+        assert point["bytes_per_item"] == (2 if point["method"] != "faiss RaBitQ" else 12)
+
+
+def test_recall_is_the_share_of_the_true_ten_among_the_first_hundred(benchmarked):
+    run_dir, _, _, result = benchmarked
+    section = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))["dataset"]
+    queries = load_split(dataset_config_from(section)).query
+    truth = load_codes(run_dir / "codes.npz").groundtruth[:, :10]
+    _, I = SGHIndex.from_run(run_dir).search(queries, 100)
+    expected = np.mean([len(set(row[:100]) & set(true)) / 10
+                        for row, true in zip(I, truth, strict=True)])
+    scan = next(point for point in result["points"] if point["method"] == "SGH scan"
+                and point["params"]["refine_factor"] == SGHIndex.from_run(run_dir).refine_factor)
+    assert scan["recall10@100"] == pytest.approx(expected)
+
+
+def test_the_plot_and_the_targets_verdict_are_written(benchmarked):
+    run_dir, place, stdout, result = benchmarked
+    assert (place / "plots" / "synthetic_2bytes.png").stat().st_size > 0
+    (verdict,) = result["targets"]
+    assert verdict["run"] == str(run_dir)
+    assert ("TARGET MET" if verdict["at_or_above"] else "TARGET NOT MET") in stdout
+    assert "1 thread(s)" in stdout
