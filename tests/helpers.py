@@ -118,3 +118,21 @@ def modules_loaded_by(imports: str, watched: tuple[str, ...]) -> list[str]:
     """Which of `watched` a fresh interpreter has loaded after running `imports`."""
     return eval(fresh_python(f"import sys\n{imports}\n"
                              f"print(sorted(m for m in {watched!r} if m in sys.modules))"))
+
+
+def files_below(folder: Path) -> dict[str, bytes | str | None]:
+    """Every entry below `folder` by relative path: a file's bytes, a link's target, None for a
+    directory (what a command must leave as it was)."""
+    return {str(path.relative_to(folder)): (os.readlink(path) if path.is_symlink() else
+                                            path.read_bytes() if path.is_file() else None)
+            for path in sorted(folder.rglob("*"))}
+
+
+def one_error_line(result, program: str, expected: str) -> str:
+    """The one line a refused command printed (exit status 2, no traceback), holding
+    `expected`."""
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(f"{program}: error: ") and expected in lines[0], lines[0]
+    return lines[0]

@@ -98,6 +98,18 @@ def test_every_command_runs_from_an_empty_directory_outside_the_repository(insta
              f"out={work / 'new_codes.npy'}")
     assert np.load(work / "new_codes.npy").shape == (50, 4)
 
+    _command(installed, "sgh-index", "build", f"run={run_dir}", f"input={work / 'new.npy'}",
+             f"out={work / 'new.sghindex'}")
+    _command(installed, "sgh-index", "search", f"index={work / 'new.sghindex'}", "k=5",
+             f"input={work / 'new.npy'}", f"out={work / 'found.npz'}")
+    with np.load(work / "found.npz") as found:
+        assert found["I"].shape == (50, 5)
+    from sgh.search.sgh_index import SGHIndex
+
+    # The index encodes from the encoder's score as the exported encoder does.
+    np.testing.assert_array_equal(SGHIndex.load(work / "new.sghindex").encode(features),
+                                  np.load(work / "new_codes.npy"))
+
     compared = _command(installed, "sgh-compare", str(work), "--out", str(work / "compared"),
                         "--no-tensorboard")
     assert "mnist" in compared.stdout and (work / "compared" / "comparison.md").is_file()

@@ -35,26 +35,10 @@ from sgh.errors import UserInputError
 from sgh.pipeline import run
 from sgh.reports.comparison import compare
 from tests.cli import conftest as cli_commands
-from tests.helpers import QUICK, compose_config
+from tests.helpers import QUICK, compose_config, files_below, one_error_line
 
 BASELINE = [*QUICK, "model=lsh"]  # a finished run in a second, without TensorFlow
 command_here = cli_commands.command_here
-
-
-def _files(folder: Path) -> dict[str, bytes | None]:
-    """Every entry below `folder` by relative path, with a file's bytes (None: a directory or a
-    link, by its target)."""
-    return {str(path.relative_to(folder)): (os.readlink(path) if path.is_symlink() else
-                                            path.read_bytes() if path.is_file() else None)
-            for path in sorted(folder.rglob("*"))}
-
-
-def _one_line(result, program: str, expected: str) -> str:
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert lines[0].startswith(f"{program}: error: ") and expected in lines[0], lines[0]
-    return lines[0]
 
 
 def _killed_in_python(script: str, *arguments: str) -> None:
@@ -169,17 +153,17 @@ def test_out_onto_a_symbolic_link_is_refused_and_the_link_kept(finished, tmp_pat
     encoded = tmp_path / "codes.npy"
     encoded.symlink_to(tmp_path / "elsewhere.npy")  # dangling: np.save would make a file there
     np.save(tmp_path / "features.npy", np.zeros((3, 4), np.float32))
-    before = _files(tmp_path)
+    before = files_below(tmp_path)
     result = command_here("eval", [f"codes={finished / 'codes.npz'}", f"out={link}"],
                           cwd=tmp_path)
-    line = _one_line(result, "sgh-eval", f"out={link} is a symbolic link (to {target})")
+    line = one_error_line(result, "sgh-eval", f"out={link} is a symbolic link (to {target})")
     assert "accepted: a path that is not a link: write elsewhere (out=...)" in line
     result = command_here("encode", [f"run={finished}", f"input={tmp_path / 'features.npy'}",
                                      f"out={encoded}"], cwd=tmp_path)
-    _one_line(result, "sgh-encode", f"out={encoded} is a symbolic link")
+    one_error_line(result, "sgh-encode", f"out={encoded} is a symbolic link")
     with pytest.raises(UserInputError, match=f"{link} is a symbolic link"):
         write_json(link, {})  # every writer: the link itself is never replaced
-    assert _files(tmp_path) == before
+    assert files_below(tmp_path) == before
 
 
 # ---- sgh-compare's outputs -----------------------------------------------------------------------
@@ -190,11 +174,11 @@ def test_sgh_compare_replaces_only_its_own_outputs_and_checks_them_all_first(tmp
     report.mkdir()
     (report / "comparison.md").write_text("# my notes\n")
     (report / "comparison.csv").write_text("mine,1\n")
-    before = _files(report)
+    before = files_below(report)
     result = command_here("compare", [str(sweep), "--out", str(report)], cwd=tmp_path)
-    _one_line(result, "sgh-compare", f"{report / 'comparison.csv'} is not a file sgh-compare "
+    one_error_line(result, "sgh-compare", f"{report / 'comparison.csv'} is not a file sgh-compare "
                                      "wrote")
-    assert _files(report) == before  # not even comparison.csv, nor a plot
+    assert files_below(report) == before  # not even comparison.csv, nor a plot
     # Its own earlier output is replaced; the same file edited since is the user's again.
     (report / "comparison.md").unlink()
     (report / "comparison.csv").unlink()
@@ -208,7 +192,7 @@ def test_sgh_compare_replaces_only_its_own_outputs_and_checks_them_all_first(tmp
         notes.write("my conclusions\n")
     result = command_here("compare", [str(sweep), "--out", str(report), "--no-tensorboard"],
                           cwd=tmp_path)
-    _one_line(result, "sgh-compare", "it is yours, or was edited since")
+    one_error_line(result, "sgh-compare", "it is yours, or was edited since")
     # A refusal found last (a folder of the user's named as the images) writes nothing first.
     (report / "comparison.md").write_bytes(b"")
     assert command_here("compare", [str(sweep), "--out", str(report)],
@@ -220,18 +204,19 @@ def test_sgh_compare_replaces_only_its_own_outputs_and_checks_them_all_first(tmp
     for event_file in (report / "tensorboard_compare").iterdir():
         event_file.unlink()
     (report / "tensorboard_compare" / "train.py").write_text("print('mine')\n")
-    before = _files(report)
+    before = files_below(report)
     result = command_here("compare", [str(sweep), "--out", str(report)], cwd=tmp_path)
-    _one_line(result, "sgh-compare", "holds files that are not sgh-compare's TensorBoard images")
-    assert _files(report) == before  # comparison.md still says 0.750
+    one_error_line(result, "sgh-compare",
+                   "holds files that are not sgh-compare's TensorBoard images")
+    assert files_below(report) == before  # comparison.md still says 0.750
 
 
 def test_sgh_compare_never_writes_into_a_runs_encoder(finished, tmp_path, command_here):
     sweep = _sweep(tmp_path)
     out = finished / "encoder"
     result = command_here("compare", [str(sweep), "--out", str(out)], cwd=tmp_path)
-    _one_line(result, "sgh-compare", f"--out={out} is the encoder of the run {finished}, whose "
-                                     "files no other output may replace")
+    one_error_line(result, "sgh-compare", f"--out={out} is the encoder of the run {finished}, "
+                   "whose files no other output may replace")
     assert not out.exists()
 
 
@@ -243,7 +228,7 @@ def test_a_seed_that_is_not_a_number_is_one_line_naming_the_file_and_key(tmp_pat
     (other / "metrics.json").write_text(json.dumps({
         "dataset": "toy", "method": "lsh", "bits": 8, "seed": "1", "recall10@100": 0.4}))
     result = command_here("compare", [str(sweep), "--no-tensorboard"], cwd=tmp_path)
-    _one_line(result, "sgh-compare", f"{other / 'metrics.json'}: key 'seed' is '1'; expected "
+    one_error_line(result, "sgh-compare", f"{other / 'metrics.json'}: key 'seed' is '1'; expected "
                                      "an integer")
 
 
@@ -255,12 +240,12 @@ def test_a_sweep_into_a_folder_holding_only_a_users_file_is_refused(tmp_path, co
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / name).write_text(content)
-    before = _files(folder)
+    before = files_below(folder)
     result = command_here("train", ["-m", *BASELINE[:-1], "model=lsh", "model.bits=8,12",
                                     f"hydra.sweep.dir={folder}"], cwd=tmp_path)
-    _one_line(result, "sgh-train", f"hydra.sweep.dir={folder} is not a sweep directory (it "
+    one_error_line(result, "sgh-train", f"hydra.sweep.dir={folder} is not a sweep directory (it "
                                    f"holds {name})")
-    assert _files(folder) == before
+    assert files_below(folder) == before
 
 
 def test_an_sgh_sweep_with_its_comparison_still_resumes(tmp_path, command_here):
@@ -281,23 +266,23 @@ def test_a_sweep_whose_jobs_would_share_one_out_is_refused_before_any_job(finish
     copy.write_bytes(codes.read_bytes())
     out = tmp_path / "scores.json"
     result = command_here("eval", ["-m", f"codes={codes},{copy}", f"out={out}"], cwd=tmp_path)
-    _one_line(result, "sgh-eval", f"out={out} would be written by more than one job of this "
+    one_error_line(result, "sgh-eval", f"out={out} would be written by more than one job of this "
                                   f"sweep (the jobs with codes={codes} and codes={copy})")
     # Crossed with another swept key, out=a,b still gives one file to two jobs.
     result = command_here("eval", ["-m", f"codes={codes},{copy}",
                                    f"out={tmp_path / 'a.json'},{tmp_path / 'b.json'}"],
                           cwd=tmp_path)
-    _one_line(result, "sgh-eval", "would be written by more than one job of this sweep")
+    one_error_line(result, "sgh-eval", "would be written by more than one job of this sweep")
     # Without out=, a re-scored run's jobs all write its eval.json.
     result = command_here("eval", ["-m", f"run={finished}", "eval.radius=1,2"], cwd=tmp_path)
-    _one_line(result, "sgh-eval", f"out={finished / 'eval.json'} would be written by more "
+    one_error_line(result, "sgh-eval", f"out={finished / 'eval.json'} would be written by more "
                                   "than one job")
     np.save(tmp_path / "a.npy", np.zeros((3, 4), np.float32))
     np.save(tmp_path / "b.npy", np.zeros((3, 4), np.float32))
     result = command_here("encode", ["-m", f"run={finished}",
                                      f"input={tmp_path / 'a.npy'},{tmp_path / 'b.npy'}",
                                      f"out={tmp_path / 'codes.npy'}"], cwd=tmp_path)
-    _one_line(result, "sgh-encode", "would be written by more than one job of this sweep")
+    one_error_line(result, "sgh-encode", "would be written by more than one job of this sweep")
     assert sorted(path.name for path in tmp_path.iterdir()) == [
         "a.npy", "b.npy", "other.npz"]  # no output, no multirun/ tree
     assert not (finished / "eval.json").exists()
@@ -319,7 +304,7 @@ def test_a_start_refused_inside_the_run_leaves_no_run_directory(tmp_path, comman
     # are read, after Hydra made the run directory (the default one, runs/...).
     too_many_bits = [*QUICK[:-1], "model=itq", "model.bits=40"]
     result = command_here("train", too_many_bits, cwd=tmp_path)
-    _one_line(result, "sgh-train", "model.bits=40 is more than the 32 features")
+    one_error_line(result, "sgh-train", "model.bits=40 is more than the 32 features")
     assert list(tmp_path.iterdir()) == []  # no runs/synthetic/itq-40b/<time>/
     # A directory of the user's given for the run stays, as it was: empty.
     empty = tmp_path / "empty"

@@ -30,26 +30,12 @@ from sgh.config import EvalCommandConfig
 from sgh.errors import UserInputError
 from sgh.pipeline import run
 from tests.cli import conftest as cli_commands
-from tests.helpers import QUICK, compose_config
+from tests.helpers import QUICK, compose_config, files_below, one_error_line
 
 BASELINE = [*QUICK, "model=lsh"]  # a finished run in a second, without TensorFlow
 SGH_QUICK = [*QUICK, "trainer.jit_compile=false"]
 # A command's `main` in this process: the fixture of tests/cli, shared.
 command_here = cli_commands.command_here
-
-
-def _files(folder: Path) -> dict[str, bytes | None]:
-    """Every entry below `folder` by relative path, with a file's bytes (None: a directory)."""
-    return {str(path.relative_to(folder)): path.read_bytes() if path.is_file() else None
-            for path in sorted(folder.rglob("*"))}
-
-
-def _one_line(result, program: str, expected: str) -> str:
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert lines[0].startswith(f"{program}: error: ") and expected in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +49,7 @@ def finished(tmp_path_factory) -> Path:
 # ---- Lost 1: sgh-eval out= a file of the run ------------------------------------------------
 @pytest.mark.parametrize("name", ["metrics.json", "config.yaml"])
 def test_sgh_eval_never_writes_over_a_file_of_the_run(finished, tmp_path, name):
-    before = _files(finished)
+    before = files_below(finished)
     target = finished / name
     for config in (EvalCommandConfig(run=str(finished), out=str(target)),
                    EvalCommandConfig(codes=str(finished / "codes.npz"), out=str(target))):
@@ -73,9 +59,9 @@ def test_sgh_eval_never_writes_over_a_file_of_the_run(finished, tmp_path, name):
     result = subprocess.run([sys.executable, "-m", "sgh.cli.evaluate", f"run={finished}",
                              f"out={target}"], cwd=tmp_path, capture_output=True, text=True,
                             timeout=300)
-    line = _one_line(result, "sgh-eval", f"out={target} is the {name} of the run {finished}")
+    line = one_error_line(result, "sgh-eval", f"out={target} is the {name} of the run {finished}")
     assert "accepted: " in line
-    assert _files(finished) == before  # the run resumes and compares as it did
+    assert files_below(finished) == before  # the run resumes and compares as it did
     # Its own eval.json, the command's output in a run, is still written there.
     evaluate_codes(EvalCommandConfig(run=str(finished)))
     assert (finished / "eval.json").is_file()
@@ -133,15 +119,15 @@ def _user_folder(folder: Path, files: dict) -> Path:
 def test_sgh_train_into_a_users_folder_is_refused_before_anything_is_written(
         tmp_path, case, command_here):
     folder = _user_folder(tmp_path / "mine", USER_FOLDERS[case])
-    before = _files(folder)
+    before = files_below(folder)
     result = command_here("train", [*BASELINE, f"hydra.run.dir={folder}"], cwd=tmp_path)
-    _one_line(result, "sgh-train", f"hydra.run.dir={folder} is not an sgh run directory (no "
+    one_error_line(result, "sgh-train", f"hydra.run.dir={folder} is not an sgh run directory (no "
                                    ".sgh-run; it holds codes.npz")
-    assert _files(folder) == before  # not even Hydra's .hydra/ and train.log
+    assert files_below(folder) == before  # not even Hydra's .hydra/ and train.log
     # The Python call refuses it too, before a file of the run is written.
     with pytest.raises(UserInputError, match=f"{folder} is not an sgh run directory"):
         run(compose_config(*BASELINE), folder)
-    assert _files(folder) == before  # not even the lock file
+    assert files_below(folder) == before  # not even the lock file
 
 
 def test_a_run_from_before_the_marker_still_resumes(tmp_path, caplog):
@@ -181,11 +167,11 @@ def test_sghhasher_save_never_replaces_a_file_with_a_directory(hasher, tmp_path)
 def test_sghhasher_save_never_deletes_a_users_folder(hasher, tmp_path):
     folder = _user_folder(tmp_path / "project", {"train.py": "print(1)\n",
                                                  "data/x.csv": "1,2\n"})
-    before = _files(folder)
+    before = files_below(folder)
     with pytest.raises(UserInputError, match=rf"{folder} holds files that are not a saved "
                                              r"SGHHasher .*\(data, train.py\)"):
         hasher.save(folder)
-    assert _files(folder) == before
+    assert files_below(folder) == before
     # An empty folder, and an earlier save, are the places a save may take.
     (tmp_path / "empty").mkdir()
     hasher.save(tmp_path / "empty")
@@ -213,14 +199,14 @@ def test_a_sweep_into_a_users_folder_is_refused_before_hydra_writes_there(tmp_pa
     folder = tmp_path / "mine"
     folder.mkdir()
     (folder / "notes.txt").write_text("mine\n")
-    before = _files(folder)
+    before = files_below(folder)
     result = subprocess.run([sys.executable, "-m", "sgh.cli.train", "-m", *BASELINE[:-1],
                              "model=lsh", "model.bits=8,12", f"hydra.sweep.dir={folder}"],
                             capture_output=True, text=True, timeout=300)
-    _one_line(result, "sgh-train", f"hydra.sweep.dir={folder} is not a sweep directory (it "
+    one_error_line(result, "sgh-train", f"hydra.sweep.dir={folder} is not a sweep directory (it "
                                    "holds notes.txt), and sgh never writes over what it did "
                                    "not write")
-    assert _files(folder) == before
+    assert files_below(folder) == before
 
 
 def test_sgh_compare_never_replaces_a_users_folder_named_as_its_images(tmp_path):
