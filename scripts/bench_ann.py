@@ -535,8 +535,12 @@ def main() -> None:
                         help="threads for building and searching (default 1)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: fewer queries and settings (module doc)")
+    parser.add_argument("--queries", type=int, default=None,
+                        help="the first this many test queries only (glove's 10,000 take hours)")
     args = parser.parse_args()
     settings = QUICK if args.quick else FULL
+    if args.queries is not None:
+        settings = dataclasses.replace(settings, queries=args.queries)
     print(f"bench_ann: {args.threads} thread(s) (faiss OpenMP and numpy BLAS), building and "
           f"searching; {'QUICK: ' if args.quick else ''}{settings}", flush=True)
     result = {"conventions": __doc__, "threads": args.threads, "quick": args.quick,
