@@ -6,6 +6,7 @@
     codes = hasher.encode(x_base)          # (n, 4) uint8 packed, the layout of codes.npz
     bits = hasher.transform(x_query)       # (n, 32) bool, column j = code bit j
     hasher.save("my_hasher"); SGHHasher.load("my_hasher")
+    SGHHasher.from_preset("search", n_bits=32)   # configs/experiment/search.yaml's settings
 
 Every parameter is a key of `sgh-train`'s configuration (`model.*`, `trainer.*`,
 `validation.*`, `eval.recall_k`), and every default is that configuration's default: the
@@ -13,15 +14,19 @@ training core is the same (`sgh.training.train_sgh.fit_sgh`: held-out validation
 compiled loop, model selection), so `SGHHasher(n_bits=32, random_state=0).fit(x_train)` on MNIST
 encodes exactly as `sgh-train` with no overrides does. Without a run directory there are no
 checkpoints and no TensorBoard events; Ctrl-C raises `KeyboardInterrupt` as anywhere in Python.
+`verbose=True` prints sgh-train's progress lines on stderr during `fit`.
 It shares the interface of the baselines (`sgh.hasher.BinaryHasher`): `fit`, `transform`,
 `encode`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 
@@ -76,6 +81,15 @@ _RENAMED_PARAMETERS = {"estimator": "gradient_estimator"}
 _PARAMS_FILE, _WEIGHTS_FILE, _SCORES_FILE = "hasher.json", "weights.npz", "scores.npz"
 # Layer sizes are tuples here (scikit-learn wants immutable defaults), lists in the config.
 _DEFAULT_MODEL = ModelConfig()
+# A preset's (section, key) -> the parameter it sets.
+_PRESET_KEYS = {**{place: parameter for parameter, place in _KEYS.items()},
+                ("model", "bits"): "n_bits", ("trainer", "seed"): "random_state"}
+# eval.* keys that say how sgh-train scores the codes (ranking, score, cut-offs), which a hasher
+# does not do: a preset's are left out (search's eval.ranking=asymmetric: `asymmetric_score`).
+_EVAL_ONLY = {field.name for field in dataclasses.fields(EvalConfig)} - {"recall_k"}
+# verbose=True: the records of these loggers go to stderr during `fit` (sgh-train's progress
+# lines), and TensorFlow's and absl's INFO chatter ("Sharding callback duration") is held back.
+_PROGRESS_LOGGER, _CHATTER = "sgh.training", ("tensorflow", "absl")
 
 
 class SGHHasher(BinaryHasher):
@@ -96,6 +110,8 @@ class SGHHasher(BinaryHasher):
         patience: `validation.every`, ... (`validation_every=0`: no held-out split, the final
         codes are the last step's; `validation_metric="map"` needs `y` in `fit`).
         recall_k: `eval.recall_k`, the K of the validation Recall K@100.
+        verbose: print sgh-train's progress lines on stderr during `fit` (about every tenth of
+            the run: step, loss terms, validation score, steps/s, ETA); no effect on the codes.
 
     Attributes (after `fit`): `model_` (`sgh.SGH`), `scores_` (`sgh.search.score_set.ScoreSet`:
     the model's asymmetric scores and the kinds the validation split favours), `n_bits_`,
@@ -127,7 +143,7 @@ class SGHHasher(BinaryHasher):
                  validation_database: int = ValidationConfig.database,
                  validation_metric: str = ValidationConfig.metric,
                  patience: int = ValidationConfig.patience,
-                 recall_k: int = EvalConfig.recall_k):
+                 recall_k: int = EvalConfig.recall_k, verbose: bool = False):
         self.n_bits = n_bits
         self.random_state = random_state
         self.objective = objective
@@ -157,6 +173,29 @@ class SGHHasher(BinaryHasher):
         self.validation_metric = validation_metric
         self.patience = patience
         self.recall_k = recall_k
+        self.verbose = verbose
+
+    @classmethod
+    def from_preset(cls, name: str, **params) -> SGHHasher:
+        """A hasher with the settings of `sgh-train experiment=<name>`, read from its file
+        (configs/experiment/<name>.yaml); `params` (e.g. `n_bits=32`) override them. A preset's
+        dataset and `eval.*` keys but `recall_k` are left out (a hasher fits the X it is given
+        and scores no codes). An unknown preset, or a key SGHHasher cannot take: ValueError."""
+        directory = _experiment_dir()
+        available = sorted(path.stem for path in directory.glob("*.yaml"))
+        settings, refused = (_preset_settings(directory / f"{name}.yaml") if name in available
+                             else ({}, []))
+        if not settings:
+            accepted = [other for other in available
+                        if _preset_settings(directory / f"{other}.yaml")[0]]
+            reason = ("sets no SGH setting (a sweep or a dataset of sgh-train)"
+                      if name in available else "is not a preset")
+            raise UserInputError(f"experiment={name!r} {reason}; accepted: "
+                                 f"{', '.join(accepted)} (the files in {directory})")
+        if refused:
+            raise UserInputError(f"experiment={name} ({directory / f'{name}.yaml'}) sets "
+                                 f"{', '.join(refused)}, which SGHHasher cannot take")
+        return cls(**{**settings, **params})
 
     # ---- the configuration sgh-train would run with ------------------------------------------
     def training_config(self) -> Config:
@@ -190,7 +229,8 @@ class SGHHasher(BinaryHasher):
         self._config = self.training_config()
         self._labels = None if y is None else np.asarray(y)
         try:
-            return super().fit(X)
+            with _progress_on_stderr(self.verbose):
+                return super().fit(X)
         finally:
             del self._labels, self._config
 
@@ -339,6 +379,7 @@ class SGHHasher(BinaryHasher):
     def __setstate__(self, state: dict) -> None:
         weights = state.pop("_weights", None)
         scores = state.pop("scores_", None)
+        state.setdefault("verbose", False)  # pickled before the parameter existed
         self.__dict__.update({_RENAMED_PARAMETERS.get(key, key): value
                               for key, value in state.items()})
         if weights is not None:
@@ -381,3 +422,76 @@ def _scores_for(model: SGH, similarity: str, chosen: ScoreSet) -> ScoreSet:
     return ScoreSet(scores, chosen.chosen, chosen.rescore_chosen, chosen.joint_weight,
                     chosen.selection + " (made for Euclidean neighbours)", chosen.validation,
                     similarity, chosen.decoder)
+
+
+def _experiment_dir() -> Path:
+    """configs/experiment, found as `sgh.cli.resources.CONFIG_DIR` finds configs/ (the wheel's
+    sgh/configs, else the checkout's top level), which sgh.training may not import
+    (tests/test_layout.py); a test checks that both name the same directory."""
+    package = Path(__file__).resolve().parents[1]  # sgh/
+    installed = package / "configs"
+    return (installed if installed.is_dir() else package.parent / "configs") / "experiment"
+
+
+def _preset_settings(path: Path) -> tuple[dict, list[str]]:
+    """The constructor parameters a preset's file sets, and the keys it sets that none takes."""
+    from omegaconf import OmegaConf
+
+    preset = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+    settings, refused = {}, []
+    for section, values in preset.items():
+        if section == "defaults":  # only a dataset may be chosen there; _self_ orders them
+            for entry in values:
+                group = next(iter(entry)) if isinstance(entry, dict) else entry
+                if group.removeprefix("override").strip(" /") not in ("dataset", "_self_"):
+                    refused.append(f"defaults: {group}")
+        elif section in ("model", "trainer", "validation", "eval") and isinstance(values, dict):
+            for key, value in values.items():
+                parameter = _PRESET_KEYS.get((section, key))
+                if parameter is not None:
+                    settings[parameter] = tuple(value) if isinstance(value, list) else value
+                elif not (section == "eval" and key in _EVAL_ONLY):
+                    refused.append(f"{section}.{key}")
+        elif section != "dataset":
+            refused.append(section)
+    return settings, refused
+
+
+class _ProgressFormatter(logging.Formatter):
+    """sgh-train's console lines (`sgh.cli.logs.ConsoleFormatter`): `[sgh] message`, and
+    `warning: message` for warnings and worse."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        return (f"{record.levelname.lower()}: {message}" if record.levelno >= logging.WARNING
+                else f"[sgh] {message}")
+
+
+@contextlib.contextmanager
+def _progress_on_stderr(verbose: object):
+    """`verbose`: during the block, the training's records go to stderr (and only there: no
+    line twice where the user's root logger shows INFO too), TensorFlow's and absl's INFO
+    lines are held back; everything is as it was after it. Otherwise nothing changes."""
+    if not verbose:
+        yield
+        return
+    progress = logging.getLogger(_PROGRESS_LOGGER)
+    chatter = {name: logging.getLogger(name).level for name in _CHATTER}
+    level, propagate = progress.level, progress.propagate
+    handler = logging.StreamHandler(sys.stderr)  # the stderr of now (pytest's, a notebook's)
+    handler.setFormatter(_ProgressFormatter())
+    for name in _CHATTER:
+        if logging.getLogger(name).getEffectiveLevel() < logging.WARNING:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    if progress.getEffectiveLevel() > logging.INFO:
+        progress.setLevel(logging.INFO)
+    progress.addHandler(handler)
+    progress.propagate = False
+    try:
+        yield
+    finally:
+        progress.removeHandler(handler)
+        progress.setLevel(level)
+        progress.propagate = propagate
+        for name, saved in chatter.items():
+            logging.getLogger(name).setLevel(saved)

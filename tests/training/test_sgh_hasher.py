@@ -211,3 +211,65 @@ def test_fit_leaves_the_users_keras_and_tensorflow_state_alone():
     SGHHasher(n_bits=4, steps=20, batch_size=100, random_state=0).fit(x)
     assert [first, float(tf.random.uniform([]))] == expected
     assert keras.layers.Dense(1).name != users_layer.name
+
+
+def test_verbose_prints_sgh_trains_progress_on_stderr_and_leaves_the_codes_alone(capsys):
+    import logging
+    import sys
+
+    x = _blobs()
+    settings = {**TINY, "steps": 20, "validation_every": 10, "validation_queries": 20,
+                "validation_database": 200, "random_state": 3}
+    # A user whose absl logger shows INFO (a notebook's basicConfig): held back during the fit.
+    absl = logging.getLogger("absl")
+    users_handler, users_level = logging.StreamHandler(sys.stderr), absl.level
+    absl.addHandler(users_handler)
+    absl.setLevel(logging.INFO)
+    try:
+        verbose = SGHHasher(**settings, verbose=True)
+        assert verbose.get_params()["verbose"] is True
+        codes = verbose.fit(x).encode(x)
+        err = capsys.readouterr().err
+        assert absl.level == logging.INFO  # the user's settings are back
+    finally:
+        absl.removeHandler(users_handler)
+        absl.setLevel(users_level)
+    lines = [line for line in err.splitlines() if line.startswith("[sgh] step")]
+    assert lines[0].startswith("[sgh] step      2/20  total ") and len(lines) == 10
+    assert "val recall10@100" in lines[-1] and "steps/s  ETA" in lines[-1]
+    assert "absl" not in err and "Sharding callback" not in err
+    progress = logging.getLogger("sgh.training")
+    assert progress.propagate and not progress.handlers
+    quiet = SGHHasher(**settings).fit(x)
+    assert "[sgh]" not in capsys.readouterr().err
+    np.testing.assert_array_equal(quiet.encode(x), codes)
+
+
+def test_presets_come_from_sgh_trains_experiment_files(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from sgh.cli.resources import CONFIG_DIR
+    from sgh.training import sgh_hasher
+
+    assert sgh_hasher._experiment_dir() == CONFIG_DIR / "experiment"
+    search = OmegaConf.load(CONFIG_DIR / "experiment" / "search.yaml")
+    hasher = SGHHasher.from_preset("search")
+    assert (hasher.encoder, hasher.decoder) == (search.model.encoder, search.model.decoder)
+    assert hasher.encoder_hidden == tuple(search.model.encoder_hidden)
+    assert hasher.decoder_hidden == tuple(search.model.decoder_hidden)
+    assert hasher.steps == search.trainer.steps
+    assert hasher.learning_rate == search.trainer.learning_rate
+    assert hasher.patience == search.validation.patience
+    assert hasher.validation_metric == search.validation.metric
+    assert hasher.n_bits == SGHHasher().n_bits  # what the preset leaves alone is the default
+    overridden = SGHHasher.from_preset("search", n_bits=16, steps=7, verbose=True)
+    assert (overridden.n_bits, overridden.steps, overridden.verbose) == (16, 7, True)
+    assert SGHHasher.from_preset("released_mnist").normalization == "none"
+    for name in ("nope", "compare_protocol_a", "../train"):
+        with pytest.raises(UserInputError, match=r"accepted: fast, released_mnist, search"):
+            SGHHasher.from_preset(name)
+    (tmp_path / "mine.yaml").write_text("trainer:\n  steps: 5\n  checkpoint_every: 9\n")
+    monkeypatch.setattr(sgh_hasher, "_experiment_dir", lambda: tmp_path)
+    with pytest.raises(UserInputError, match="sets trainer.checkpoint_every, which SGHHasher "
+                                             "cannot take"):
+        SGHHasher.from_preset("mine")
