@@ -33,6 +33,7 @@ from sgh.artifacts.resume_checks import (
     finished_as_configured,
     refuse_another_configuration,
     refuse_other_data,
+    refuse_to_record_a_finished_run_again,
 )
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_inputs import InputFile, describe_inputs
@@ -93,13 +94,15 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
     previous = _previous_metrics(run_directory)
     # The workers of a cluster all take part in the run's collective steps, so the chief goes
     # through them too (it trains no step, and keeps the training record below).
-    if previous is not None and not _in_a_cluster(strategy) \
-            and finished_as_configured(run_directory, config, previous):
-        # Finished work is never recorded again: the results as they were, no file touched.
-        logger.info("%s holds this run, finished; its results:", run_directory.path)
-        logger.info("%s", results_table(previous, run_title(previous), config.eval),
-                    extra={"plain": True})
-        return previous
+    if previous is not None and not _in_a_cluster(strategy):
+        if finished_as_configured(run_directory, config, previous):
+            # Finished work is never recorded again: the results as they were, no file touched.
+            logger.info("%s holds this run, finished; its results:", run_directory.path)
+            logger.info("%s", results_table(previous, run_title(previous), config.eval),
+                        extra={"plain": True})
+            return previous
+        # Nor recorded again under other settings: another run, or (a baseline) a re-scoring.
+        refuse_to_record_a_finished_run_again(run_directory, config)
     run_directory.write_config(config)
     run_directory.write_inputs(inputs)
     logger.info("%s: train %s, database %s, queries %s; %s", split.name, split.train.shape,

@@ -5,7 +5,8 @@ current ones.
 A run directory that already holds a checkpoint is resumed only with the same configuration
 (the evaluation settings aside: `refuse_another_configuration`) on the same dataset files
 (`refuse_other_data`); a finished run is not run again when nothing changed, the evaluation
-included (`finished_as_configured`). Keys added to the schema since the run started count at
+included (`finished_as_configured`), nor recorded again under other settings
+(`refuse_to_record_a_finished_run_again`). Keys added to the schema since the run started count at
 their defaults (`with_new_keys_at_their_defaults`).
 """
 
@@ -38,6 +39,52 @@ def finished_as_configured(run_directory: RunDirectory, config: Config,
     if "score_for_scan" in previous:
         needed.append(run_directory.asymmetric_score)
     return all(path.is_file() for path in needed)
+
+
+def refuse_to_record_a_finished_run_again(run_directory: RunDirectory, config: Config) -> None:
+    """A finished run (its metrics.json is there) under other settings is not run again over
+    its files: another configuration is another run (a new hydra.run.dir); other evaluation
+    settings of a baseline are a re-scoring, `sgh-eval run=DIR ... out=FILE`, which leaves the
+    run's record as it is. (An SGH run's checkpoints keep its training, so other `eval.*` only
+    evaluate it again, its training record kept; another configuration of it is refused by
+    `refuse_another_configuration`.) The same settings are `finished_as_configured`'s."""
+    recorded = run_directory.previous_config()
+    if recorded is None:
+        return
+    current = OmegaConf.to_container(OmegaConf.structured(config))
+    recorded = with_new_keys_at_their_defaults(recorded, config)
+    differences = configuration_differences(_comparable(recorded), _comparable(current))
+    if differences:
+        raise UserInputError(
+            f"{run_directory.path} holds a finished run with another configuration "
+            f"({first_few(differences, _DIFFERENCES_SHOWN)}), and finished work is never "
+            "recorded again; accepted: its own settings (its results are shown, nothing is "
+            "written), or a new hydra.run.dir for this run")
+    if METHODS[config.model.name].uses_tensorflow:
+        return
+    evaluation = configuration_differences({"eval": recorded.get("eval")},
+                                           {"eval": current["eval"]})
+    if evaluation:
+        overrides = " ".join(f"{key}={_override(value)}" for key, value in sorted(
+            flatten_config({"eval": current["eval"]}).items())
+            if any(change.startswith(f"{key}: ") for change in evaluation))
+        raise UserInputError(
+            f"{run_directory.path} holds a finished run (model={config.model.name}) with other "
+            f"evaluation settings ({first_few(evaluation, _DIFFERENCES_SHOWN)}), and finished "
+            "work is never recorded again; accepted: re-score it into a file of its own, "
+            f"sgh-eval run={run_directory.path} {overrides} out=scores.json, or a new "
+            "hydra.run.dir for a new run")
+
+
+def _override(value) -> str:
+    """`value` as a command-line override writes it: null, [5,50], a word as it is."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override(item) for item in value) + "]"
+    return str(value)
 
 
 def _comparable(values: dict) -> dict:

@@ -23,7 +23,7 @@ a damaged one is skipped for the newest intact one beside it, with a warning
 A run writes only into a directory that is its own (`RunDirectory.refuse_unless_ours`): a new
 one, one carrying the marker, or a run from before the marker, recognised strictly by its
 contents (`holds_a_run`); a user's folder is refused, never written over. An output of another
-command that is one of a run's files is refused too (`refuse_a_run_file`).
+command that is one of a run's files is refused too (`sgh.artifacts.run_outputs`).
 """
 
 from __future__ import annotations
@@ -443,36 +443,6 @@ def _named_in(name: str, names: frozenset[str]) -> bool:
     """`name` is one of `names`, or an atomic write's temporary of one (`.<name>.*.tmp*`)."""
     return name in names or (name.startswith(".") and ".tmp" in name and any(
         name.startswith(f".{known}.") for known in names))
-
-
-def refuse_a_run_file(setting: str, path: str | os.PathLike, example: str,
-                      runs: tuple[str | os.PathLike, ...] = ()) -> None:
-    """Refuse an output `path` that is one of a run's own files (its config.yaml, metrics.json,
-    codes, checkpoints/, encoder/, ...): written over, the run could neither resume nor be
-    compared. Only eval.json, which `sgh-eval` writes into a run, is an output there.
-
-    Args:
-        setting: the key that chose `path` (`out`), for the message.
-        example: an accepted value to suggest (`scores.json`).
-        runs: directories known to be runs (a command's `run=`), whatever they hold; any other
-            directory above `path` counts if it is one (`RunDirectory.holds_a_run`).
-
-    Raises:
-        UserInputError: one line naming the path and the run.
-    """
-    given = Path(os.path.abspath(path))
-    known = {Path(run).resolve() for run in runs}
-    for candidate in dict.fromkeys((given, given.resolve())):  # as written, and through links
-        for directory in candidate.parents:
-            inside = candidate.relative_to(directory)
-            if inside.parts[0] == EVAL_FILE or inside.parts[0] not in RUN_ENTRIES:
-                continue
-            if directory.resolve() in known or RunDirectory(directory, create=False).holds_a_run():
-                what = (f"the {inside} of the run {directory}" if len(inside.parts) == 1 else
-                        f"inside {directory / inside.parts[0]}, part of the run {directory}")
-                raise UserInputError(
-                    f"{setting}={path} is {what}, whose files no other output may replace; "
-                    f"accepted: a path that is none of a run's files, e.g. {setting}={example}")
 
 
 def _rebuild_unreadable_state(directory: Path, kept: int) -> None:

@@ -18,7 +18,8 @@ Streaming: `batch_size` rows are read, encoded and appended to the output at a t
 bounded by the batch, not the file (`.npy`, `.fvecs`, `.bvecs`; `.npz` and `.mat` cannot be read
 by row range and are loaded whole). The output is written under a temporary name and renamed at
 the end: an existing `out` is replaced only by a complete file. `out` is never the input, nor
-one of a run's own files (`refuse_a_run_file`).
+one of a run's own files (`refuse_a_run_file`), nor a dataset file the run was trained on (its
+inputs.json, `refuse_a_runs_input`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import atomic_file
-from sgh.artifacts.run_directory import RunDirectory, refuse_a_run_file
+from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_outputs import refuse_a_run_file, refuse_a_runs_input
 from sgh.cli.boundary import check_writable_place
 from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
@@ -66,6 +68,10 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
                              "overwrite; accepted: another path ending in .npy")
     refuse_a_run_file("out", config.out, "codes.npy",
                       runs=() if config.run is None else (config.run,))
+    # Nor a file the run was trained on (its inputs.json): it could not be re-scored after.
+    run_dir = Path(config.run) if config.run is not None else Path(config.encoder).parent
+    if config.run is not None or RunDirectory(run_dir, create=False).holds_a_run():
+        refuse_a_runs_input("out", config.out, run_dir, "codes.npy")
     if config.input_scale not in INPUT_SCALES:
         raise UserInputError(f"input_scale={config.input_scale!r} is not known; accepted: "
                              f"{', '.join(INPUT_SCALES)}")

@@ -16,8 +16,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import write_json
 from sgh.artifacts.codes_file import load_codes, refuse_another_models_scores
-from sgh.artifacts.run_directory import RunDirectory, refuse_a_run_file
+from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_inputs import changed_inputs, describe_inputs
+from sgh.artifacts.run_outputs import refuse_a_run_file
 from sgh.cli.boundary import check_writable_place
 from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
@@ -76,12 +77,14 @@ def _check_arguments(config: EvalCommandConfig) -> None:
 
 def _check_output(out: Path, codes_path: Path, run_dir: Path | None = None) -> None:
     """`out` can take the JSON, and replaces nothing but a JSON file of the user's: not the
-    codes file, not a file of a run (`run_dir`, the run re-scored, or any other; its
-    eval.json excepted), not a file of another kind."""
+    codes file, not a file of a run (`run_dir`, the run re-scored, or any other; the eval.json
+    of `run_dir` excepted, the command's own output there, and only that run's), not a file of
+    another kind."""
     if out.exists() and codes_path.exists() and out.resolve() == codes_path.resolve():
         raise UserInputError(f"out={out} is the codes file, which the JSON would overwrite; "
                              "accepted: another path, e.g. out=scores.json")
-    refuse_a_run_file("out", out, "scores.json", runs=() if run_dir is None else (run_dir,))
+    refuse_a_run_file("out", out, "scores.json", runs=() if run_dir is None else (run_dir,),
+                      eval_of=run_dir)
     check_writable_place("out", out, directory_wanted=False)
     if out.suffix != ".json":  # e.g. out=data.npz would replace a dataset with JSON
         raise UserInputError(f"out={out}: sgh-eval writes JSON; accepted: a path ending in "

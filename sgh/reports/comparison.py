@@ -29,7 +29,8 @@ import numpy as np
 from sgh.artifacts import tensorboard_events
 from sgh.artifacts.atomic import DirectoryKind, FileKind, refuse_to_replace, write_bytes
 from sgh.artifacts.codes_file import SavedCodes, load_codes
-from sgh.artifacts.run_directory import CODES_FILE, METRICS_FILE, refuse_a_run_file
+from sgh.artifacts.run_directory import CODES_FILE, METRICS_FILE
+from sgh.artifacts.run_outputs import refuse_a_run_file
 from sgh.errors import UserInputError
 from sgh.methods import METHODS
 from sgh.metrics.conventions import LABELS, SUMMARIES

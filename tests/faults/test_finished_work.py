@@ -1,5 +1,6 @@
 """Finished work is never recorded again: the same command on a finished run changes no file,
-and a run whose artifacts were lost re-creates them with its training record kept."""
+a finished baseline run given other settings is refused (its evaluation is sgh-eval's), and a
+run whose artifacts were lost re-creates them with its training record kept."""
 
 import json
 import os
@@ -8,8 +9,12 @@ import sys
 
 import pytest
 
+from sgh.errors import UserInputError
 from sgh.pipeline import run
-from tests.helpers import QUICK, compose_config
+from tests.cli import conftest as cli_commands
+from tests.helpers import QUICK, compose_config, files_below, one_error_line
+
+command_here = cli_commands.command_here
 
 
 def _config(*overrides):
@@ -32,6 +37,36 @@ def test_the_same_command_on_a_finished_run_gives_its_results_and_changes_no_fil
     assert again == json.loads((tmp_path / "metrics.json").read_text())
     assert again["train_seconds"] == finished["train_seconds"]  # not a second, empty record
     assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("changed", ["eval.recall_n=[5,50]", "eval.ranking=rerank",
+                                     "model.bits=8", "trainer.seed=1"])
+def test_a_finished_baseline_run_is_not_recorded_again_under_other_settings(tmp_path, changed,
+                                                                            command_here):
+    run_dir = tmp_path / "run"
+    run(_config("model=lsh"), run_dir)
+    before = files_below(run_dir)
+    with pytest.raises(UserInputError, match=f"{run_dir} holds a finished run"):
+        run(_config("model=lsh", changed), run_dir)
+    assert files_below(run_dir) == before
+    # The command, as a user runs it: one line saying where the new work goes.
+    result = command_here("train", [*QUICK, "model=lsh", changed, f"hydra.run.dir={run_dir}"],
+                          tmp_path)
+    expected = (f"sgh-eval run={run_dir}" if changed.startswith("eval.")
+                else "a new hydra.run.dir")
+    line = one_error_line(result, "sgh-train", expected)
+    assert changed.split("=")[0] in line, line
+    if changed.startswith("eval."):  # the command it suggests re-scores the run elsewhere
+        suggested = line.split("sgh-eval ")[1].split(", or ")[0].split()
+        assert suggested == [f"run={run_dir}", changed, "out=scores.json"], suggested
+        assert command_here("eval", suggested, tmp_path).returncode == 0
+        assert (tmp_path / "scores.json").is_file()
+    assert {name: data for name, data in files_below(run_dir).items()
+            if name != "train.log" and not name.startswith(".hydra")} == {
+        name: data for name, data in before.items()
+        if name != "train.log" and not name.startswith(".hydra")}
+    # The same settings still give the finished results, touching nothing.
+    assert run(_config("model=lsh"), run_dir) == json.loads((run_dir / "metrics.json").read_text())
 
 
 @pytest.mark.parametrize("lost", ["codes.npz", "metrics.json"])
