@@ -42,11 +42,8 @@ def fit_baseline(config: Config, split: RetrievalSplit) -> EncodedSplit:
     database = np.concatenate([pack_bits(hasher.transform(rows))
                                for _, rows in iter_chunks(split.database)])
     try:
-        # A projection's score is its encoder's: the one kind, so nothing to choose.
         score = hasher.asymmetric_score()
-        scores, without_scores = ScoreSet(
-            {"encoder": score}, "encoder", "encoder",
-            selection=f"model={config.model.name} has one score, its projection's"), ""
+        scores, without_scores = ScoreSet.of_projection(score, config.model.name), ""
     except ValueError as reason:  # SH, SpH: no per-bit form
         scores, without_scores = None, str(reason)
     return EncodedSplit(

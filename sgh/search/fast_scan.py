@@ -48,14 +48,6 @@ _BLOCK = 32
 _CORNERS = ((np.arange(16)[:, None] >> (3 - np.arange(4))) & 1).astype(np.float32)
 
 
-def _faiss():
-    try:
-        import faiss
-    except ImportError:  # pragma: no cover - a dependency; a broken install only
-        raise ImportError("the asymmetric scan runs on faiss: pip install faiss-cpu") from None
-    return faiss
-
-
 class FastScanIndex:
     """Packed codes searched by one `AsymmetricScore` on faiss's fast-scan kernels (module doc).
 
@@ -100,13 +92,6 @@ class FastScanIndex:
             self.lists = np.concatenate([self.lists, lists])
         self.codes = np.concatenate([self.codes, codes])
         self.norms = np.concatenate([self.norms, self.score.item_norms(codes)])
-        self._faiss_index = None
-
-    def keep(self, rows: np.ndarray) -> None:
-        """Keep only ``rows`` (a boolean mask over the items), in their order."""
-        self.codes, self.norms = self.codes[rows], self.norms[rows]
-        if self.nlist is not None:
-            self.lists = self.lists[rows]
         self._faiss_index = None
 
     def search(self, queries: np.ndarray, k: int, probes: np.ndarray | None = None
@@ -157,7 +142,8 @@ class FastScanIndex:
         return self._faiss_index
 
     def _build(self):
-        faiss = _faiss()
+        import faiss  # on first use: `import sgh.search` stays light
+
         m, d = self.subquantizers, 4 * self.subquantizers
         centroids = np.zeros((m, 16, 4), np.float32)
         centroids[: self._groups] = _CORNERS

@@ -57,6 +57,12 @@ class ScoreSet:
     similarity: str = "euclidean"
     decoder: DecoderNetwork | None = None
 
+    @classmethod
+    def of_projection(cls, score: AsymmetricScore, method: str) -> ScoreSet:
+        """A projection hasher's set: its one score, the encoder's form, nothing to choose."""
+        return cls({"encoder": score}, "encoder", "encoder",
+                   selection=f"model={method} has one score, its projection's")
+
     @property
     def fingerprint(self) -> str:
         """The model's fingerprint (`sgh.codes.model_fingerprint`): of the encoder's score,

@@ -50,6 +50,7 @@ from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.hamming_index import HammingIndex
 from sgh.search.score_set import ScoreSet
+from sgh.search.two_stage import padded
 
 MODES = ("hamming", "scan", "two_stage")
 # The files of a saved index (a directory): faiss opens CODES_FILE with faiss.read_index.
@@ -122,8 +123,11 @@ class SGHIndex:
     # ---- building -------------------------------------------------------------------------
     def encode(self, x: np.ndarray) -> np.ndarray:
         """Packed codes of features ``x`` (module doc: the encoder score's signs)."""
-        weights = self.scores.scores["encoder"].bit_weights(self._features(x))
-        return pack_bits(weights <= 0)
+        return self._codes_of(self._features(x))
+
+    def _codes_of(self, features: np.ndarray) -> np.ndarray:
+        """`encode` of features already as the model saw them (`_features`)."""
+        return pack_bits(self.scores.scores["encoder"].bit_weights(features) <= 0)
 
     def train(self, x: np.ndarray, seed: int = 0) -> None:
         """Learn the ``nlist`` inverted lists: a k-means of features ``x`` (at most 256 per list
@@ -149,7 +153,7 @@ class SGHIndex:
         ids = self._new_ids(len(x), ids)
         for start in range(0, len(x), _ADD_ROWS):
             block = self._features(x[start : start + _ADD_ROWS])
-            self._append(self.encode(block), ids[start : start + len(block)],
+            self._append(self._codes_of(block), ids[start : start + len(block)],
                          self._assign(block, 1)[:, 0] if self.nlist is not None else None)
 
     def add_codes(self, codes, ids: np.ndarray | None = None) -> None:
@@ -184,7 +188,7 @@ class SGHIndex:
         k = check_int("k", k, 1)
         queries = self._features(check_queries(queries, self.dim))
         if self.mode == "hamming":
-            D, rows = self._engine("hamming").search(self.encode(queries), k)
+            D, rows = self._engine("hamming").search(self._codes_of(queries), k)
         else:
             self._require_training()
             probes = None if self.nlist is None else self._assign(
@@ -195,7 +199,7 @@ class SGHIndex:
                 depth = self._shortlist_size(k)
                 candidates = self._engine("shortlist").search(queries, depth, probes)[1]
                 D, rows = self._engine("rescore").rescore(queries, candidates)
-                D, rows = _padded(D, rows, k)
+                D, rows = padded(D, rows, k)
         return D, np.where(rows >= 0, self._ids[np.maximum(rows, 0)], -1)
 
     def _shortlist_size(self, k: int) -> int:
@@ -374,15 +378,7 @@ def _scores_of(model) -> ScoreSet:
     except ValueError as error:  # SH, SpH
         raise ValueError(f"{error}; SGHIndex needs a per-bit score (SGH, ITQ, PCAH, LSH): search "
                          "these codes with sgh.HammingIndex") from None
-    return ScoreSet({"encoder": score}, "encoder")
-
-
-def _padded(D: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first k columns, padded with ``inf`` / ``-1`` when there are fewer."""
-    if D.shape[1] < k:
-        pad = ((0, 0), (0, k - D.shape[1]))
-        D, rows = np.pad(D, pad, constant_values=np.inf), np.pad(rows, pad, constant_values=-1)
-    return D[:, :k], rows[:, :k]
+    return ScoreSet.of_projection(score, type(model).__name__)
 
 
 def _run_database(run, n_database: int) -> np.ndarray:

@@ -143,11 +143,15 @@ class TwoStageSearch:
         else:
             D, I = self.rescore(queries, self.shortlist(query_codes, shortlist, radius, queries),
                                 rescore)
-        if D.shape[1] < k:
-            pad = k - D.shape[1]
-            D = np.pad(D, ((0, 0), (0, pad)), constant_values=np.inf)
-            I = np.pad(I, ((0, 0), (0, pad)), constant_values=-1)
-        return D[:, :k], I[:, :k]
+        return padded(D, I, k)
+
+
+def padded(D: np.ndarray, I: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first k columns of ``(D, I)``, padded with ``inf`` / ``-1`` when there are fewer."""
+    if D.shape[1] < k:
+        pad = ((0, 0), (0, k - D.shape[1]))
+        D, I = np.pad(D, pad, constant_values=np.inf), np.pad(I, pad, constant_values=-1)
+    return D[:, :k], I[:, :k]
 
 
 def _check_stage_one(shortlist: int | None, radius: int | None) -> None:
