@@ -130,11 +130,11 @@ def build(settings: dict) -> SGHIndex:
 
 def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
     """Rows spread evenly over the input for the lists' k-means (256 per list at most)."""
-    wanted = 256 * index.nlist
-    vectors = open_vectors(settings["input"], settings["key"])
-    stride = max(1, len(vectors) // wanted)
-    sample = [rows[(-start) % stride :: stride] for start, _, rows in
-              _batches(settings["input"], settings["key"], settings["batch_size"], index.dim)]
+    wanted, sample = 256 * index.nlist, []
+    for start, total, rows in _batches(settings["input"], settings["key"],
+                                       settings["batch_size"], index.dim):
+        stride = max(1, total // wanted)
+        sample.append(rows[(-start) % stride :: stride])
     return np.concatenate(sample)[:wanted]
 
 
