@@ -46,7 +46,7 @@ class FileDatasetConfig:
     or a `.npz`/`.mat` with one array) is the database of an ANN dataset whose queries, ground
     truth and training set are the `*_path` files, or by default the texmex siblings of
     `<name>_base<ext>` (see `sgh/data/ann_files.py`). An ann-benchmarks `.hdf5`/`.h5` file
-    (`train`, `test`, `neighbors`) is protocol C too (see `sgh/data/hdf5_files.py`).
+    (`train`, `test`, `neighbors`) is protocol C too (see `sgh/data/ann_benchmarks.py`).
     """
 
     name: str = MISSING

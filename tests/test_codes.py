@@ -150,7 +150,7 @@ def test_every_file_with_a_code_length_reads_it_with_the_same_check(tmp_path, st
     # codes.npz, a saved HammingIndex and a saved asymmetric score: one rule, one message.
     from sgh.artifacts.codes_file import load_codes
     from sgh.search import HammingIndex
-    from sgh.search.asymmetric import AsymmetricScore
+    from sgh.search.score_set import ScoreSet
 
     codes = np.zeros((2, 2), np.uint8)
     files = {
@@ -159,7 +159,7 @@ def test_every_file_with_a_code_length_reads_it_with_the_same_check(tmp_path, st
         "score": dict(bits=stored, query_projection=np.zeros((3, 12)),
                       query_offset=np.zeros(12), form=np.str_("encoder")),
     }
-    readers = {"codes": load_codes, "index": HammingIndex.load, "score": AsymmetricScore.load}
+    readers = {"codes": load_codes, "index": HammingIndex.load, "score": ScoreSet.load_score}
     for name, arrays in files.items():
         path = tmp_path / f"{name}.npz"
         np.savez(path, **arrays)

@@ -1,8 +1,9 @@
 """The house rules of the package layout, checked on the source: one way down, Hydra at the edge.
 
 Rooms (sub-packages and top-level modules) import each other without cycles, so the data flow
-of `sgh-train` reads straight down and no room reaches back up; only `sgh.cli` knows Hydra, and
-nothing imports `sgh.cli` or `sgh.pipeline` but the command line (and the lazy public API).
+of `sgh-train` reads straight down and no room reaches back up; inside a room, its modules
+import each other without cycles too. Only `sgh.cli` knows Hydra, and nothing imports `sgh.cli`
+or `sgh.pipeline` but the command line (and the lazy public API).
 """
 
 import ast
@@ -14,15 +15,19 @@ from tests.helpers import modules_loaded_by
 PACKAGE = Path(__file__).resolve().parents[1] / "sgh"
 
 
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(
+        ".__init__")
+
+
 def _imports():
-    """(importing module, imported module) for every `sgh` import in the package."""
+    """(importing module, imported name) for every import in the package, lazy ones (inside a
+    function) too: `from a.b import c` imports `a.b.c`, a module or a name in `a.b`."""
     for path in PACKAGE.rglob("*.py"):
-        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        module = module.removesuffix(".__init__")
+        module = _module(path)
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                names = ([f"sgh.{alias.name}" for alias in node.names] if node.module == "sgh"
-                         else [node.module])
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
             elif isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             else:
@@ -36,24 +41,48 @@ def _room(module: str) -> str:
     return parts[1] if len(parts) > 1 else "sgh"
 
 
+def _first_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of the directed graph `edges` as the path around it, or None if it has none."""
+    state = {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for target in sorted(edges[node]):
+            if state.get(target) == "open":
+                return path[path.index(target):] + [target]
+            if target not in state and (cycle := visit(target, path + [target])):
+                return cycle
+        state[node] = "done"
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node, [node])):
+            return cycle
+    return None
+
+
 def test_rooms_import_each_other_without_cycles():
     edges = defaultdict(set)
     for source, target in _imports():
         if target.startswith("sgh") and _room(source) != _room(target) != "sgh":
             edges[_room(source)].add(_room(target))
-    state = {}
+    cycle = _first_cycle(edges)
+    assert cycle is None, f"import cycle: {' -> '.join(cycle or [])}"
 
-    def visit(room, path):
-        state[room] = "open"
-        for target in edges[room]:
-            assert state.get(target) != "open", f"import cycle: {' -> '.join(path + [target])}"
-            if target not in state:
-                visit(target, path + [target])
-        state[room] = "done"
 
-    for room in list(edges):
-        if room not in state:
-            visit(room, [room])
+def test_modules_inside_each_room_import_each_other_without_cycles():
+    # The room test above sees only imports between rooms. A lazy import is a dependency too:
+    # a module that imports up into one that imports it is two concepts tangled (a format
+    # reader that is also a dataset loader), and its modules can no longer be read bottom-up.
+    modules = {_module(path) for path in PACKAGE.rglob("*.py")}
+    edges = defaultdict(set)
+    for source, target in _imports():
+        while target and target not in modules:  # `a.b.name` -> the module `a.b`
+            target = target.rpartition(".")[0]
+        if target and target != source and _room(target) == _room(source) != "sgh":
+            edges[source].add(target)
+    cycle = _first_cycle(edges)
+    assert cycle is None, f"import cycle inside a room: {' -> '.join(cycle or [])}"
 
 
 def test_only_the_command_line_knows_hydra_and_nothing_reaches_back_up_to_it():

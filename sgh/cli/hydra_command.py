@@ -90,7 +90,7 @@ def _arguments_parser() -> argparse.ArgumentParser:
     """The flags `@hydra.main` reads (Hydra's documented command line,
     https://hydra.cc/docs/advanced/hydra-command-line-flags/), read the same way, so that the
     overrides found here are the ones Hydra will apply. Hydra's own parser is not public API;
-    tests/cli/test_hydra_flags.py checks this one against the installed Hydra's `--help`."""
+    tests/cli/test_help.py checks this one against the installed Hydra's `--help`."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=True)
 
     def refuse(message: str):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from sgh.config import FileDatasetConfig, SyntheticDatasetConfig
 from sgh.data import npz_file
+from sgh.data.ann_benchmarks import load_hdf5_split
 from sgh.data.ann_files import (
     SETTINGS,
     companion_paths,
@@ -14,7 +15,7 @@ from sgh.data.ann_files import (
     refuse_companion_paths,
 )
 from sgh.data.feature_conversion import require_same_scaling
-from sgh.data.hdf5_files import HDF5_SUFFIXES, load_hdf5_split
+from sgh.data.hdf5_files import HDF5_SUFFIXES
 from sgh.data.similarity import conversion_with, normalise_in_place, resolve_similarity
 from sgh.data.split import (
     RetrievalSplit,

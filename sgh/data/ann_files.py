@@ -24,7 +24,8 @@ from sgh.data.npz_file import groundtruth as checked_groundtruth
 from sgh.data.similarity import conversion_with, normalise_in_place
 from sgh.data.split import RetrievalSplit, ann_split
 from sgh.data.streamed_features import StreamedFeatures, choose_streaming
-from sgh.data.vector_files import VectorFile, WholeArrayVectors, open_vectors, refuse_special_file
+from sgh.data.vector_file import VectorFile
+from sgh.data.vector_files import WholeArrayVectors, open_vectors, refuse_special_file
 from sgh.errors import UserInputError
 
 TEXMEX_BASE_SUFFIX = "_base"

@@ -3,7 +3,7 @@
 uint8 values are divided by 255 (images), other integers and booleans are taken as they are,
 floats are rounded to float32; NaN and Inf are refused with their position. A split whose files
 would be converted to different scales (uint8 beside another dtype) is refused
-(`require_same_scaling`). `read_float32` converts a whole `sgh.data.vector_files.VectorFile`
+(`require_same_scaling`). `read_float32` converts a whole `sgh.data.vector_file.VectorFile`
 chunk by chunk.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.data.vector_files import VectorFile, _check_numeric, _where
+from sgh.data.vector_file import VectorFile, _check_numeric, _where
 from sgh.errors import UserInputError
 
 UINT8_CONVERSION = "uint8 / 255"

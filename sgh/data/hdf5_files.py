@@ -1,10 +1,7 @@
-"""HDF5 files, read with h5py: ann-benchmarks datasets (`.hdf5`, `.h5`) and MATLAB v7.3 `.mat`.
+"""HDF5 files, read with h5py: datasets of `.hdf5`, `.h5` files and MATLAB v7.3 `.mat` variables.
 
-**ann-benchmarks** (github.com/erikbern/ann-benchmarks, `load_hdf5_split`): the datasets `train`
-(the database, and the training set), `test` (the queries), `neighbors` (test x K ids into
-`train`, 0-based, nearest first; optional here, computed exactly when absent) and `distances`
-(not needed, not read), and the root attribute `distance`: `euclidean`, `angular` or `dot`
-(inner product), which `dataset.similarity=auto` follows.
+An ann-benchmarks file (`train`, `test`, `neighbors`, ...) is read through here as a split by
+`sgh.data.ann_benchmarks`.
 
 **MATLAB v7.3** (`save(..., '-v7.3')`): an HDF5 file after a 512-byte header; each variable is a
 dataset with the attribute `MATLAB_class`. MATLAB stores column-major, so an (n, d) matrix is
@@ -30,30 +27,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from sgh.data.ann_files import refuse_companion_paths
-from sgh.data.feature_conversion import read_float32, require_same_scaling
-from sgh.data.ground_truth import checked_ids
-from sgh.data.similarity import (
-    conversion_with,
-    nearness,
-    normalise_in_place,
-    resolve_similarity,
-)
-from sgh.data.split import RetrievalSplit, ann_split
-from sgh.data.streamed_features import StreamedFeatures, choose_streaming
-from sgh.data.vector_files import MAT_NUMERIC_CLASSES, VectorFile, _where
+from sgh.data.vector_file import MAT_NUMERIC_CLASSES, VectorFile, _where
 from sgh.errors import UserInputError, one_line
 
 HDF5_SUFFIXES = (".hdf5", ".h5")
-# ann-benchmarks' `distance` attribute -> dataset.similarity. Its binary datasets (hamming,
-# jaccard) hold bit vectors and sets, which SGH's real-valued model does not take.
-ANN_BENCHMARKS_DISTANCES = {"euclidean": "euclidean", "angular": "angular",
-                            "dot": "inner_product"}
 ANN_BENCHMARKS_LAYOUT = ("train (the database and training set), test (the queries), optional "
                          "neighbors (test x K ids into train, 0-based) and distances")
 _ANN_FILE = "an ann-benchmarks HDF5 file: " + ANN_BENCHMARKS_LAYOUT
@@ -332,107 +313,3 @@ def read_mat73_arrays(path: Path, names: list[str] | None = None) -> Mapping[str
     if names is None:
         return arrays
     return {name: arrays[name] for name in names}
-
-
-# --- ann-benchmarks datasets --------------------------------------------------------------------
-
-def _stated_similarity(file, path: Path) -> tuple[str | None, str]:
-    """(the similarity the `distance` attribute states or None, the attribute for messages)."""
-    distance = _string_attribute(file, "distance", str(path))
-    if distance is None:
-        return None, ""
-    source = f"{path}: attribute distance={distance!r}"
-    if distance in ANN_BENCHMARKS_DISTANCES:
-        return ANN_BENCHMARKS_DISTANCES[distance], source
-    accepted = "accepted: euclidean, angular, dot (inner product)"
-    if distance in ("hamming", "jaccard"):
-        raise UserInputError(f"{source}: ann-benchmarks' binary and set datasets are not "
-                             f"supported (SGH hashes real-valued features); {accepted}")
-    raise UserInputError(f"{source} is not known; {accepted}")
-
-
-def _checked_neighbours(path: Path, n_queries: int, n_database: int) -> np.ndarray:
-    """`neighbors` as int64 (n_queries, K) after checking it: integers, a row per query, ids of
-    `train` rows, distinct within each row."""
-    vectors = Hdf5Vectors(path, "neighbors")
-    where = vectors.where
-    if vectors.dtype.kind not in "iu":
-        raise UserInputError(f"{where} has dtype {vectors.dtype}; expected integer ids (test x "
-                             "K, 0-based rows of 'train')")
-    if len(vectors) != n_queries:
-        raise UserInputError(f"{where} has {len(vectors)} rows but 'test' has {n_queries} "
-                             "queries; expected one row of neighbour ids per query")
-    return checked_ids(where, vectors.read(0, len(vectors)).astype(np.int64), n_database,
-                       "'train'")
-
-
-_KEY_NAMES = {"inner_product": "minus the inner product"}
-# Queries whose listed neighbours are checked against exact ones, and how many of each.
-_SPOT_CHECKED_QUERIES, _SPOT_CHECKED_NEIGHBOURS = 8, 10
-
-
-def _spot_check_neighbours(where: str, truth: np.ndarray, query: np.ndarray,
-                           database: np.ndarray, similarity: str) -> None:
-    """A sample of queries: their first listed neighbours must be their nearest `train` items
-    (exact keys equal up to float32 rounding; ties may list either of equal items). A file
-    whose `neighbors` do not fit its vectors (another file's, shuffled rows, the farthest
-    points) would score every method on a wrong ground truth, silently."""
-    k = min(_SPOT_CHECKED_NEIGHBOURS, truth.shape[1])
-    rows = np.unique(np.linspace(0, len(query) - 1, _SPOT_CHECKED_QUERIES).astype(int))
-    # Imported here: the exact scan compiles with numba, which `import sgh.data` should not load
-    # (a streaming reader's whole memory budget is smaller than numba's import).
-    from sgh.data.neighbours import exact_neighbours
-
-    nearest = exact_neighbours(query[rows], database, k, similarity)
-    for row, exact in zip(rows, nearest, strict=True):
-        q = query[row].astype(np.float64)
-        listed = np.sort(nearness(database[truth[row, :k]].astype(np.float64), q, similarity))
-        best = np.sort(nearness(database[exact].astype(np.float64), q, similarity))
-        if not np.allclose(listed, best, rtol=1e-4, atol=1e-6 * max(1.0, abs(best).max())):
-            raise UserInputError(
-                f"{where}: the neighbours of query {row} are not its {k} nearest 'train' items "
-                f"under {similarity} (the nearest is at {best[0]:.6g}, the file's first at "
-                f"{listed[0]:.6g}, as {_KEY_NAMES.get(similarity, 'squared distance')}); "
-                "the ground truth does not fit the vectors: fix the file, or remove "
-                "'neighbors' to have it computed exactly")
-
-
-def load_hdf5_split(dataset, path: Path) -> RetrievalSplit:
-    """The split of an ann-benchmarks HDF5 file: database = training set = `train`, queries =
-    `test`, ground truth = `neighbors` if present; the similarity from `dataset.similarity` and
-    the file's `distance` attribute (`sgh.data.similarity.resolve_similarity`). Every header is
-    checked before any data is read."""
-    refuse_companion_paths(dataset, f"{path} is {_ANN_FILE}")
-    with _opened(path, _ANN_FILE) as file:
-        names = _member_names(file, path)
-        for key in ("train", "test"):
-            if key not in names:
-                raise UserInputError(f"{path}: has no dataset {key!r} (found: "
-                                     f"{', '.join(names) or 'none'}); expected {_ANN_FILE}")
-        stated, source = _stated_similarity(file, path)
-    similarity = resolve_similarity(dataset.similarity, stated, source)
-    train, test = Hdf5Vectors(path, "train"), Hdf5Vectors(path, "test")
-    if test.shape[1] != train.shape[1]:
-        raise UserInputError(f"{test.where} has {test.shape[1]} features per item but "
-                             f"{train.where} has {train.shape[1]}; all splits must agree")
-    require_same_scaling(train.where, train.dtype, test.where, test.dtype)
-    truth = (_checked_neighbours(path, len(test), len(train)) if "neighbors" in names
-             else None)
-
-    angular = similarity == "angular"
-    query, conversion = read_float32(test)
-    if angular:
-        normalise_in_place(query, test.where)
-    if choose_streaming(dataset.streaming, [train]):
-        database = StreamedFeatures(train, unit_normalise=angular)
-    else:
-        database = read_float32(train)[0]
-        if angular:
-            normalise_in_place(database, train.where)
-    if truth is not None and not isinstance(database, StreamedFeatures):
-        _spot_check_neighbours(Hdf5Vectors(path, "neighbors").where, truth, query, database,
-                               similarity)
-    split = ann_split(dataset.name, database, query, truth, None,
-                      conversion_with(conversion, similarity), similarity)
-    return replace(split, protocol=("ann-benchmarks HDF5: database = training set = train, "
-                                    "queries = test"))

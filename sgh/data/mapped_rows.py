@@ -38,7 +38,7 @@ import threading
 
 import numpy as np
 
-from sgh.data.vector_files import VectorFile
+from sgh.data.vector_file import VectorFile
 from sgh.errors import UserInputError
 
 

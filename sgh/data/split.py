@@ -10,7 +10,7 @@ Protocols (docs/guide/data.md):
 - ANN files (`base, query[, groundtruth, learn]`, protocol C): database = base, queries = query,
   training set = learn if present else base, ground truth = the file's if present. An
   ann-benchmarks HDF5 file is the same with base = `train`, query = `test`, ground truth =
-  `neighbors` (`sgh/data/hdf5_files.py`).
+  `neighbors` (`sgh/data/ann_benchmarks.py`).
 - pooled labelled files (`X, y`): queries = the first n_queries of `default_rng(0).permutation(n)`,
   database = the rest in order, training set = the database.
 - split=validation: model selection never looks at the queries. A sixth of the training set is

@@ -35,7 +35,8 @@ from sgh.data.aligned import aligned_rows
 from sgh.data.feature_conversion import as_float32_features, conversion_of
 from sgh.data.mapped_rows import mapped_rows
 from sgh.data.similarity import unit_normalised
-from sgh.data.vector_files import VectorFile, WholeArrayVectors
+from sgh.data.vector_file import VectorFile
+from sgh.data.vector_files import WholeArrayVectors
 from sgh.errors import UserInputError
 
 # dataset.streaming=auto streams a dataset whose training set and database would take more than

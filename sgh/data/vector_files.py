@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from sgh.data.mat5_structure import MalformedMat, check_mat5_structure, is_mat_v4
-from sgh.data.positioned_reads import read_runs
+from sgh.data.vector_file import MAT_NUMERIC_CLASSES, VectorFile
 from sgh.errors import UserInputError, one_line
 
 ACCEPTED_SUFFIXES = (".npy", ".npz", ".fvecs", ".bvecs", ".ivecs", ".mat", ".hdf5", ".h5")
@@ -43,108 +43,12 @@ KEYED_SUFFIXES = (".npz", ".mat", ".hdf5", ".h5")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 TEXMEX_VALUE_TYPES = {".fvecs": np.dtype("<f4"), ".bvecs": np.dtype("u1"),
                       ".ivecs": np.dtype("<i4")}
-# Classes scipy.io.whosmat reports for plain numeric MATLAB arrays.
-MAT_NUMERIC_CLASSES = ("double", "single", "logical", "int8", "uint8", "int16", "uint16",
-                       "int32", "uint32", "int64", "uint64")
 # Everything numpy's .npy/.npz readers raise on malformed bytes: the header is a Python literal
 # (tokenize, ast), the archive a zip (zipfile, zlib).
 # A flipped bit can also make zipfile see encryption (RuntimeError) or an unknown compression.
 MALFORMED_FILE_ERRORS = (ValueError, SyntaxError, TypeError, KeyError, EOFError, OSError,
                          OverflowError, tokenize.TokenError, zipfile.BadZipFile, zlib.error,
                          NotImplementedError, RuntimeError)
-
-
-class VectorFile:
-    """A read-only view of an (n, d) array on disk; `read(start, stop)` returns rows in the
-    stored dtype. Construct with `open_vectors`."""
-
-    def __init__(self, path: Path, key: str | None, shape: tuple[int, ...], dtype: np.dtype):
-        self.path, self.key, self.dtype = path, key, np.dtype(dtype)
-        _check_layout(self.where, tuple(shape), self.dtype)
-        self.shape = (int(shape[0]), int(shape[1]))
-
-    @property
-    def where(self) -> str:
-        """The file (and key) for messages: `data.npz: key 'X'`."""
-        return _where(self.path, self.key)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.where}, shape={self.shape}, dtype={self.dtype})"
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        """Rows [start, stop) as a (stop - start, d) array in the stored dtype."""
-        if not 0 <= start <= stop <= len(self):
-            raise ValueError(f"row range [{start}, {stop}) outside 0..{len(self)}")
-        if start == stop:
-            return np.empty((0, self.shape[1]), self.dtype)
-        return self._read(start, stop)
-
-    def _read(self, start: int, stop: int) -> np.ndarray:
-        raise NotImplementedError
-
-    def take(self, rows: np.ndarray) -> np.ndarray:
-        """The rows at the sorted, distinct indices `rows`, in the stored dtype.
-
-        Fixed-stride formats read each run of consecutive rows with one positioned read into
-        the result (no memory map, so resident memory is the result alone)."""
-        rows = np.asarray(rows, np.int64)
-        if not len(rows):
-            return self.read(0, 0)
-        if rows[0] < 0 or rows[-1] >= len(self):
-            raise ValueError(f"rows outside 0..{len(self)}")
-        layout = self.stride_layout()
-        if layout is None:
-            return self._take_unstrided(rows)
-        offset, record = layout
-        records = np.empty(len(rows), record)
-        first = np.flatnonzero(np.diff(rows, prepend=-2) != 1)  # each run's first row
-        sizes = np.diff(np.append(first, len(rows))) * record.itemsize
-        offsets = offset + rows[first] * record.itemsize
-        with open(self.path, "rb", buffering=0) as handle:
-            short, got = read_runs(handle.fileno(), records, first * record.itemsize, sizes,
-                                   offsets)
-        if short >= 0:
-            raise UserInputError(f"{self.where} is truncated (expected {sizes[short]} bytes at "
-                                 f"offset {offsets[short]}, found {got})")
-        return self.from_records(records, rows)
-
-    def stride_layout(self) -> tuple[int, np.dtype] | None:
-        """(byte offset of row 0, dtype of one stored row) for fixed-stride formats, else None."""
-        return None
-
-    def from_records(self, records: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """The stored rows `rows` (file row numbers, for messages) from their raw records, as
-        `take` returns them (a texmex record's dimension header checked and dropped)."""
-        return records
-
-    def _take_unstrided(self, rows: np.ndarray) -> np.ndarray:
-        """`take` for formats without a row stride: those read whole anyway (.npz, .mat)."""
-        return self._read(0, len(self))[rows]
-
-
-def _check_numeric(where: str, dtype: np.dtype) -> None:
-    if dtype.kind not in "biuf":
-        raise UserInputError(f"{where} has non-numeric dtype {dtype}; expected integer, "
-                             "boolean or floating-point features")
-
-
-def _check_layout(where: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
-    if dtype.hasobject:
-        raise UserInputError(f"{where} holds an object (pickled) array, which is refused and "
-                             "never unpickled; save a plain numeric array")
-    _check_numeric(where, dtype)
-    if any(side < 0 for side in shape):
-        raise UserInputError(f"{where} declares the impossible shape {tuple(shape)}; the file "
-                             "is corrupt")
-    if len(shape) != 2:
-        raise UserInputError(f"{where} has shape {tuple(shape)}; expected a 2-D array "
-                             "(items x features)")
-    if shape[0] == 0 or shape[1] == 0:
-        raise UserInputError(f"{where} has shape {tuple(shape)}; expected a non-empty array "
-                             "(at least one item and one feature)")
 
 
 def _positioned_read(path: Path, where: str, dtype: np.dtype, offset: int, count: int):
@@ -429,11 +333,6 @@ def refuse_special_file(path, setting: str | None = None, expected: str | None =
     expected = expected or f"a regular file ({', '.join(ACCEPTED_SUFFIXES)})"
     raise UserInputError(f"{named}: is {kind}, not a regular file, and is not read (it could "
                          f"block or never end); expected {expected}")
-
-
-def _where(path, key: str | None) -> str:
-    """The file (and key) at fault, as every message starts: `data.npz: key 'X'`."""
-    return f"{path}" + ("" if key is None else f": key {key!r}")
 
 
 def open_vectors(path, key: str | None = None) -> VectorFile:

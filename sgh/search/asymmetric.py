@@ -201,16 +201,6 @@ class AsymmetricScore:
         return {prefix + key: value for key, value in arrays.items()}
 
     @classmethod
-    def load(cls, path: str | os.PathLike, kind: str | None = None) -> AsymmetricScore:
-        """Read a score written by :meth:`save`, or one ``kind`` of a run's scores
-        (`sgh.search.score_set`; None: the one validation chose); ValueError naming the file
-        and key if invalid."""
-        from sgh.search.score_set import ScoreSet
-
-        scores = ScoreSet.load(path)
-        return scores.scores[scores.kind_for(kind, "asymmetric", str(path))]
-
-    @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], where: str,
                     prefix: str = "") -> AsymmetricScore:
         """The score in ``arrays`` under ``prefix`` (as `arrays` writes it); ValueError naming

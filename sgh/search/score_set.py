@@ -187,3 +187,10 @@ class ScoreSet:
         return cls(scores, text["chosen"], text["rescore_chosen"], float(weight),
                    text["selection"], dict(zip(names, map(float, values), strict=True)),
                    similarity, decoder)
+
+    @classmethod
+    def load_score(cls, path: str | os.PathLike, kind: str | None = None) -> AsymmetricScore:
+        """Read a score written by `AsymmetricScore.save`, or one ``kind`` of a run's scores
+        (None: the one validation chose); ValueError naming the file and key if invalid."""
+        scores = cls.load(path)
+        return scores.scores[scores.kind_for(kind, "asymmetric", str(path))]

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from sgh.artifacts.codes_file import load_codes
 from sgh.errors import UserInputError
 from sgh.search import HammingIndex
-from sgh.search.asymmetric import AsymmetricScore, decoder_score
+from sgh.search.asymmetric import decoder_score
+from sgh.search.score_set import ScoreSet
 
 # SGH_FUZZ_EXAMPLES=N runs more examples (a longer hunt); CI runs the default.
 FUZZ = settings(max_examples=int(os.environ.get("SGH_FUZZ_EXAMPLES", 30)), deadline=None,
@@ -43,7 +44,7 @@ def _valid_archives() -> dict[str, bytes]:
 
 VALID = _valid_archives()
 READERS = {"codes": (load_codes, (UserInputError, ValueError)),
-           "score": (AsymmetricScore.load, (ValueError,)),
+           "score": (ScoreSet.load_score, (ValueError,)),
            "index": (HammingIndex.load, (ValueError,))}
 
 

@@ -161,7 +161,7 @@ def test_doubly_sn_rejects_integer_logits():
         doubly_sn(tf.constant([1, 2]), tf.constant([0, 0]))
 
 
-# ---------------------------------------------------------------- neuron recipes (sgh.md)
+# ------------------------------------------------- neuron recipes (docs/design.md, Estimators)
 
 
 def test_recipe1_codes_are_strict_bits_and_half_threshold_is_sign_of_z():

@@ -1,4 +1,4 @@
-"""The SGH model: estimator recipes 3, 4, 5 and 7 of sgh.md, normalisation, encoding.
+"""The SGH model: the estimator recipes (docs/design.md, Estimators), normalisation, encoding.
 
 Recipes 1, 2 and 6 concern the neuron alone and live in test_ops.py.
 """
@@ -78,7 +78,7 @@ def test_recipe4_unbiased_estimator_is_exact_and_approximate_bias_is_closed_form
     exact = _exact_gradient_by_enumeration(z, U, x, rho)
     p = _sigmoid(z)
     np.testing.assert_allclose(_expected_estimator(z, U, x, rho, "unbiased"), exact, atol=1e-10)
-    # E[approx] - exact = sigma'(z) (p - 1/2) ||u_k||^2 / rho^2   (sgh.md)
+    # E[approx] - exact = sigma'(z) (p - 1/2) ||u_k||^2 / rho^2   (docs/design.md, Estimators)
     bias = p * (1 - p) * (p - 0.5) * np.sum(U**2, axis=1) / rho**2
     np.testing.assert_allclose(_expected_estimator(z, U, x, rho, "approximate") - exact, bias,
                                atol=1e-10)

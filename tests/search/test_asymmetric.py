@@ -7,7 +7,6 @@ import pytest
 from sgh.baselines import ITQ, LSH, PCAH, SH, SpH
 from sgh.codes import pack_bits, unpack_bits
 from sgh.search.asymmetric import (
-    AsymmetricScore,
     decoder_score,
     encoder_score,
     joint_score,
@@ -120,16 +119,16 @@ def test_rescoring_gives_the_scan_scores_bit_for_bit():
 def test_save_and_load_round_trip_and_bad_files_are_named(tmp_path):
     score = decoder_score(*_decoder(10, 4), "euclidean")
     score.save(tmp_path / "score.npz")
-    loaded = AsymmetricScore.load(tmp_path / "score.npz")
+    loaded = ScoreSet.load_score(tmp_path / "score.npz")
     for name in ("query_projection", "query_offset", "code_templates"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(score, name))
     assert (loaded.bits, loaded.form) == (score.bits, score.form)
     (tmp_path / "junk.npz").write_bytes(b"<html>not an archive</html>")
     with pytest.raises(ValueError, match="junk.npz: not a readable asymmetric-score"):
-        AsymmetricScore.load(tmp_path / "junk.npz")
+        ScoreSet.load_score(tmp_path / "junk.npz")
     np.savez(tmp_path / "partial.npz", bits=np.int64(10))
     with pytest.raises(ValueError, match="partial.npz: missing key 'query_projection'"):
-        AsymmetricScore.load(tmp_path / "partial.npz")
+        ScoreSet.load_score(tmp_path / "partial.npz")
 
 
 def test_queries_and_forms_are_checked():
@@ -153,7 +152,7 @@ def test_scores_of_huge_features_are_rescaled_not_overflowed(tmp_path):
     huge = decoder_score(templates * 1e30, offset * 1e30, "euclidean")
     assert plain.unit == 1.0 and huge.unit > 1e59
     huge.save(tmp_path / "huge.npz")
-    assert AsymmetricScore.load(tmp_path / "huge.npz").unit == huge.unit
+    assert ScoreSet.load_score(tmp_path / "huge.npz").unit == huge.unit
     results = []
     for score, x in ((plain, queries), (huge, queries * 1e30)):
         index = AsymmetricIndex(score)
