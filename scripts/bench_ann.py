@@ -18,11 +18,19 @@ it, its dominated settings drawn as crosses):
   mode="two_stage" (the encoder score's shortlist, rescored by the validated rescoring score) over
   shortlists of 200 .. 5,000 items (at most the database); and inverted lists,
   `from_run(run, nlist=N)`, N = round(4 sqrt(n_database)), mode="scan" over nprobe 1 .. 64. The
-  inverted lists are SGHIndex's own: a k-means of the database features.
+  inverted lists are SGHIndex's own: a k-means of the database features. And the byte decoder,
+  `from_run(run, decoder="bytes")`: one 256-entry table per code byte fitted on the run's
+  training features, the database encoded by its posterior mode, scanned by faiss's
+  additive-quantizer kernel (the reconstruction's norm in one more byte per item: B + 1
+  bytes, counted so).
 - faiss anchors at B bytes per item (index_factory strings), each trained on the run's
   training features only: `PQ{B}np` (IndexPQ, 8-bit sub-quantizers, without the polysemous
   training that only faiss's Hamming-filtered search uses), `PQ{2B}x4fs` (4-bit fast scan),
-  `OPQ{B},PQ{B}np` and `OPQ{2B},PQ{2B}x4fs` (a learned rotation first), `IVF{N},PQ{2B}x4fs`
+  `OPQ{B},PQ{B}np` and `OPQ{2B},PQ{2B}x4fs` (a learned rotation first), `RQ{B}x8_Nqint8` and
+  `LSQ{B}x8_Nqint8` (additive quantizers, B codebooks of 256 over the whole vector, the
+  reconstruction's norm in one more byte: the byte decoder's structure, encoded by beam search
+  and by local search; trained on at most 100,000 training items, as the byte decoder),
+  `IVF{N},PQ{2B}x4fs`
   (codes of the vectors) and `IVF{N},PQ{2B}x4fsr` (codes of their residuals to the list's
   centroid) over nprobe 1 .. 64, the same N, their lists a k-means of the training features;
   and `RaBitQ` at its own size (d/8 bytes of signs plus two float factors; faiss's default of
@@ -86,6 +94,7 @@ from sgh.artifacts.codes_file import load_codes
 from sgh.config import dataset_config_from
 from sgh.data import load_split
 from sgh.data.streamed_features import iter_chunks
+from sgh.search.byte_decoder import FIT_ROWS
 from sgh.search.sgh_index import SGHIndex
 
 matplotlib.use("Agg")  # files only: no display
@@ -215,8 +224,8 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, nlist: int,
     # sweep that shows what the factor buys.
     default_refine = inverted.refine_factor
 
-    def point(method, index, saved_size, params, **attributes):
-        return Point(f"SGH {method}{label}", params, bytes_per_item=bytes_per_item,
+    def point(method, index, saved_size, params, extra_bytes=0, **attributes):
+        return Point(f"SGH {method}{label}", params, bytes_per_item=bytes_per_item + extra_bytes,
                      index_bytes_per_item=saved_size / index.ntotal,
                      search=lambda: sgh_search(index, queries, **attributes), is_sgh=True,
                      run=run_dir)
@@ -232,6 +241,9 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, nlist: int,
         points.append(point("two-stage", two_stage, size, {
             "shortlist": shortlist, "shortlist_score": "encoder", "rescore": rescore,
             "refine_factor": default_refine}, shortlist=shortlist))
+    decoded = SGHIndex.from_run(run_dir, decoder="bytes")
+    points.append(point("byte decoder scan", decoded, saved_bytes(decoded),
+                        {"decoder": "bytes", "norm": "1 byte"}, extra_bytes=1))
     size = saved_bytes(inverted)
     for nprobe in settings.nprobes:
         points.append(point(f"IVF{nlist} scan", inverted, size, {
@@ -277,7 +289,14 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
     # of annealing; the ADC ranking measured here is the same without it).
     flat = [f"PQ{B}np", f"PQ{2 * B}x4fs", f"OPQ{B},PQ{B}np", f"OPQ{2 * B},PQ{2 * B}x4fs"]
     inverted = [f"IVF{nlist},PQ{2 * B}x4fs", f"IVF{nlist},PQ{2 * B}x4fsr"]
+    # Whole-vector codebooks: no sub-vectors, so no padding; the byte decoder's training cap.
+    additive = [f"RQ{B}x8_Nqint8", f"LSQ{B}x8_Nqint8"]
     built = {}
+    for key in additive:
+        index = faiss.index_factory(dim, key, metric)
+        index.train(train[:FIT_ROWS])
+        index.add(database)
+        built[key] = index
     for key in flat + inverted:
         index = faiss.index_factory(padded_dim, key, metric)
         if settings.opq_iterations is not None and key.startswith("OPQ"):
@@ -294,6 +313,10 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
     points = []
     for key, index in built.items():
         sizes = {"bytes_per_item": code_bytes(index), "index_bytes_per_item": index_bytes(index)}
+        if key in additive:
+            points.append(Point(f"faiss {key}", {}, search=faiss_search(index, queries),
+                                is_sgh=False, **sizes))
+            continue
         if key in flat:
             points.append(Point(f"faiss {key}", dict(padding), search=faiss_search(
                 index, pq_queries), is_sgh=False, **sizes))

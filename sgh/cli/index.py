@@ -1,13 +1,16 @@
 """`sgh-index`: build an `SGHIndex` from a run over a vector file of any size, and query it.
 
     sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] [mode=M]
+                    [decoder=model|bytes]
     sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] out=RESULTS.npz [k=100]
                      [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F]
 
 `build` without `input` indexes the run's own database codes (its codes.npz; with `nlist`, its
-dataset's database features are read again to learn and fill the lists); with `input`, the
-file's vectors are encoded by the run's model and added, `batch_size` rows at a time, ids =
-rows. `search` writes ``D`` (float32 scores, smaller nearer) and ``I`` (int64 ids, -1 padding),
+dataset's database features are read again to learn and fill the lists; with `decoder=bytes`,
+its training features fit the byte decoder and its database features are encoded by it); with
+`input`, the file's vectors are encoded by the run's model and added, `batch_size` rows at a
+time, ids = rows (the lists' k-means and the byte decoder learn from a sample spread over the
+file). `search` writes ``D`` (float32 scores, smaller nearer) and ``I`` (int64 ids, -1 padding),
 ``(nq, k)``, as `SGHIndex.search` returns them. Vector files are those `sgh-encode` reads, their
 values converted as at training (`as_float32_features`: uint8 / 255). Progress goes to stderr.
 
@@ -31,15 +34,17 @@ from sgh.data.feature_conversion import as_float32_features
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError, check_int
+from sgh.search.byte_decoder import FIT_ROWS
 from sgh.search.score_set import ScoreSet
-from sgh.search.sgh_index import MODES, SAVED_INDEX, SGHIndex
+from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, SGHIndex
 
 USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] "
-         "[mode=M]\n       sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] "
+         "[mode=M] [decoder=model|bytes]\n"
+         "       sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] "
          "out=RESULTS.npz [k=100] [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F]")
 # The keys each action takes, and their defaults (None: required or unset).
 KEYS = {"build": {"run": None, "out": None, "input": None, "key": None, "nlist": None,
-                  "mode": "scan", "batch_size": "65536"},
+                  "mode": "scan", "decoder": "model", "batch_size": "65536"},
         "search": {"index": None, "input": None, "key": None, "out": None, "k": "100",
                    "mode": None, "nprobe": None, "shortlist": None, "refine_factor": None,
                    "batch_size": "65536"}}
@@ -68,6 +73,9 @@ def parse_arguments(argv: list[str]) -> tuple[str, dict]:
     if settings["mode"] is not None and settings["mode"] not in MODES:
         raise UserInputError(f"mode={settings['mode']} is not known; accepted: "
                              f"{', '.join(MODES)}")
+    if settings.get("decoder") not in (None, *DECODERS):
+        raise UserInputError(f"decoder={settings['decoder']} is not known; accepted: "
+                             f"{', '.join(DECODERS)}")
     return action, settings
 
 
@@ -105,7 +113,11 @@ def build(settings: dict) -> SGHIndex:
     refuse_to_replace(out, SAVED_INDEX)
     check_writable_place("out", out, directory_wanted=True)
     if settings["input"] is None:
-        index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"])
+        try:
+            index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"],
+                                      settings["decoder"])
+        except ValueError as error:
+            raise UserInputError(str(error)) from None
     else:
         run = RunDirectory(settings["run"], create=False)
         if not run.asymmetric_score.is_file():
@@ -113,10 +125,10 @@ def build(settings: dict) -> SGHIndex:
                                  "expected a finished sgh-train run of SGH, ITQ, PCAH or LSH")
         try:
             index = SGHIndex(ScoreSet.load(run.asymmetric_score), settings["mode"],
-                             settings["nlist"])
+                             settings["nlist"], settings["decoder"])
         except ValueError as error:
             raise UserInputError(str(error)) from None
-        if index.nlist is not None:
+        if not index.is_trained:
             index.train(_training_sample(settings, index))
         started = time.perf_counter()
         for start, total, rows in _batches(settings["input"], settings["key"],
@@ -129,8 +141,10 @@ def build(settings: dict) -> SGHIndex:
 
 
 def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
-    """Rows spread evenly over the input for the lists' k-means (256 per list at most)."""
-    wanted, sample = 256 * index.nlist, []
+    """Rows spread evenly over the input to train on: for the lists' k-means (256 per list at
+    most), or the byte decoder (`FIT_ROWS` at most)."""
+    wanted = FIT_ROWS if index.decoder == "bytes" else 256 * index.nlist
+    sample = []
     for start, total, rows in _batches(settings["input"], settings["key"],
                                        settings["batch_size"], index.dim):
         stride = max(1, total // wanted)

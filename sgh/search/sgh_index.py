@@ -17,6 +17,15 @@ Modes (`index.mode`, settable):
   (`ScoreSet.rescore_chosen`: per bit, or an mlp decoder decoding each shortlisted code).
 * ``"hamming"``: the query's own code against every code by Hamming distance (ties by id).
 
+With ``decoder="bytes"`` the index keeps its own decoder, one 256-entry table per code byte
+(:mod:`sgh.search.byte_decoder`), fitted by `train` on training features: each added item's
+code is that decoder's posterior mode (from the encoder's code), and ``"scan"`` (its only
+mode) ranks by the squared distance to each code's reconstruction on faiss's
+additive-quantizer scan; ``D`` is that squared distance (the reconstruction's norm rounded to
+one byte, `sgh.search.byte_decoder`). It reaches recall the model's own
+per-bit scores do not (docs/results.md), at the scan speed of an 8-bit PQ rather than the
+fast-scan's.
+
 With ``nlist`` the database is partitioned by a k-means of its features (faiss IVF): `train`
 learns the lists, each added item goes to the list of its nearest centroid, and a search scans
 the ``index.nprobe`` lists nearest the query (a coarse step on the features, the fine step on
@@ -47,12 +56,15 @@ from sgh.data.similarity import unit_normalised
 from sgh.errors import UserInputError, check_int
 from sgh.search.asymmetric import AsymmetricScore, check_queries
 from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.byte_decoder import ByteDecoder
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.hamming_index import HammingIndex
 from sgh.search.score_set import ScoreSet
 from sgh.search.two_stage import padded
 
 MODES = ("hamming", "scan", "two_stage")
+# What ranks the codes: the model's own scores, or the index's byte decoder (module doc).
+DECODERS = ("model", "bytes")
 # The files of a saved index (a directory): faiss opens CODES_FILE with faiss.read_index.
 INDEX_FILE, SCORES_FILE, CODES_FILE = "index.npz", "scores.npz", "codes.faiss"
 _FORMAT = "sgh-index 1"
@@ -63,6 +75,8 @@ SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CO
 _ADD_ROWS = 1 << 16
 # Training points per list for the coarse k-means (faiss's own cap is 256).
 _KMEANS_POINTS_PER_LIST = 256
+# The key prefix of a byte decoder's arrays in a saved index's index.npz.
+_BYTE_DECODER = "byte_decoder."
 
 
 class SGHIndex:
@@ -73,9 +87,20 @@ class SGHIndex:
             `ScoreSet` (a run's asymmetric.npz).
         mode: ``"scan"``, ``"two_stage"`` or ``"hamming"`` (module doc).
         nlist: inverted lists (None: a flat scan of every code).
+        decoder: ``"model"`` (the model's scores) or ``"bytes"`` (a byte decoder `train`
+            fits; module doc).
     """
 
-    def __init__(self, model, mode: str = "scan", nlist: int | None = None) -> None:
+    def __init__(self, model, mode: str = "scan", nlist: int | None = None,
+                 decoder: str = "model") -> None:
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder={decoder!r} is not known; accepted: "
+                             f"{', '.join(DECODERS)}")
+        if decoder == "bytes" and nlist is not None:
+            raise ValueError("decoder='bytes' scans every code; inverted lists (nlist) serve "
+                             "the model's own scores (decoder='model')")
+        self.decoder = decoder
+        self.byte_decoder: ByteDecoder | None = None
         self.scores = _scores_of(model)
         self.bits = self.scores.scores["encoder"].bits
         self.dim = self.scores.scores["encoder"].dim
@@ -98,6 +123,9 @@ class SGHIndex:
     def mode(self, mode: str) -> None:
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is not known; accepted: {', '.join(MODES)}")
+        if self.decoder == "bytes" and mode != "scan":
+            raise ValueError(f"mode={mode!r}: an index with decoder='bytes' has one mode, "
+                             "'scan' (its codes are the byte decoder's, not the encoder's)")
         if mode == "hamming" and self.nlist is not None:
             raise ValueError("mode='hamming' scans every code; inverted lists (nlist) serve "
                              "the scan and two_stage modes")
@@ -109,6 +137,8 @@ class SGHIndex:
 
     @property
     def is_trained(self) -> bool:
+        if self.decoder == "bytes":
+            return self.byte_decoder is not None
         return self.nlist is None or self._centroids is not None
 
     def __repr__(self) -> str:
@@ -116,14 +146,26 @@ class SGHIndex:
                  "two_stage": f", shortlist by 'encoder', rescored by {self._rescore_kind()!r}"
                               f", shortlist={self.shortlist}",
                  "hamming": ""}[self.mode]
+        if self.decoder == "bytes":
+            score = ", decoder='bytes'"
         lists = "" if self.nlist is None else f", nlist={self.nlist}, nprobe={self.nprobe}"
         return (f"SGHIndex({self.bits} bits, {self.ntotal} items, mode={self.mode!r}{score}"
                 f"{lists}, model {self.fingerprint})")
 
     # ---- building -------------------------------------------------------------------------
     def encode(self, x: np.ndarray) -> np.ndarray:
-        """Packed codes of features ``x`` (module doc: the encoder score's signs)."""
-        return self._codes_of(self._features(x))
+        """Packed codes of features ``x`` (module doc: the encoder score's signs, or the byte
+        decoder's posterior modes)."""
+        if self.decoder == "bytes":  # inverted lists play no part in the codes
+            self._require_training()
+        return self._stored_codes(self._features(x))
+
+    def _stored_codes(self, features: np.ndarray) -> np.ndarray:
+        """The codes this index stores for features as the model saw them."""
+        codes = self._codes_of(features)
+        if self.byte_decoder is not None:
+            codes = self.byte_decoder.encode(features, codes)
+        return codes
 
     def _codes_of(self, features: np.ndarray) -> np.ndarray:
         """`encode` of features already as the model saw them (`_features`)."""
@@ -131,7 +173,16 @@ class SGHIndex:
 
     def train(self, x: np.ndarray, seed: int = 0) -> None:
         """Learn the ``nlist`` inverted lists: a k-means of features ``x`` (at most 256 per list
-        are drawn, faiss's own cap)."""
+        are drawn, faiss's own cap); or fit the byte decoder (``decoder="bytes"``) on them."""
+        if self.decoder == "bytes":
+            if self.ntotal:
+                raise ValueError(f"train: the index holds {self.ntotal} items coded by its "
+                                 "byte decoder, which new tables would invalidate; train a "
+                                 "new SGHIndex")
+            x = self._features(check_queries(x, self.dim, "x"))
+            self.byte_decoder = ByteDecoder.fit(x, self._codes_of(x), self.bits, seed=seed)
+            self._engines.clear()
+            return
         if self.nlist is None:
             return
         import faiss
@@ -153,7 +204,7 @@ class SGHIndex:
         ids = self._new_ids(len(x), ids)
         for start in range(0, len(x), _ADD_ROWS):
             block = self._features(x[start : start + _ADD_ROWS])
-            self._append(self._codes_of(block), ids[start : start + len(block)],
+            self._append(self._stored_codes(block), ids[start : start + len(block)],
                          self._assign(block, 1)[:, 0] if self.nlist is not None else None)
 
     def add_codes(self, codes, ids: np.ndarray | None = None) -> None:
@@ -163,6 +214,9 @@ class SGHIndex:
         if self.nlist is not None:
             raise ValueError("add_codes: an index with inverted lists places each item by its "
                              "features; use add(x), or SGHIndex.from_run(run, nlist=...)")
+        if self.decoder == "bytes":
+            raise ValueError("add_codes: an index with decoder='bytes' stores its byte "
+                             "decoder's codes, not the encoder's; use add(x)")
         if isinstance(codes, (str, os.PathLike)):
             saved = load_codes(codes)
             refuse_another_models_scores(saved, self.scores, "this index's scores")
@@ -193,7 +247,11 @@ class SGHIndex:
             self._require_training()
             probes = None if self.nlist is None else self._assign(
                 queries, check_int("nprobe", self.nprobe, 1))
-            if self.mode == "scan":
+            if self.decoder == "bytes":
+                D, rows = self._engine("bytes").search(queries, k)
+                D[rows < 0] = np.inf  # faiss pads with FLT_MAX
+                D, rows = padded(D, rows, k)
+            elif self.mode == "scan":
                 D, rows = self._engine("scan").search(queries, k, probes)
             else:
                 depth = self._shortlist_size(k)
@@ -217,6 +275,8 @@ class SGHIndex:
         return engine
 
     def _build_engine(self, name: str):
+        if name == "bytes":
+            return self.byte_decoder.faiss_index(self._codes)
         if name == "hamming":
             engine = HammingIndex(self.bits)
             engine.add(self._codes)
@@ -254,14 +314,15 @@ class SGHIndex:
                   "nlist": np.int64(self.nlist or 0), "nprobe": np.int64(self.nprobe),
                   "shortlist": np.int64(self.shortlist or 0),
                   "refine_factor": np.int64(self.refine_factor),
-                  "fingerprint": np.str_(self.fingerprint)}
+                  "fingerprint": np.str_(self.fingerprint), "decoder": np.str_(self.decoder)}
         if self._centroids is not None:
             arrays["centroids"] = self._centroids
+        if self.byte_decoder is not None:
+            arrays.update(self.byte_decoder.arrays(_BYTE_DECODER))
         with atomic_directory(path, replaces=SAVED_INDEX) as staging:
             np.savez(staging / INDEX_FILE, **arrays)
             self.scores.save(staging / SCORES_FILE)
-            faiss.write_index(self._engine("scan" if self.mode == "scan" else "shortlist")
-                              ._index(), str(staging / CODES_FILE))
+            faiss.write_index(self._faiss_codes(), str(staging / CODES_FILE))
         return path
 
     @classmethod
@@ -284,7 +345,14 @@ class SGHIndex:
             raise UserInputError(f"{path / INDEX_FILE} (model {arrays['fingerprint']}) and "
                                  f"{path / SCORES_FILE} (model {scores.fingerprint}) come from "
                                  "different models; save the index again")
-        index = cls(scores, str(arrays["mode"]), int(arrays["nlist"]) or None)
+        decoder = str(arrays.get("decoder", "model"))
+        try:
+            index = cls(scores, str(arrays["mode"]), int(arrays["nlist"]) or None, decoder)
+            if decoder == "bytes":
+                index.byte_decoder = ByteDecoder.from_arrays(arrays, str(path / INDEX_FILE),
+                                                             _BYTE_DECODER)
+        except ValueError as error:
+            raise UserInputError(f"{path / INDEX_FILE}: {error}") from None
         index.nprobe, index.refine_factor = int(arrays["nprobe"]), int(arrays["refine_factor"])
         index.shortlist = int(arrays["shortlist"]) or None
         index._centroids = arrays.get("centroids")
@@ -295,10 +363,12 @@ class SGHIndex:
 
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, mode: str = "scan",
-                 nlist: int | None = None) -> SGHIndex:
+                 nlist: int | None = None, decoder: str = "model") -> SGHIndex:
         """The database codes and scores of a finished `sgh-train` run (its codes.npz and
         asymmetric.npz); with ``nlist``, its database features are read again (the run's
-        dataset) to learn and fill the inverted lists. Ids are database rows."""
+        dataset) to learn and fill the inverted lists; with ``decoder="bytes"``, its training
+        and database features are, to fit the byte decoder and encode the database by it.
+        Ids are database rows."""
         from sgh.artifacts.run_directory import RunDirectory
 
         run = RunDirectory(run_dir, create=False)
@@ -312,18 +382,30 @@ class SGHIndex:
         except ValueError as error:
             raise UserInputError(str(error)) from None
         refuse_another_models_scores(codes, scores, run.asymmetric_score)
-        index = cls(scores, mode, nlist)
-        if nlist is None:
-            index._append(codes.database, np.arange(len(codes.database), dtype=np.int64), None)
+        index = cls(scores, mode, nlist, decoder)
+        ids = np.arange(len(codes.database), dtype=np.int64)
+        if nlist is None and decoder == "model":
+            index._append(codes.database, ids, None)
             return index
-        database = _run_database(run, len(codes.database))
+        split = _run_split(run, len(codes.database))
+        database = np.asarray(split.database, np.float32)
+        if decoder == "bytes":
+            index.train(np.asarray(split.train, np.float32))
+            index.add(database, ids)
+            return index
         index.train(database)
         lists = np.concatenate([index._assign(database[start : start + _ADD_ROWS], 1)[:, 0]
                                 for start in range(0, len(database), _ADD_ROWS)])
-        index._append(codes.database, np.arange(len(codes.database), dtype=np.int64), lists)
+        index._append(codes.database, ids, lists)
         return index
 
     # ---- internals ------------------------------------------------------------------------
+    def _faiss_codes(self):
+        """The faiss index that `save` writes as ``codes.faiss``: the one the mode searches."""
+        if self.decoder == "bytes":
+            return self._engine("bytes")
+        return self._engine("scan" if self.mode == "scan" else "shortlist")._index()
+
     def _features(self, x: np.ndarray) -> np.ndarray:
         """float32 features as the model saw them: unit-normalised for an angular model."""
         x = np.ascontiguousarray(x, np.float32)
@@ -342,6 +424,9 @@ class SGHIndex:
         return self._engines["coarse"].search(np.ascontiguousarray(x, np.float32), nearest)[1]
 
     def _require_training(self) -> None:
+        if not self.is_trained and self.decoder == "bytes":
+            raise ValueError("the index has decoder='bytes', its byte decoder not fitted yet: "
+                             "call index.train(x) with training features first")
         if not self.is_trained:
             raise ValueError(f"the index has nlist={self.nlist} inverted lists, not learned "
                              "yet: call index.train(x) with training features first")
@@ -381,8 +466,8 @@ def _scores_of(model) -> ScoreSet:
     return ScoreSet.of_projection(score, type(model).__name__)
 
 
-def _run_database(run, n_database: int) -> np.ndarray:
-    """The database features of a run's dataset, read again from its config.yaml."""
+def _run_split(run, n_database: int):
+    """The split of a run's dataset (`RetrievalSplit`), read again from its config.yaml."""
     from sgh.config import dataset_config_from
     from sgh.data import load_split
 
@@ -390,8 +475,8 @@ def _run_database(run, n_database: int) -> np.ndarray:
     if previous is None or "dataset" not in previous:
         raise UserInputError(f"{run.path}: no readable config.yaml; nlist reads the run's "
                              "database features through it")
-    database = load_split(dataset_config_from(previous["dataset"])).database
-    if len(database) != n_database:
-        raise UserInputError(f"{run.path}: its dataset now has {len(database)} database items, "
-                             f"its codes {n_database}; the dataset changed since the run")
-    return np.asarray(database, np.float32)
+    split = load_split(dataset_config_from(previous["dataset"]))
+    if len(split.database) != n_database:
+        raise UserInputError(f"{run.path}: its dataset now has {len(split.database)} database "
+                             f"items, its codes {n_database}; the dataset changed since the run")
+    return split

@@ -1,0 +1,89 @@
+"""`sgh-index build ... decoder=bytes`: a byte-decoder index of a run, over a vector file or the
+run's own dataset, searched from the command line as `SGHIndex` searches in Python; settings it
+cannot serve one line and exit status 2."""
+
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from sgh.search.score_set import ScoreSet
+from sgh.search.sgh_index import SGHIndex
+from tests.cli.test_index import run_and_vectors  # noqa: F401  (the ITQ run and its vectors)
+from tests.helpers import one_error_line
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    """BLAS on one thread: the byte decoder's least-squares solves are small, and threads only
+    fight each other (and take seconds) on a busy machine of two cores."""
+    with threadpool_limits(1):
+        yield
+
+
+def test_built_over_a_file_with_the_byte_decoder_and_searched_as_in_python(
+        command_here, run_and_vectors):  # noqa: F811
+    run_dir, place = run_and_vectors
+    built = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
+                                   "batch_size=256", "decoder=bytes",
+                                   f"out={place / 'bytes'}"], place)
+    assert built.returncode == 0, built.stderr
+    assert "[sgh] added 700/700 vectors" in built.stderr
+    assert "decoder='bytes'" in built.stdout
+    searched = command_here("index", ["search", f"index={place / 'bytes'}", "k=7",
+                                      f"input={place / 'queries.npy'}",
+                                      f"out={place / 'bytes.npz'}"], place)
+    assert searched.returncode == 0, searched.stderr
+    assert "decoder='bytes'" in searched.stdout
+
+    # In Python: the decoder fitted on the file's vectors, which are then added.
+    base = np.load(place / "base.npy")
+    expected = SGHIndex(ScoreSet.load(run_dir / "asymmetric.npz"), decoder="bytes")
+    expected.train(base)
+    expected.add(base)
+    loaded = SGHIndex.load(place / "bytes")
+    assert loaded.decoder == "bytes" and loaded.ntotal == 700
+    assert loaded.byte_decoder.fingerprint == expected.byte_decoder.fingerprint
+    np.testing.assert_array_equal(loaded.encode(base), expected.encode(base))
+    D, I = expected.search(np.load(place / "queries.npy"), 7)
+    with np.load(place / "bytes.npz") as results:
+        np.testing.assert_array_equal(results["I"], I)
+        np.testing.assert_array_equal(results["D"], D)
+
+    refused = command_here("index", ["search", f"index={place / 'bytes'}", "mode=hamming",
+                                     f"input={place / 'queries.npy'}",
+                                     f"out={place / 'hamming.npz'}"], place)
+    one_error_line(refused, "sgh-index", "mode='hamming': an index with decoder='bytes'")
+    assert not (place / "hamming.npz").exists()
+
+
+def test_built_from_the_runs_own_dataset_with_the_byte_decoder(
+        command_here, run_and_vectors, tmp_path):  # noqa: F811
+    run_dir, place = run_and_vectors
+    built = command_here("index", ["build", f"run={run_dir}", "decoder=bytes",
+                                   f"out={tmp_path / 'own'}"], place)
+    assert built.returncode == 0, built.stderr
+    loaded = SGHIndex.load(tmp_path / "own")
+    expected = SGHIndex.from_run(run_dir, decoder="bytes")  # fitted on the run's training split
+    assert loaded.decoder == "bytes" and loaded.ntotal == expected.ntotal > 0
+    assert loaded.byte_decoder.fingerprint == expected.byte_decoder.fingerprint
+    queries = np.load(place / "queries.npy")
+    for got, want in zip(loaded.search(queries, 9), expected.search(queries, 9), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["decoder=nonsense"], "decoder=nonsense is not known; accepted: model, bytes"),
+    (["decoder=bytes", "nlist=4"], "decoder='bytes' scans every code; inverted lists (nlist)"),
+    (["decoder=bytes", "mode=two_stage"], "mode='two_stage': an index with decoder='bytes'"),
+])
+@pytest.mark.parametrize("with_input", [False, True])
+def test_settings_the_byte_decoder_cannot_serve_are_one_line_and_exit_2(
+        command_here, run_and_vectors, tmp_path, settings, message, with_input):  # noqa: F811
+    run_dir, place = run_and_vectors
+    given = [f"input={place / 'base.npy'}"] if with_input else []
+    result = command_here("index", ["build", f"run={run_dir}", *given, *settings,
+                                    f"out={tmp_path / 'index'}"], tmp_path)
+    one_error_line(result, "sgh-index", message)
+    assert not (tmp_path / "index").exists()

@@ -1,0 +1,225 @@
+"""`ByteDecoder`: hard EM that never fits worse than its start, posterior modes that never move an
+item away from its features, faiss's additive-quantizer scan over its tables (norms in faiss's
+own 8-bit code), padding bits never set, and its arrays read back exactly or refused."""
+
+# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+import faiss
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from threadpoolctl import threadpool_limits
+
+from sgh.codes import pack_bits
+from sgh.search.byte_decoder import ByteDecoder, norm_levels
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_blas_thread():
+    """BLAS on one thread: the byte decoder's least-squares solves are small, and threads only
+    fight each other (and take seconds) on a busy machine of two cores."""
+    with threadpool_limits(1):
+        yield
+
+
+def _errors(decoder: ByteDecoder, features: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """Each item's squared reconstruction error, in float64."""
+    residual = features.astype(np.float64) - decoder.decode(codes).astype(np.float64)
+    return np.einsum("ij,ij->i", residual, residual)
+
+
+def _sign_codes(features: np.ndarray, bits: int, seed: int = 0) -> np.ndarray:
+    """An encoder's codes: signs of random projections of the centred features."""
+    rng = np.random.default_rng(seed)
+    centred = features - features.mean(axis=0)
+    return pack_bits(centred @ rng.standard_normal((features.shape[1], bits)) > 0)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """sklearn's digits (1797 x 64, values 0..16), encoder codes of 16 bits, and a decoder
+    fitted from them by a few hard-EM rounds."""
+    x = load_digits().data.astype(np.float32)
+    codes = _sign_codes(x, 16)
+    return x, codes, ByteDecoder.fit(x, codes, 16, iterations=3)
+
+
+def _random_decoder(bits: int = 16, dim: int = 32, seed: int = 0) -> ByteDecoder:
+    """Tables drawn at random: reconstructions of distinct codes lie far apart (squared
+    distances ~2 dim) compared with the norm code's step."""
+    rng = np.random.default_rng(seed)
+    return ByteDecoder(bits, rng.standard_normal(dim).astype(np.float32),
+                       rng.standard_normal((-(-bits // 8), 256, dim)).astype(np.float32))
+
+
+def test_hard_em_fits_no_worse_than_least_squares_on_the_start_codes(digits):
+    x, codes, fitted = digits
+    start = ByteDecoder.fit(x, codes, 16, iterations=0)
+    start_error = _errors(start, x, codes).sum()
+    fitted_error = _errors(fitted, x, fitted.encode(x, codes)).sum()
+    assert fitted_error <= start_error
+    # The EM rounds do the work, not only the final encoding: the start tables with codes by
+    # their own posterior modes fit worse.
+    assert fitted_error < 0.9 * _errors(start, x, start.encode(x, codes)).sum()
+
+
+@pytest.mark.parametrize("which", ["start", "fitted", "random"])
+def test_encoding_never_moves_an_item_away_from_its_features(digits, which):
+    # Each ICM step picks the best table entry given the other bytes, the current one among the
+    # candidates: no item's error can grow from its start code's, whatever the tables.
+    x, codes, fitted = digits
+    decoder = {"start": ByteDecoder.fit(x, codes, 16, iterations=0), "fitted": fitted,
+               "random": ByteDecoder(16, fitted.offset,
+                                     fitted.tables + np.random.default_rng(3).normal(
+                                         0, 1, fitted.tables.shape).astype(np.float32))}[which]
+    for sweeps in (1, 4):
+        encoded = decoder.encode(x, codes, sweeps=sweeps)
+        before, after = _errors(decoder, x, codes), _errors(decoder, x, encoded)
+        assert (after <= before + 1e-4 * (1.0 + before)).all()
+        assert after.sum() < before.sum()
+        # The codes are a fixed point once converged: encoding them again changes nothing.
+    converged = decoder.encode(x, codes, sweeps=50)
+    np.testing.assert_array_equal(decoder.encode(x, converged, sweeps=1), converged)
+
+
+def test_norm_levels_are_faiss_own_8_bit_norm_codes(digits):
+    x, codes, fitted = digits
+    index = fitted.faiss_index(fitted.encode(x, codes))
+    low, high = index.aq.norm_min, index.aq.norm_max
+    assert low < high
+    norms = fitted.squared_norms(fitted.encode(x, codes))
+    assert norms.min() == pytest.approx(low) and norms.max() == pytest.approx(high)
+    # Every item's norm, and values on and either side of each level's edge, and outside.
+    edges = (np.float32(low) + (np.float32(high) - np.float32(low))
+             * np.arange(257, dtype=np.float32) / np.float32(256))
+    values = np.concatenate([norms, edges, np.nextafter(edges, np.float32(np.inf)),
+                             np.nextafter(edges, np.float32(-np.inf)),
+                             np.float32([low - 10, high + 10, 0])]).astype(np.float32)
+    expected = np.array([index.aq.encode_norm(float(value)) for value in values])
+    np.testing.assert_array_equal(norm_levels(values, low, high), expected)
+
+    # The index holds each code followed by its norm's level.
+    encoded = fitted.encode(x, codes)
+    stored = faiss.vector_to_array(index.codes).reshape(len(encoded), -1)
+    np.testing.assert_array_equal(stored[:, :-1], encoded)
+    np.testing.assert_array_equal(stored[:, -1], norm_levels(norms, low, high))
+
+
+def test_the_faiss_scan_gives_squared_distances_to_the_reconstructions(digits):
+    x, codes, fitted = digits
+    rng = np.random.default_rng(1)
+    database = fitted.encode(x, codes)
+    queries = x[rng.choice(len(x), 40, replace=False)] + rng.normal(0, 0.5, (40, 64))
+    queries = queries.astype(np.float32)
+    index = fitted.faiss_index(database)
+    step = (index.aq.norm_max - index.aq.norm_min) / 256
+    reconstructions = fitted.decode(database).astype(np.float64)
+    exact = ((queries[:, None, :].astype(np.float64) - reconstructions[None]) ** 2).sum(-1)
+    tolerance = step + 1e-5 * exact.max()  # the norm's rounding, and float32 sums
+
+    D, I = index.search(queries, 200)
+    returned = np.take_along_axis(exact, I, axis=1)
+    assert (np.abs(D - returned) <= tolerance).all()
+    assert (np.diff(D, axis=1) >= 0).all()
+    # The exact distances in the order returned: each no more than any later one's + the step.
+    later_min = np.minimum.accumulate(returned[:, ::-1], axis=1)[:, ::-1]
+    assert (returned <= later_min + tolerance).all()
+    # The nearest reconstruction is first, up to the step; none left out is nearer than the last.
+    assert (returned[:, 0] <= exact.min(axis=1) + tolerance).all()
+    left_out = exact.copy()
+    np.put_along_axis(left_out, I, np.inf, axis=1)
+    assert (left_out.min(axis=1) >= returned.max(axis=1) - tolerance).all()
+
+
+def test_a_query_that_is_a_reconstruction_finds_its_own_code_first():
+    # Distinct codes' reconstructions lie far apart (squared distance > 10 norm steps here),
+    # so the norm's rounding cannot reorder the first place.
+    decoder = _random_decoder()
+    rng = np.random.default_rng(2)
+    codes = np.unique(rng.integers(0, 256, (3000, 2), dtype=np.uint8), axis=0)
+    codes = codes[rng.permutation(len(codes))]
+    index = decoder.faiss_index(codes)
+    step = (index.aq.norm_max - index.aq.norm_min) / 256
+    reconstructions = decoder.decode(codes).astype(np.float64)
+    rows = rng.choice(len(codes), 100, replace=False)
+    distances = ((reconstructions[rows, None] - reconstructions[None]) ** 2).sum(-1)
+    distances[np.arange(len(rows)), rows] = np.inf
+    assert distances.min() > 10 * step  # the design holds
+    D, I = index.search(decoder.decode(codes[rows]), 3)
+    np.testing.assert_array_equal(I[:, 0], rows)
+    assert (np.abs(D[:, 0]) <= step / 2 + 1e-3).all()
+
+
+@pytest.mark.parametrize("bits", [12, 20])
+def test_padding_bits_are_never_set_and_their_table_entries_stay_zero(digits, bits):
+    x, _, _ = digits
+    codes = _sign_codes(x, bits, seed=bits)
+    decoder = ByteDecoder.fit(x, codes, bits, iterations=2)
+    padding = (1 << (8 - bits % 8)) - 1  # the low bits of the last byte
+    unused = (np.arange(256) & padding) != 0
+    assert decoder.tables.shape == (-(-bits // 8), 256, 64)
+    assert not decoder.tables[-1][unused].any()
+    assert decoder.tables[-1][~unused].any()
+    for start in (codes, decoder.encode(x, codes)):
+        encoded = decoder.encode(x, start, sweeps=4)
+        assert not (encoded[:, -1] & padding).any()
+        assert len(np.unique(encoded[:, -1])) > 1  # the last byte's used bits do vary
+    # Unused entries that would fit better than every used one are still never chosen.
+    tempting = decoder.tables.copy()
+    tempting[-1][~unused] *= 100.0
+    greedy = ByteDecoder(bits, decoder.offset, tempting)
+    assert not (greedy.encode(x, codes, sweeps=4)[:, -1] & padding).any()
+
+
+def test_its_arrays_read_back_exactly(digits, tmp_path):
+    _, _, fitted = digits
+    arrays = fitted.arrays("byte_decoder.")
+    assert set(arrays) == {"byte_decoder.bits", "byte_decoder.offset", "byte_decoder.tables"}
+    again = ByteDecoder.from_arrays(arrays, "index.npz", "byte_decoder.")
+    assert again.bits == fitted.bits and again.fingerprint == fitted.fingerprint
+    for name in ("offset", "tables"):
+        assert getattr(again, name).dtype == np.float32
+        np.testing.assert_array_equal(getattr(again, name), getattr(fitted, name))
+    assert repr(again) == repr(fitted)
+    # Through an .npz file too, without a prefix (0-d arrays, as np.load gives them).
+    np.savez(tmp_path / "decoder.npz", **fitted.arrays())
+    with np.load(tmp_path / "decoder.npz") as saved:
+        again = ByteDecoder.from_arrays(dict(saved), "decoder.npz")
+    assert again.bits == 16 and again.fingerprint == fitted.fingerprint
+
+
+def test_malformed_arrays_are_refused_naming_the_key(digits):
+    _, _, fitted = digits
+    good = fitted.arrays("d.")
+    for key in good:
+        broken = {name: value for name, value in good.items() if name != key}
+        with pytest.raises(ValueError, match=f"where.npz: missing key '{key}'"):
+            ByteDecoder.from_arrays(broken, "where.npz", "d.")
+    for tables in (fitted.tables[:1], fitted.tables[:, :255], fitted.tables[..., :10],
+                   fitted.tables[0], fitted.tables.astype(np.int32)):
+        with pytest.raises(ValueError, match="key 'd.tables' must be float"):
+            ByteDecoder.from_arrays({**good, "d.tables": tables}, "where.npz", "d.")
+    with pytest.raises(ValueError, match="key 'd.tables' must be float"):
+        ByteDecoder.from_arrays({**good, "d.bits": np.int64(24)}, "where.npz", "d.")
+    with pytest.raises(ValueError, match="'d.offset' float"):
+        ByteDecoder.from_arrays({**good, "d.offset": fitted.offset[None]}, "where.npz", "d.")
+    for name in ("tables", "offset"):
+        for bad in (np.nan, np.inf):
+            damaged = good[f"d.{name}"].copy()
+            damaged.flat[7] = bad
+            with pytest.raises(ValueError, match="where.npz: the byte decoder's tables hold "
+                                                 "NaN or infinite values"):
+                ByteDecoder.from_arrays({**good, f"d.{name}": damaged}, "where.npz", "d.")
+
+
+def test_the_fingerprint_follows_every_table_entry(digits):
+    _, _, fitted = digits
+    assert len(fitted.fingerprint) == 16
+    assert ByteDecoder(16, fitted.offset.copy(), fitted.tables.copy()).fingerprint \
+        == fitted.fingerprint
+    tables = fitted.tables.copy()
+    tables[1, 200, 63] = np.nextafter(tables[1, 200, 63], np.float32(np.inf))
+    assert ByteDecoder(16, fitted.offset, tables).fingerprint != fitted.fingerprint
+    offset = fitted.offset.copy()
+    offset[0] += 1
+    assert ByteDecoder(16, offset, fitted.tables).fingerprint != fitted.fingerprint
+    assert fitted.fingerprint in repr(fitted)
