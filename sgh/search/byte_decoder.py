@@ -17,12 +17,11 @@ the error). Fitting is hard EM on training features: codes by that mode, tables 
 squares given the codes, `FIT_ITERATIONS` times.
 
 Search: ``||x - x^(h)||^2 = ||x||^2 - 2 sum_j <x, C'_j[h_j]> + ||x^(h)||^2`` (``C'_0`` holding
-``t``): one 256-entry lookup table per byte per query and one number per item, which is
-faiss's additive-quantizer scan (`faiss.IndexLocalSearchQuantizer` with these tables as its
-codebooks): `faiss_index` builds it. The item's ``||x^(h)||^2`` is kept in one byte (faiss's
-``ST_norm_qint8``: 256 levels between the smallest and largest norm), as SGH's fast scan keeps
-its item term and as faiss's own additive quantizers do at this size; its distances are the
-squared distances to the reconstructions up to that rounding.
+``t``): one 256-entry lookup table per byte per query (`lookup_tables`) and one number per item
+(`item_norms`), the form `sgh.search.asymmetric_index.AsymmetricIndex` scans. faiss's own
+additive-quantizer scan runs the same sum (`faiss_index`: `faiss.IndexLocalSearchQuantizer` with
+these tables as its codebooks and ``||x^(h)||^2`` kept in one byte, faiss's ``ST_norm_qint8``,
+as faiss's additive quantizers do at this size).
 """
 
 from __future__ import annotations
@@ -118,14 +117,29 @@ class ByteDecoder:
         codes = validate_codes(codes, self.bits, "codes")
         return self.offset + _reconstruct(codes, self.tables)
 
+    def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
+        """``(nq, bytes, 256)`` float32: ``-2 <x, C'_j[v]>`` (module doc), float64 products."""
+        books = self._books().reshape(-1, self.dim).astype(np.float64)
+        products = np.asarray(queries, np.float64) @ books.T
+        return (-2.0 * products).astype(np.float32).reshape(len(products), -1, 256)
+
+    def item_norms(self, codes: np.ndarray) -> np.ndarray:
+        """``||x^(h)||^2`` of packed codes: the scan's per-item term."""
+        return self.squared_norms(validate_codes(codes, self.bits, "codes"))
+
+    def _books(self) -> np.ndarray:
+        """The tables with the offset in the first: ``x^ = sum_j C'_j[h_j]``."""
+        books = self.tables.astype(np.float32, copy=True)
+        books[0] += self.offset
+        return books
+
     def faiss_index(self, codes: np.ndarray):
         """A `faiss.IndexLocalSearchQuantizer` holding ``codes``, searched by
         ``||x - x^(h)||^2`` (module doc): this decoder's tables are its codebooks."""
         import faiss  # on first use: `import sgh.search` stays light
 
         codes = validate_codes(codes, self.bits, "codes")
-        books = self.tables.astype(np.float32, copy=True)
-        books[0] += self.offset  # the offset rides in the first table: x^ needs no extra term
+        books = self._books()
         index = faiss.IndexLocalSearchQuantizer(self.dim, len(books), 8, faiss.METRIC_L2,
                                                 faiss.AdditiveQuantizer.ST_norm_qint8)
         faiss.copy_array_to_vector(np.ascontiguousarray(books).ravel(), index.aq.codebooks)

@@ -20,11 +20,11 @@ Modes (`index.mode`, settable):
 With ``decoder="bytes"`` the index keeps its own decoder, one 256-entry table per code byte
 (:mod:`sgh.search.byte_decoder`), fitted by `train` on training features: each added item's
 code is that decoder's posterior mode (from the encoder's code), and ``"scan"`` (its only
-mode) ranks by the squared distance to each code's reconstruction on faiss's
-additive-quantizer scan; ``D`` is that squared distance (the reconstruction's norm rounded to
-one byte, `sgh.search.byte_decoder`). It reaches recall the model's own
-per-bit scores do not (docs/results.md), at the scan speed of an 8-bit PQ rather than the
-fast-scan's.
+mode) ranks by the squared distance to each code's reconstruction, ``D``: a lookup table per
+code byte and the reconstruction's squared norm per item, on the compiled table scan
+(`AsymmetricIndex`, on faiss's thread count). It reaches recall the model's own per-bit scores
+do not (docs/results.md). The saved ``codes.faiss`` is faiss's additive quantizer of the same
+tables and codes (`ByteDecoder.faiss_index`: the norm rounded to one byte).
 
 With ``nlist`` the database is partitioned by a k-means of its features (faiss IVF): `train`
 learns the lists, each added item goes to the list of its nearest centroid, and a search scans
@@ -248,8 +248,10 @@ class SGHIndex:
             probes = None if self.nlist is None else self._assign(
                 queries, check_int("nprobe", self.nprobe, 1))
             if self.decoder == "bytes":
-                D, rows = self._engine("bytes").search(queries, k)
-                D[rows < 0] = np.inf  # faiss pads with FLT_MAX
+                # faiss's thread count, so that one setting governs every mode's threads.
+                D, rows = self._engine("bytes").search(queries, k, workers=_faiss_threads())
+                # The scan's score lacks the query's own ||x||^2: added, D is a distance.
+                D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 D, rows = padded(D, rows, k)
             elif self.mode == "scan":
                 D, rows = self._engine("scan").search(queries, k, probes)
@@ -276,7 +278,9 @@ class SGHIndex:
 
     def _build_engine(self, name: str):
         if name == "bytes":
-            return self.byte_decoder.faiss_index(self._codes)
+            engine = AsymmetricIndex(self.byte_decoder)
+            engine.add(self._codes)
+            return engine
         if name == "hamming":
             engine = HammingIndex(self.bits)
             engine.add(self._codes)
@@ -401,9 +405,10 @@ class SGHIndex:
 
     # ---- internals ------------------------------------------------------------------------
     def _faiss_codes(self):
-        """The faiss index that `save` writes as ``codes.faiss``: the one the mode searches."""
+        """The faiss index that `save` writes as ``codes.faiss``: the one the mode searches, or
+        for the byte decoder faiss's additive quantizer of the same tables and codes."""
         if self.decoder == "bytes":
-            return self._engine("bytes")
+            return self.byte_decoder.faiss_index(self._codes)
         return self._engine("scan" if self.mode == "scan" else "shortlist")._index()
 
     def _features(self, x: np.ndarray) -> np.ndarray:
@@ -447,6 +452,12 @@ class SGHIndex:
         if lists is not None:
             self._lists = np.concatenate([self._lists, lists.astype(np.int64)])
         self._engines.clear()
+
+
+def _faiss_threads() -> int:
+    import faiss
+
+    return faiss.omp_get_max_threads()
 
 
 def _scores_of(model) -> ScoreSet:

@@ -70,18 +70,15 @@ def test_items_are_stored_by_posterior_mode_and_ranked_by_distance_to_their_reco
     np.testing.assert_array_equal(codes, decoder.encode(base, hasher.encode(base)))
     assert (codes != hasher.encode(base)).any()  # the modes are not the encoder's codes
 
-    # The ids given to add come back, for the rows faiss's scan of those codes returns.
+    # D is the squared distance to each item's reconstruction (float32 sums), and no item
+    # left out is nearer than the last one returned; the ids are those given to add.
     D, I = index.search(queries, 20)
-    D0, rows = decoder.faiss_index(codes).search(queries, 20)
-    np.testing.assert_array_equal(I, rows + ID_OFFSET)
-    np.testing.assert_array_equal(D, D0)
-    # D is the squared distance to each item's reconstruction, its norm rounded to one byte.
-    engine = decoder.faiss_index(codes)
-    step = (engine.aq.norm_max - engine.aq.norm_min) / 256
-    reconstructions = decoder.decode(codes[(I - ID_OFFSET).ravel()]).astype(np.float64)
-    exact = ((np.repeat(queries, I.shape[1], axis=0) - reconstructions) ** 2).sum(-1)
-    exact = exact.reshape(I.shape)
-    np.testing.assert_allclose(D, exact, rtol=0, atol=step + 1e-5 * exact.max())
+    reconstructions = decoder.decode(codes).astype(np.float64)
+    exact = ((queries.astype(np.float64)[:, None, :] - reconstructions[None]) ** 2).sum(-1)
+    tolerance = 1e-4 * exact.max()
+    np.testing.assert_allclose(D, np.take_along_axis(exact, I - ID_OFFSET, axis=1), rtol=0,
+                               atol=tolerance)
+    assert (np.sort(exact, axis=1)[:, 19] >= D[:, -1] - tolerance).all()
 
 
 def test_a_saved_index_searches_identically_and_faiss_opens_its_codes(digits, tmp_path):
@@ -97,12 +94,15 @@ def test_a_saved_index_searches_identically_and_faiss_opens_its_codes(digits, tm
     for before, after in zip((D, I), loaded.search(queries, 25), strict=True):
         np.testing.assert_array_equal(before, after)
 
-    # faiss alone: the same distances, for rows in the order items were added.
+    # faiss alone (its norms rounded to one byte): the same items, distances within that
+    # rounding, rows in the order items were added.
     opened = faiss.read_index(str(saved / "codes.faiss"))
     assert opened.ntotal == len(base)
     D0, rows = opened.search(queries, 25)
-    np.testing.assert_array_equal(D0, D)
-    np.testing.assert_array_equal(rows + ID_OFFSET, I)
+    step = (opened.aq.norm_max - opened.aq.norm_min) / 256
+    np.testing.assert_allclose(D0, D, rtol=0, atol=2 * step + 1e-4 * D.max())
+    shared = [len(set(a) & set(b)) / 25 for a, b in zip(rows + ID_OFFSET, I, strict=True)]
+    assert np.mean(shared) > 0.9
     index.save(saved)  # an index saved before is replaced
 
 
@@ -193,8 +193,9 @@ def test_angular_features_are_searched_by_their_direction():
         np.testing.assert_array_equal(scaled[0], D)
     # The byte decoder saw unit vectors: its distances are those of unit queries.
     assert np.abs(np.linalg.norm(index.byte_decoder.offset)) <= 1.0
-    D0, rows = index.byte_decoder.faiss_index(index.encode(x[100:])).search(unit[:100], 10)
-    np.testing.assert_array_equal(rows, I)
-    np.testing.assert_array_equal(D0, D)
+    codes = index.encode(x[100:])
+    exact = ((unit[:100, None, :].astype(np.float64)
+              - index.byte_decoder.decode(codes)[None].astype(np.float64)) ** 2).sum(-1)
+    np.testing.assert_allclose(D, np.take_along_axis(exact, I, axis=1), rtol=0, atol=1e-4)
     assert D.max() < 1.0  # squared distances between (near) unit vectors of one dataset
     assert _recall_10_at_50(unit[100:], unit[:100], index.search(x[:100], 50)[1]) > 0.5
