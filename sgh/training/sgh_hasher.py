@@ -21,12 +21,10 @@ It shares the interface of the baselines (`sgh.hasher.BinaryHasher`): `fit`, `tr
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import logging
 import os
-import sys
+import re
 import warnings
 from pathlib import Path
 
@@ -55,6 +53,7 @@ from sgh.search.score_set import ScoreSet
 from sgh.training.holdout import MAX_HELD_OUT_SHARE
 from sgh.training.score_selection import select_scores
 from sgh.training.train_sgh import fit_sgh, hold_out
+from sgh.training.verbose import progress_on_stderr
 
 # (parameter, configuration section, key in it): every parameter but n_bits and random_state.
 _KEYS = {
@@ -87,9 +86,6 @@ _PRESET_KEYS = {**{place: parameter for parameter, place in _KEYS.items()},
 # eval.* keys that say how sgh-train scores the codes (ranking, score, cut-offs), which a hasher
 # does not do: a preset's are left out (search's eval.ranking=asymmetric: `asymmetric_score`).
 _EVAL_ONLY = {field.name for field in dataclasses.fields(EvalConfig)} - {"recall_k"}
-# verbose=True: the records of these loggers go to stderr during `fit` (sgh-train's progress
-# lines), and TensorFlow's and absl's INFO chatter ("Sharding callback duration") is held back.
-_PROGRESS_LOGGER, _CHATTER = "sgh.training", ("tensorflow", "absl")
 
 
 class SGHHasher(BinaryHasher):
@@ -219,7 +215,10 @@ class SGHHasher(BinaryHasher):
                         trainer=TrainerConfig(**sections["trainer"]),
                         validation=ValidationConfig(**sections["validation"]),
                         eval=EvalConfig(**sections["eval"]))
-        return validate_training(config)
+        try:
+            return validate_training(config)
+        except UserInputError as error:  # sgh-train's wording, in this class's names
+            raise UserInputError(_python_names(str(error))) from None
 
     # ---- BinaryHasher ------------------------------------------------------------------------
     def fit(self, X, y=None):
@@ -229,7 +228,7 @@ class SGHHasher(BinaryHasher):
         self._config = self.training_config()
         self._labels = None if y is None else np.asarray(y)
         try:
-            with _progress_on_stderr(self.verbose):
+            with progress_on_stderr(self.verbose):
                 return super().fit(X)
         finally:
             del self._labels, self._config
@@ -248,7 +247,10 @@ class SGHHasher(BinaryHasher):
                           "on; training without validation (validation_every=0)", stacklevel=3)
             config = dataclasses.replace(config, validation=dataclasses.replace(
                 config.validation, every=0))
-        train_items, validation = hold_out(config, X, labels, "X")
+        try:
+            train_items, validation = hold_out(config, X, labels, "X")
+        except UserInputError as error:
+            raise UserInputError(_python_names(str(error))) from None
         if config.trainer.batch_size > len(train_items):
             # scikit-learn's convention (MLPClassifier): a batch larger than the data is clipped.
             warnings.warn(f"batch_size={config.trainer.batch_size} is larger than the "
@@ -295,7 +297,8 @@ class SGHHasher(BinaryHasher):
             return scores.scores[scores.kind_for(kind, "asymmetric", "SGHHasher")]
         except ValueError as error:
             reason = ASYMMETRIC_NEEDS_LINEAR_DECODER if self.model_.decoder_network() else None
-            raise ValueError(f"{error}" + (f"; {reason}" if reason else "")) from None
+            message = str(error) + (f"; {reason}" if reason else "")
+            raise ValueError(_python_names(message.replace("eval.score=", "kind="))) from None
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -386,6 +389,15 @@ class SGHHasher(BinaryHasher):
             self._restore(self.n_features_in_, weights, self.fit_info_, scores)
 
 
+def _python_names(message: str) -> str:
+    """``message`` with sgh-train's keys (``model.bits``) replaced by the parameters of
+    `SGHHasher` that set them (``n_bits``), longest key first."""
+    for (section, key), parameter in sorted(_PRESET_KEYS.items(),
+                                            key=lambda item: -len(".".join(item[0]))):
+        message = re.sub(rf"\b{re.escape(section)}\.{re.escape(key)}\b", parameter, message)
+    return message
+
+
 def _refuse_non_finite_weights(weights: dict[str, np.ndarray], where: Path) -> None:
     """A fitted model's weights are finite (training stops at a NaN loss): NaN or Inf there
     would encode every item to the same code without a word."""
@@ -455,43 +467,3 @@ def _preset_settings(path: Path) -> tuple[dict, list[str]]:
         elif section != "dataset":
             refused.append(section)
     return settings, refused
-
-
-class _ProgressFormatter(logging.Formatter):
-    """sgh-train's console lines (`sgh.cli.logs.ConsoleFormatter`): `[sgh] message`, and
-    `warning: message` for warnings and worse."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        return (f"{record.levelname.lower()}: {message}" if record.levelno >= logging.WARNING
-                else f"[sgh] {message}")
-
-
-@contextlib.contextmanager
-def _progress_on_stderr(verbose: object):
-    """`verbose`: during the block, the training's records go to stderr (and only there: no
-    line twice where the user's root logger shows INFO too), TensorFlow's and absl's INFO
-    lines are held back; everything is as it was after it. Otherwise nothing changes."""
-    if not verbose:
-        yield
-        return
-    progress = logging.getLogger(_PROGRESS_LOGGER)
-    chatter = {name: logging.getLogger(name).level for name in _CHATTER}
-    level, propagate = progress.level, progress.propagate
-    handler = logging.StreamHandler(sys.stderr)  # the stderr of now (pytest's, a notebook's)
-    handler.setFormatter(_ProgressFormatter())
-    for name in _CHATTER:
-        if logging.getLogger(name).getEffectiveLevel() < logging.WARNING:
-            logging.getLogger(name).setLevel(logging.WARNING)
-    if progress.getEffectiveLevel() > logging.INFO:
-        progress.setLevel(logging.INFO)
-    progress.addHandler(handler)
-    progress.propagate = False
-    try:
-        yield
-    finally:
-        progress.removeHandler(handler)
-        progress.setLevel(level)
-        progress.propagate = propagate
-        for name, saved in chatter.items():
-            logging.getLogger(name).setLevel(saved)

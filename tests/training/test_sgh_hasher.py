@@ -99,14 +99,18 @@ def test_a_hasher_saved_or_pickled_as_estimator_reads_as_gradient_estimator(tmp_
     assert unpickled.get_params() == hasher.get_params()
 
 
-def test_settings_are_checked_with_the_keys_of_sgh_train():
-    with pytest.raises(UserInputError, match="model.objective='map' is not known"):
+def test_settings_are_checked_with_sgh_trains_rules_in_the_parameters_names():
+    with pytest.raises(UserInputError, match="^objective='map' is not known"):
         SGHHasher(objective="map").fit(_blobs())
+    with pytest.raises(UserInputError, match="^n_bits=0 is impossible"):
+        SGHHasher(n_bits=0).fit(_blobs())
+    with pytest.raises(UserInputError, match="^validation_every=-3 is impossible"):
+        SGHHasher(validation_every=-3).fit(_blobs())
     for seed in (-1, 2**32):  # the parameter is named, not the trainer.seed it becomes
         with pytest.raises(UserInputError, match=rf"random_state={seed} is impossible; accepted: "
                                                  "an integer between 0 and 4294967295"):
             SGHHasher(random_state=seed).fit(_blobs())
-    with pytest.raises(UserInputError, match="validation.metric=map needs labels, and X has none"):
+    with pytest.raises(UserInputError, match="validation_metric=map needs labels, and X has none"):
         SGHHasher(**{**TINY, "validation_every": 2, "validation_metric": "map"}).fit(_blobs())
 
 
@@ -165,9 +169,11 @@ def test_the_hasher_hands_its_scores_to_search():
     deep = SGHHasher(**TINY, encoder="mlp", decoder="mlp", encoder_hidden=(8,),
                      decoder_hidden=(8,)).fit(x)
     assert deep.asymmetric_score().kind == "encoder" and deep.asymmetric_score().network
-    with pytest.raises(ValueError, match="SGHHasher has no per-bit decoder score .*model.decoder"
+    with pytest.raises(ValueError, match="SGHHasher has no per-bit decoder score .*; decoder"
                                          "=mlp has no per-bit form"):
         deep.asymmetric_score(kind="decoder")
+    with pytest.raises(ValueError, match="^kind='jiont' is not known"):  # Python's names
+        deep.asymmetric_score(kind="jiont")
     # Its decoder rescores shortlists instead.
     rescorer = deep.scores_.rescorer("decoder", deep.encode(x))
     scores, ids = rescorer.rescore(x[:3], np.tile(np.arange(20), (3, 1)))
