@@ -40,16 +40,22 @@ def test_every_curve_is_measured_at_the_codes_bytes_per_item(benchmarked):
     points = result["points"]
     methods = {point["method"] for point in points}
     lists = next(point["params"]["nlist"] for point in points if "nlist" in point["params"])
-    assert methods == {"SGH scan", "SGH two-stage", f"SGH IVF{lists} scan", "faiss PQ2np",
-                       "faiss PQ4x4fs", "faiss OPQ2,PQ2np", "faiss OPQ4,PQ4x4fs",
-                       f"faiss IVF{lists},PQ4x4fs", f"faiss IVF{lists},PQ4x4fsr", "faiss RaBitQ"}
+    assert methods == {"SGH scan", "SGH two-stage", f"SGH IVF{lists} scan",
+                       "SGH byte decoder scan", "faiss PQ2np", "faiss PQ4x4fs",
+                       "faiss OPQ2,PQ2np", "faiss OPQ4,PQ4x4fs", "faiss RQ2x8_Nqint8",
+                       "faiss LSQ2x8_Nqint8", f"faiss IVF{lists},PQ4x4fs",
+                       f"faiss IVF{lists},PQ4x4fsr", "faiss RaBitQ"}
+    # The codes' 2 bytes; with the reconstruction's norm in one more byte (the byte decoder,
+    # faiss's additive quantizers); RaBitQ at its own size, a bit per dimension (32) plus its
+    # float factors.
+    sizes = {"faiss RaBitQ": 12, "SGH byte decoder scan": 3, "faiss RQ2x8_Nqint8": 3,
+             "faiss LSQ2x8_Nqint8": 3}
     for point in points:
         assert (point["dataset"], point["bits"], point["threads"]) == ("synthetic", 16, 1)
         assert point["queries_per_second"] > 0
         for metric in ("recall10@100", "10-recall@10", "1-recall@1"):
             assert 0 <= point[metric] <= 1
-        # RaBitQ at its own size: a bit per dimension (32) plus its float factors.
-        assert point["bytes_per_item"] == (2 if point["method"] != "faiss RaBitQ" else 12)
+        assert point["bytes_per_item"] == sizes.get(point["method"], 2)
 
 
 def test_recall_is_the_share_of_the_true_ten_among_the_first_hundred(benchmarked):
