@@ -186,7 +186,7 @@ def test_what_a_new_user_trips_over_is_answered_as_scikit_learn_would():
     x = _blobs(n=60)
     with pytest.raises(NotFittedError):
         SGHHasher(**TINY).transform(x)
-    with pytest.raises(UserInputError, match="model.bits=0 is impossible"):
+    with pytest.raises(UserInputError, match="^n_bits=0 is impossible"):
         SGHHasher(**{**TINY, "n_bits": 0}).fit(x)
     # A batch larger than the data is clipped, with a warning (MLPClassifier's convention).
     with pytest.warns(UserWarning, match="batch_size=500 is larger than the 60 training items"):
