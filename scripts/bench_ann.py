@@ -486,14 +486,17 @@ def plot(group: Group, points: list[Point], anchors_envelope: list[Point], threa
     """Recall10@100 against queries/s (log): each method's Pareto frontier as a line (as
     ann-benchmarks draws it), its dominated settings as crosses; the anchors' envelope dashed."""
     figure, axes = pyplot.subplots(figsize=(9, 6))
-    for method in dict.fromkeys(point.method for point in points):
+    # tab20: one colour a method (the default cycle has 10, fewer than the methods here).
+    colours = matplotlib.colormaps["tab20"].colors
+    for number, method in enumerate(dict.fromkeys(point.method for point in points)):
         curve = [point for point in points if point.method == method]
         frontier = envelope(curve)
         size = curve[0].bytes_per_item
         label = method if size == group.bytes_per_item else f"{method} ({size:g} B/item)"
         (line,) = axes.plot([p.measured["recall10@100"] for p in frontier],
                             [p.measured["queries_per_second"] for p in frontier], marker="o",
-                            linewidth=2 if curve[0].is_sgh else 1, label=label)
+                            linewidth=2 if curve[0].is_sgh else 1, label=label,
+                            color=colours[number % len(colours)])
         dominated = [point for point in curve if point not in frontier]  # by identity
         axes.scatter([p.measured["recall10@100"] for p in dominated],
                      [p.measured["queries_per_second"] for p in dominated], marker="x",
