@@ -26,12 +26,13 @@ as faiss's additive quantizers do at this size).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from sgh.codes import validate_codes
+from sgh.codes import stored_bits, validate_codes
 
 # Hard-EM rounds of `ByteDecoder.fit` (each: one posterior-mode sweep, one least-squares fit):
 # validation recall still rose a little at 8 on MNIST and SIFT10K; 10 leaves little to gain.
@@ -119,19 +120,30 @@ class ByteDecoder:
 
     def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
         """``(nq, bytes, 256)`` float32: ``-2 <x, C'_j[v]>`` (module doc), float64 products."""
-        books = self._books().reshape(-1, self.dim).astype(np.float64)
-        products = np.asarray(queries, np.float64) @ books.T
+        products = np.asarray(queries, np.float64) @ self._books64.T
         return (-2.0 * products).astype(np.float32).reshape(len(products), -1, 256)
 
     def item_norms(self, codes: np.ndarray) -> np.ndarray:
-        """``||x^(h)||^2`` of packed codes: the scan's per-item term."""
-        return self.squared_norms(validate_codes(codes, self.bits, "codes"))
+        """``(n,)`` float32 ``||x^(h)||^2`` of packed codes (float64 sums): the scan's per-item
+        term."""
+        codes = validate_codes(codes, self.bits, "codes")
+        norms = np.empty(len(codes), np.float32)
+        for start in range(0, len(codes), _BLOCK_ROWS):
+            block = codes[start : start + _BLOCK_ROWS]
+            decoded = (self.offset + _reconstruct(block, self.tables)).astype(np.float64)
+            norms[start : start + len(block)] = np.einsum("ij,ij->i", decoded, decoded)
+        return norms
 
     def _books(self) -> np.ndarray:
         """The tables with the offset in the first: ``x^ = sum_j C'_j[h_j]``."""
         books = self.tables.astype(np.float32, copy=True)
         books[0] += self.offset
         return books
+
+    @functools.cached_property
+    def _books64(self) -> np.ndarray:
+        """`_books` as ``(bytes * 256, dim)`` float64, built once: every search's tables."""
+        return self._books().reshape(-1, self.dim).astype(np.float64)
 
     def faiss_index(self, codes: np.ndarray):
         """A `faiss.IndexLocalSearchQuantizer` holding ``codes``, searched by
@@ -146,19 +158,11 @@ class ByteDecoder:
         index.aq.is_trained = index.is_trained = True
         if len(codes) == 0:
             return index
-        norms = self.squared_norms(codes)
+        norms = self.item_norms(codes)
         index.aq.train_norm(len(norms), faiss.swig_ptr(norms))
         index.add_sa_codes(np.ascontiguousarray(np.concatenate(
             [codes, norm_levels(norms, index.aq.norm_min, index.aq.norm_max)[:, None]], axis=1)))
         return index
-
-    def squared_norms(self, codes: np.ndarray) -> np.ndarray:
-        """``(n,)`` float32 ``||x^(h)||^2`` of packed codes (float64 sums)."""
-        norms = np.empty(len(codes), np.float32)
-        for start in range(0, len(codes), _BLOCK_ROWS):
-            decoded = self.decode(codes[start : start + _BLOCK_ROWS]).astype(np.float64)
-            norms[start : start + len(decoded)] = np.einsum("ij,ij->i", decoded, decoded)
-        return norms
 
     def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
         return {prefix + "bits": np.int64(self.bits), prefix + "offset": self.offset,
@@ -173,7 +177,7 @@ class ByteDecoder:
         if missing:
             raise ValueError(f"{where}: missing key {missing[0]!r} (a byte decoder holds bits, "
                              "offset, tables)")
-        bits = int(arrays[prefix + "bits"])
+        bits = stored_bits(arrays, where, prefix + "bits")
         offset = np.asarray(arrays[prefix + "offset"])
         tables = np.asarray(arrays[prefix + "tables"])
         expected = (-(-bits // 8), 256, offset.shape[0] if offset.ndim == 1 else -1)

@@ -86,7 +86,7 @@ def test_norm_levels_are_faiss_own_8_bit_norm_codes(digits):
     index = fitted.faiss_index(fitted.encode(x, codes))
     low, high = index.aq.norm_min, index.aq.norm_max
     assert low < high
-    norms = fitted.squared_norms(fitted.encode(x, codes))
+    norms = fitted.item_norms(fitted.encode(x, codes))
     assert norms.min() == pytest.approx(low) and norms.max() == pytest.approx(high)
     # Every item's norm, and values on and either side of each level's edge, and outside.
     edges = (np.float32(low) + (np.float32(high) - np.float32(low))
