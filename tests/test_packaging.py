@@ -57,11 +57,11 @@ def _command(installed, *args, timeout=600):
     return result
 
 
-def test_the_installed_package_is_the_wheel_with_its_configs_and_data(installed):
+def test_the_installed_package_is_the_wheel_with_its_configs_data_and_docs(installed):
     bin_dir, work = installed
     where = subprocess.run([bin_dir / "python", "-c", "import sgh.cli.resources as r; "
-                            "print(r.CONFIG_DIR); print(r.BUNDLED_DATA_DIR)"], cwd=work,
-                           check=True, capture_output=True, text=True).stdout.split()
+                            "print(r.CONFIG_DIR); print(r.BUNDLED_DATA_DIR); print(r.DOCS_DIR)"],
+                           cwd=work, check=True, capture_output=True, text=True).stdout.split()
     for path in where:
         assert str(REPOSITORY) not in path and "site-packages" in path
     shipped = {p.relative_to(REPOSITORY / "configs") for p in (REPOSITORY / "configs").rglob("*")
@@ -69,6 +69,13 @@ def test_the_installed_package_is_the_wheel_with_its_configs_and_data(installed)
     assert shipped == {p.relative_to(where[0]) for p in Path(where[0]).rglob("*")
                        if p.is_file() and p.suffix == ".yaml"}
     assert (Path(where[1]) / "mnist" / "mnist.npz").is_file()
+    docs = {p.relative_to(REPOSITORY / "docs") for p in (REPOSITORY / "docs").rglob("*")
+            if p.is_file()}
+    assert docs == {p.relative_to(where[2]) for p in Path(where[2]).rglob("*") if p.is_file()}
+    for command in ("sgh-train", "sgh-eval", "sgh-encode"):  # the footers name installed pages
+        footer = _command(installed, command, "--help").stdout.splitlines()[-2:]
+        pages = [Path(line.split(": ", 1)[1]) for line in footer]
+        assert all(page.is_file() and page.is_relative_to(where[2]) for page in pages), footer
 
 
 def test_every_command_runs_from_an_empty_directory_outside_the_repository(installed):

@@ -1,9 +1,11 @@
-"""Where the files the product ships live: the Hydra configurations and the bundled datasets.
+"""Where the files the product ships live: the Hydra configurations, the bundled datasets and
+the documentation.
 
 A checkout keeps them at its top level (`configs/`, `data/`, the project's layout); the wheel
-carries the same files inside the package as `sgh/configs/` and `sgh/bundled/` (see
+carries the same files inside the package as `sgh/configs/`, `sgh/bundled/` and `sgh/docs/` (see
 `pyproject.toml`). Every command finds them here, so an installed `sgh-train` works from any
-directory, and nothing else in the package knows either location.
+directory and its `--help` names guides that exist on this machine, and nothing else in the
+package knows these locations.
 """
 
 from __future__ import annotations
@@ -22,3 +24,5 @@ def _shipped(inside_package: str, in_checkout: str) -> Path:
 CONFIG_DIR = _shipped("configs", "configs")
 # Bundled datasets, `<BUNDLED_DATA_DIR>/<dataset>/<file>` (MNIST ships with the product).
 BUNDLED_DATA_DIR = _shipped("bundled", "data")
+# The guides and the reference (`--help` footers point into it: a wheel user has no checkout).
+DOCS_DIR = _shipped("docs", "docs")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from sgh.cli.hydra_command import _arguments_parser
-from sgh.cli.resources import CONFIG_DIR
+from sgh.cli.resources import CONFIG_DIR, DOCS_DIR
 
 
 def test_train_help_lists_the_options_a_user_picks_and_no_schema(command_here, tmp_path):
@@ -33,6 +34,16 @@ def test_the_other_commands_help_lists_their_own_keys_only(command_here, tmp_pat
     assert result.stdout.startswith(f"{program}: ")
     assert "powered by Hydra" not in result.stdout and "dataset:" not in result.stdout
     assert "\nout: null" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "encode"])
+def test_help_ends_with_the_guide_and_the_key_reference_as_files_here(command_here, tmp_path,
+                                                                      command):
+    footer = command_here(command, ["--help"], tmp_path).stdout.splitlines()[-2:]
+    assert [line.split(": ")[0] for line in footer] == ["Guide", "Every key"]
+    pages = [Path(line.split(": ", 1)[1]) for line in footer]
+    assert all(page.is_absolute() and page.is_file() for page in pages), footer
+    assert pages[1] == DOCS_DIR / "reference" / "configuration.md"
 
 
 def test_every_flag_hydra_documents_is_read_as_hydra_reads_it(command_here, tmp_path):
