@@ -2,7 +2,7 @@
 quantizers at equal bytes per item.
 
     SGH_DATA_DIR=/path/to/data python scripts/bench_ann.py --runs RUN [RUN ...]
-        [--json bench_ann.json] [--png bench_ann_plots] [--threads 1] [--quick]
+        [--json bench_ann.json] [--png bench_ann_plots] [--threads 1] [--quick] [--sgh-only]
 
 RUN: a finished `sgh-train` run of SGH (its config.yaml, codes.npz and asymmetric.npz). The runs
 are grouped by dataset and code length (bits); each group is one table, one plot and one set of
@@ -17,8 +17,9 @@ it, its dominated settings drawn as crosses):
   kernels, the fast scan's refine_factor x k best rescored exactly) at refine_factor 1, 2, 4;
   mode="two_stage" (the encoder score's shortlist, rescored by the validated rescoring score) over
   shortlists of 200 .. 5,000 items (at most the database); and inverted lists,
-  `from_run(run, nlist=N)`, N = round(4 sqrt(n_database)), mode="scan" over nprobe 1 .. 64. The
-  inverted lists are SGHIndex's own: a k-means of the database features. And the byte decoder,
+  `from_run(run, nlist=N)`, N = round(sqrt(n_database)) and round(4 sqrt(n_database)),
+  mode="scan" over nprobe 1 .. 64. The inverted lists are SGHIndex's own: a k-means of the
+  database features. And the byte decoder,
   `from_run(run, decoder="bytes")`: one 256-entry table per code byte fitted on the run's
   training features, the database encoded by its posterior mode, scanned by faiss's
   additive-quantizer kernel (the reconstruction's norm in one more byte per item: B + 1
@@ -32,7 +33,8 @@ it, its dominated settings drawn as crosses):
   and by local search; trained on at most 100,000 training items, as the byte decoder),
   `IVF{N},PQ{2B}x4fs`
   (codes of the vectors) and `IVF{N},PQ{2B}x4fsr` (codes of their residuals to the list's
-  centroid) over nprobe 1 .. 64, the same N, their lists a k-means of the training features;
+  centroid) over nprobe 1 .. 64, N = round(4 sqrt(n_database)), their lists a k-means of the
+  training features;
   and `RaBitQ` at its own size (d/8 bytes of signs plus two float factors; faiss's default of
   4-bit quantised queries). `PQ{2B}x4fs,RFlat` is left out: its refine step re-ranks by
   the raw float vectors, 4d more bytes per item. Dimensions that are no multiple of 2B sub-vectors
@@ -63,8 +65,16 @@ queries/s of its points with Recall10@100 >= r (the Pareto frontier, as ann-benc
 SGH's curve is every point of the run (scan, two-stage and inverted lists). Compared at every
 recall of a point in that range, without a noise margin.
 
+The inverted lists' target (issue 33): an IVF point at >= 0.95 x the Recall10@100 of the flat
+scan (mode="scan" at SGHIndex's default refine factor) with >= 10 x its queries/s. Reported per
+run: the fastest IVF point reaching that recall, its share of the flat scan's recall and its
+speed-up.
+
+--sgh-only: SGH's points and the inverted lists' verdict only (no faiss anchors, no envelope
+verdict): minutes where the anchors' training takes an hour.
+
 --quick (a smoke run, minutes): the first 200 queries, fewer settings, one timed round,
-N = round(sqrt(n_database)) lists, anchors trained on the first 10,000 training items and OPQ
+N = round(sqrt(n_database)) lists only, anchors trained on the first 10,000 training items and OPQ
 with 2 iterations.
 """
 
@@ -95,6 +105,7 @@ from sgh.config import dataset_config_from
 from sgh.data import load_split
 from sgh.data.streamed_features import iter_chunks
 from sgh.search.byte_decoder import FIT_ROWS
+from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR
 from sgh.search.sgh_index import SGHIndex
 
 matplotlib.use("Agg")  # files only: no display
@@ -103,6 +114,8 @@ from matplotlib import pyplot  # noqa: E402
 K = 100  # results asked of every search: Recall10@100's 100
 TRUE_NEIGHBOURS = 10  # Recall10@100's 10
 TARGET_RECALL_SHARE = 0.8  # the target's recall range starts at this share of the highest
+IVF_RECALL_SHARE = 0.95  # the inverted lists' target: this share of the flat scan's recall ...
+IVF_SPEEDUP = 10.0  # ... at this many times its queries/s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,16 +127,18 @@ class Settings:
     nprobes: tuple[int, ...]
     rounds: int
     queries: int | None  # the first this many test queries (None: all)
-    lists_per_sqrt_n: int
+    lists_per_sqrt_n: int  # the anchors' inverted lists
+    sgh_lists_per_sqrt_n: tuple[int, ...]  # SGH's inverted lists, one curve each
     training_rows: int | None  # anchors train on the first this many (None: all)
     opq_iterations: int | None  # None: faiss's default (50)
 
 
 FULL = Settings(refine_factors=(1, 2, 4), shortlists=(200, 500, 1000, 2000, 5000),
                 nprobes=(1, 2, 4, 8, 16, 32, 64), rounds=3, queries=None, lists_per_sqrt_n=4,
-                training_rows=None, opq_iterations=None)
+                sgh_lists_per_sqrt_n=(1, 4), training_rows=None, opq_iterations=None)
 QUICK = Settings(refine_factors=(1, 4), shortlists=(500, 2000), nprobes=(1, 8, 64), rounds=1,
-                 queries=200, lists_per_sqrt_n=1, training_rows=10_000, opq_iterations=2)
+                 queries=200, lists_per_sqrt_n=1, sgh_lists_per_sqrt_n=(1,), training_rows=10_000,
+                 opq_iterations=2)
 
 
 @dataclasses.dataclass(eq=False)  # points are compared by identity
@@ -207,22 +222,21 @@ def require_unit_vectors(name: str, rows: np.ndarray) -> None:
                  f"{norms.min():.4f} .. {norms.max():.4f})")
 
 
-def coarse_lists(n_database: int, settings: Settings) -> int:
-    return max(1, round(settings.lists_per_sqrt_n * math.sqrt(n_database)))
+def coarse_lists(n_database: int, lists_per_sqrt_n: int) -> int:
+    return max(1, round(lists_per_sqrt_n * math.sqrt(n_database)))
 
 
 # ---- SGH ---------------------------------------------------------------------------------------
-def sgh_points(run_dir: str, label: str, queries: np.ndarray, nlist: int,
+def sgh_points(run_dir: str, label: str, queries: np.ndarray, lists: list[int],
                settings: Settings) -> list[Point]:
     """The scan, two-stage and inverted-list curves of one run (module doc)."""
     scan = SGHIndex.from_run(run_dir, mode="scan")
     two_stage = SGHIndex.from_run(run_dir, mode="two_stage")
-    inverted = SGHIndex.from_run(run_dir, mode="scan", nlist=nlist)
     bytes_per_item = scan.bits / 8
     rescore = scan.scores.rescore_chosen or scan.scores.chosen
     # Two-stage and inverted lists keep SGHIndex's default refine factor: it is the scan's
     # sweep that shows what the factor buys.
-    default_refine = inverted.refine_factor
+    default_refine = scan.refine_factor
 
     def point(method, index, saved_size, params, extra_bytes=0, **attributes):
         return Point(f"SGH {method}{label}", params, bytes_per_item=bytes_per_item + extra_bytes,
@@ -244,11 +258,13 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, nlist: int,
     decoded = SGHIndex.from_run(run_dir, decoder="bytes")
     points.append(point("byte decoder scan", decoded, saved_bytes(decoded),
                         {"decoder": "bytes", "norm": "1 byte"}, extra_bytes=1))
-    size = saved_bytes(inverted)
-    for nprobe in settings.nprobes:
-        points.append(point(f"IVF{nlist} scan", inverted, size, {
-            "nlist": nlist, "nprobe": nprobe, "score": inverted.scores.chosen,
-            "refine_factor": default_refine}, nprobe=nprobe))
+    for nlist in lists:
+        inverted = SGHIndex.from_run(run_dir, mode="scan", nlist=nlist)
+        size = saved_bytes(inverted)
+        for nprobe in settings.nprobes:
+            points.append(point(f"IVF{nlist} scan", inverted, size, {
+                "nlist": nlist, "nprobe": nprobe, "score": inverted.scores.chosen,
+                "refine_factor": default_refine}, nprobe=nprobe))
     return points
 
 
@@ -416,6 +432,25 @@ def target(sgh: list[Point], anchors: list[Point]) -> dict:
             "at_or_above": not below, "below_at": below}
 
 
+def inverted_lists_verdict(sgh: list[Point]) -> dict:
+    """The fastest IVF point at >= IVF_RECALL_SHARE x the flat scan's Recall10@100, against
+    the flat scan at the default refine factor (module doc)."""
+    (flat,) = [point for point in sgh if point.method.startswith("SGH scan")
+               and point.params["refine_factor"] == DEFAULT_REFINE_FACTOR]
+    flat_recall = flat.measured["recall10@100"]
+    flat_qps = flat.measured["queries_per_second"]
+    inverted = [point for point in sgh if "nprobe" in point.params]
+    qps, best = frontier_qps(inverted, IVF_RECALL_SHARE * flat_recall)
+    verdict = {"flat_point": describe(flat), "flat_recall10@100": flat_recall,
+               "flat_queries_per_second": flat_qps, "ivf_point": None, "recall_share": None,
+               "speedup": None, "met": False}
+    if best is not None:
+        verdict.update(ivf_point=describe(best),
+                       recall_share=best.measured["recall10@100"] / flat_recall,
+                       speedup=qps / flat_qps, met=qps >= IVF_SPEEDUP * flat_qps)
+    return verdict
+
+
 def settings_text(point: Point) -> str:
     return ", ".join(f"{name}={value}" for name, value in point.params.items())
 
@@ -456,6 +491,19 @@ def print_table(group: Group, points: list[Point], thread_count: int, n_queries:
               f"{point.bytes_per_item:>6g} {point.index_bytes_per_item:>12.2f} "
               f"{m['recall10@100']:>7.4f} {m['10-recall@10']:>7.4f} {m['1-recall@1']:>6.4f} "
               f"{m['queries_per_second']:>10,.0f}", flush=True)
+
+
+def print_inverted_lists_verdict(group: Group, run: str, verdict: dict) -> None:
+    where = f"SGH's inverted lists ({run}) on {group.dataset} at {group.bits} bits"
+    goal = (f">= {IVF_RECALL_SHARE} x the flat scan's Recall10@100 "
+            f"({verdict['flat_recall10@100']:.4f}, {verdict['flat_queries_per_second']:,.0f} "
+            f"q/s) at >= {IVF_SPEEDUP:g} x its queries/s")
+    if verdict["ivf_point"] is None:
+        print(f"IVF TARGET NOT MET: {where}: no IVF point reaches {goal}.")
+        return
+    print(f"IVF TARGET {'MET' if verdict['met'] else 'NOT MET'}: {where}, {goal}: fastest "
+          f"there {verdict['ivf_point']}, {verdict['recall_share']:.3f} x its recall at "
+          f"{verdict['speedup']:.1f} x its queries/s.")
 
 
 def print_target(group: Group, run: str, anchors: list[Point], verdict: dict) -> None:
@@ -526,28 +574,34 @@ def as_json(group: Group, point: Point, thread_count: int) -> dict:
 
 
 # ---- the benchmark -----------------------------------------------------------------------------
-def benchmark(group: Group, settings: Settings, thread_count: int
+def benchmark(group: Group, settings: Settings, thread_count: int, with_anchors: bool
               ) -> tuple[list[Point], list[dict]]:
-    """Every point of one group, measured and printed; the target's verdict per run."""
+    """Every point of one group, measured and printed; the targets' verdicts per run."""
     split = load_split(dataset_config_from(run_config(group.runs[0])["dataset"]))
     queries = np.ascontiguousarray(in_memory(split.query)[: settings.queries], np.float32)
     groundtruth = group.groundtruth[: settings.queries]
     if len(split.query) != len(group.groundtruth):
         sys.exit(f"{group.runs[0]}: {len(split.query)} test queries in the dataset, "
                  f"{len(group.groundtruth)} in codes.npz; the dataset changed since the run")
-    nlist = coarse_lists(len(split.database), settings)
+    sgh_lists = [coarse_lists(len(split.database), share)
+                 for share in settings.sgh_lists_per_sqrt_n]
     points_by_run = {run: sgh_points(run, "" if len(group.runs) == 1 else f" [{run}]", queries,
-                                     nlist, settings) for run in group.runs}
-    anchors = anchor_points(split, queries, group, nlist, settings)
+                                     sgh_lists, settings) for run in group.runs}
+    anchors = anchor_points(split, queries, group, coarse_lists(
+        len(split.database), settings.lists_per_sqrt_n), settings) if with_anchors else []
     points = [point for run_points in points_by_run.values() for point in run_points] + anchors
     measure(points, groundtruth, settings.rounds)
     print_table(group, points, thread_count, len(queries), settings.rounds)
     equal_bytes = equal_bytes_anchors(anchors, group)
     verdicts = []
     for run, run_points in points_by_run.items():
-        verdict = target(run_points, equal_bytes)
-        print_target(group, run, equal_bytes, verdict)
-        verdicts.append({"dataset": group.dataset, "bits": group.bits, "run": run, **verdict})
+        verdict = {"dataset": group.dataset, "bits": group.bits, "run": run}
+        if with_anchors:
+            verdict.update(target(run_points, equal_bytes))
+            print_target(group, run, equal_bytes, verdict)
+        verdict["inverted_lists"] = inverted_lists_verdict(run_points)
+        print_inverted_lists_verdict(group, run, verdict["inverted_lists"])
+        verdicts.append(verdict)
     return points, verdicts
 
 
@@ -563,6 +617,8 @@ def main() -> None:
                         help="a smoke run: fewer queries and settings (module doc)")
     parser.add_argument("--queries", type=int, default=None,
                         help="the first this many test queries only (glove's 10,000 take hours)")
+    parser.add_argument("--sgh-only", action="store_true",
+                        help="SGH's points and the inverted lists' verdict only (module doc)")
     args = parser.parse_args()
     settings = QUICK if args.quick else FULL
     if args.queries is not None:
@@ -570,10 +626,11 @@ def main() -> None:
     print(f"bench_ann: {args.threads} thread(s) (faiss OpenMP and numpy BLAS), building and "
           f"searching; {'QUICK: ' if args.quick else ''}{settings}", flush=True)
     result = {"conventions": __doc__, "threads": args.threads, "quick": args.quick,
+              "sgh_only": args.sgh_only,
               "settings": dataclasses.asdict(settings), "points": [], "targets": []}
     for group in groups_of(args.runs):
         with threads(args.threads):
-            points, verdicts = benchmark(group, settings, args.threads)
+            points, verdicts = benchmark(group, settings, args.threads, not args.sgh_only)
         result["points"] += [as_json(group, point, args.threads) for point in points]
         result["targets"] += verdicts
         if args.png:

@@ -78,3 +78,23 @@ def test_the_plot_and_the_targets_verdict_are_written(benchmarked):
     assert verdict["run"] == str(run_dir)
     assert ("TARGET MET" if verdict["at_or_above"] else "TARGET NOT MET") in stdout
     assert "1 thread(s)" in stdout
+    inverted = verdict["inverted_lists"]
+    assert inverted["flat_point"].startswith("SGH scan (")
+    if inverted["ivf_point"] is not None:
+        assert inverted["recall_share"] >= 0.95
+        assert inverted["met"] == (inverted["speedup"] >= 10)
+    assert "IVF TARGET" in stdout
+
+
+def test_sgh_only_measures_no_anchor_and_still_judges_the_inverted_lists(benchmarked):
+    run_dir, place, _, _ = benchmarked
+    finished = subprocess.run(
+        [sys.executable, str(SCRIPT), "--runs", str(run_dir), "--quick", "--sgh-only",
+         "--json", str(place / "sgh_only.json")], capture_output=True, text=True,
+        cwd=SCRIPT.parents[1])
+    assert finished.returncode == 0, finished.stderr
+    result = json.loads((place / "sgh_only.json").read_text())
+    assert all(point["method"].startswith("SGH ") for point in result["points"])
+    (verdict,) = result["targets"]
+    assert "at_or_above" not in verdict and "inverted_lists" in verdict
+    assert "IVF TARGET" in finished.stdout and "anchors' envelope" not in finished.stdout
