@@ -61,13 +61,13 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 from sgh.artifacts.codes_file import load_codes  # noqa: E402
 from sgh.artifacts.ground_truth_cache import cached_exact_neighbours  # noqa: E402
+from sgh.baselines.fitting import baseline_class  # noqa: E402
 from sgh.cli.evaluate import evaluate_codes  # noqa: E402
 from sgh.cli.schemas import CONFIG_PATH, register_configs  # noqa: E402
 from sgh.codes import pack_bits  # noqa: E402
 from sgh.config import EvalCommandConfig, EvalConfig, dataset_config_from  # noqa: E402
 from sgh.data import load_split  # noqa: E402
 from sgh.data.ground_truth import split_ground_truth  # noqa: E402
-from sgh.methods import METHODS  # noqa: E402
 from sgh.metrics.ordered import ordered_metrics  # noqa: E402
 from sgh.pipeline import run  # noqa: E402
 from sgh.search.asymmetric import decoder_score  # noqa: E402
@@ -254,7 +254,7 @@ def quality(dataset: str, bits: int, configurations: list[str], root: str,
         searches.update({(f"sgh {name}", row): call for row, call in calls.items()})
     for method in BASELINES if configurations else ():
         run_dir = os.path.join(root, f"{dataset}_{method}_{bits}")
-        if METHODS[method].bits_at_most_features and bits > split.train.shape[1]:
+        if baseline_class(method).bits_at_most_features and bits > split.train.shape[1]:
             continue
         run(_compose([f"dataset={dataset}", f"model={method}", f"model.bits={bits}"]), run_dir)
         rows, calls = _rows_of_run(run_dir, split, with_two_stage=False)

@@ -13,12 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sgh.data.similarity import SIMILARITIES
 from sgh.errors import UserInputError, check_choice, check_int, check_real
 from sgh.methods import BASELINE_NAMES, METHODS
 
 # A value the configuration must be given: OmegaConf's marker for a missing value (its
 # `omegaconf.MISSING`), spelt out so that importing the settings needs no OmegaConf (numpy-only
-# users of sgh.data and sgh.search import this module).
+# users of sgh.search import this module).
 MISSING = "???"
 # The metrics.json keys a sweeper may optimise: validation scores only.
 OPTIMIZABLE_PREFIX = "best_validation_"
@@ -237,34 +238,8 @@ class EncodeCommandConfig:
 
 def dataset_config_from(section: dict) -> FileDatasetConfig | SyntheticDatasetConfig:
     """The dataset settings of a run's config.yaml as their dataclass (`sgh-eval run=DIR`
-    reads the run's dataset again); keys added to the schema since keep their defaults."""
-    schema = FileDatasetConfig if "path" in section else SyntheticDatasetConfig
-    known = {field.name for field in dataclasses.fields(schema)}
-    return schema(**{key: value for key, value in section.items() if key in known})
-
-
-# Keys renamed since earlier runs: old -> new. On the command line the old key is refused in one
-# line naming the new one (`sgh.cli.hydra_errors.unknown_key_line`); in a run's config.yaml it
-# is read as the new one (`with_renamed_keys`), so that earlier runs still resume and re-score.
-RENAMED_KEYS = {"model.estimator": "model.gradient_estimator"}
-
-
-def with_renamed_keys(settings: dict) -> dict:
-    """A configuration read back as mappings (a run's config.yaml) with each key renamed since
-    (`RENAMED_KEYS`) under its new name; a value under the new name already wins."""
-    renamed = dict(settings)
-    for old, new in RENAMED_KEYS.items():
-        (old_section, old_key), (new_section, new_key) = old.split("."), new.split(".")
-        section = renamed.get(old_section)
-        if not isinstance(section, Mapping) or old_key not in section:
-            continue
-        section = dict(section)
-        value = section.pop(old_key)
-        renamed[old_section] = section
-        target = dict(renamed.get(new_section) or {})
-        target.setdefault(new_key, value)
-        renamed[new_section] = target
-    return renamed
+    reads the run's dataset again)."""
+    return (FileDatasetConfig if "path" in section else SyntheticDatasetConfig)(**section)
 
 
 def flatten_config(values, prefix: str = "") -> dict:
@@ -286,37 +261,32 @@ def flatten_config(values, prefix: str = "") -> dict:
     return flat
 
 
-# The values a setting may name, owned here, where every setting is checked: the rooms that act
-# on them import these tuples (the neuron its NOISES, the metrics their DENOMINATORS), since this
-# is the one module every room may import without a cycle; the implementations keyed by them
-# (the activations of sgh_model and of search.asymmetric) are held to them by tests.
+# The values a `model.*` setting may name. Owned here, not by the model room, which reads the
+# rooms that read this module (a cycle, tests/test_layout.py): the neuron imports its NOISES,
+# and the implementations keyed by the others (sgh_model's objectives and activations,
+# search.asymmetric's activations) are held to them by tests.
 OBJECTIVES = ("paper", "released")  # the paper's MDL objective, or the authors' demo's
 NOISES = ("uniform", "fixed")  # the neuron's training noise: xi ~ U(0, 1), or xi = 1/2
 GRADIENT_ESTIMATORS = ("unbiased", "approximate")  # the neuron's gradient (sgh.model.ops)
-NORMALIZATIONS = ("isotropic", "none")
-INITS = ("random", "released")
 NETWORKS = ("linear", "mlp")  # the encoder's and the decoder's form
 ACTIVATIONS = ("relu", "tanh", "gelu", "elu", "sigmoid")  # of an mlp's hidden layers
-DENOMINATORS = ("retrieved", "min_rk", "r")  # of mAP@k (sgh.metrics.conventions)
-
+MODEL_CHOICES = {"objective": OBJECTIVES, "noise": NOISES,
+                 "gradient_estimator": GRADIENT_ESTIMATORS,
+                 "normalization": ("isotropic", "none"), "init": ("random", "released"),
+                 "encoder": NETWORKS, "decoder": NETWORKS, "encoder_activation": ACTIVATIONS,
+                 "decoder_activation": ACTIVATIONS}
+# Every setting's values are checked here; the similarities are sgh.data's, mAP@k's
+# denominators sgh.metrics'.
 CHOICES = {
     "model.name": tuple(METHODS),
-    "model.objective": OBJECTIVES,
-    "model.noise": NOISES,
-    "model.gradient_estimator": GRADIENT_ESTIMATORS,
-    "model.normalization": NORMALIZATIONS,
-    "model.init": INITS,
-    "model.encoder": NETWORKS,
-    "model.decoder": NETWORKS,
-    "model.encoder_activation": ACTIVATIONS,
-    "model.decoder_activation": ACTIVATIONS,
+    **{f"model.{key}": values for key, values in MODEL_CHOICES.items()},
     "trainer.schedule": ("constant", "step", "cosine"),
     "trainer.strategy": ("auto", "one_device", "mirrored", "multi_worker"),
     "dataset.query_selection": ("random", "per_class"),
     "dataset.split": ("test", "validation"),
     "dataset.streaming": ("auto", "always", "never"),
     "dataset.stream_reader": ("mmap", "pread"),
-    "dataset.similarity": ("auto", "euclidean", "angular", "inner_product"),
+    "dataset.similarity": ("auto", *SIMILARITIES),
     "validation.metric": ("recall", "encoder_recall", "map"),
 }
 
@@ -367,9 +337,7 @@ def validate_training(config: Config) -> Config:
     sections = {"model": model, "trainer": trainer}
     keys = ["model.name", "trainer.schedule", "trainer.strategy"]
     if isinstance(model, ModelConfig):
-        keys += ["model.objective", "model.noise", "model.gradient_estimator",
-                 "model.normalization", "model.init", "model.encoder", "model.decoder",
-                 "model.encoder_activation", "model.decoder_activation"]
+        keys += [f"model.{key}" for key in MODEL_CHOICES]
         check_real("model.alpha", model.alpha, 0)
         check_real("model.beta", model.beta, 0)
         _validate_networks(model)
@@ -428,12 +396,12 @@ def validate_eval(config: EvalConfig) -> EvalConfig:
     check_int("eval.radius", config.radius, 0, MAX_BITS)
     for k in config.map_k:
         check_int("eval.map_k", k, 1)
+    # Here, not at the top: sgh.metrics loads its compiler, which reading the settings never needs.
+    from sgh.metrics.conventions import DENOMINATORS
+
     check_choice("eval.map_k_denominator", config.map_k_denominator, DENOMINATORS)
     if not config.recall_n:
         raise UserInputError("eval.recall_n is empty; accepted: a list of cut-offs N >= 1")
-    if config.rescore == "decoder":  # the name before eval.score chose among scores
-        raise UserInputError("eval.rescore=decoder is now eval.rescore=score with "
-                             "eval.score=decoder (or eval.score=auto: the validated choice)")
     for key, accepted in (("ranking", RANKINGS), ("rescore", RESCORE_RULES),
                           ("score", SCORE_SETTINGS), ("shortlist_by", SHORTLIST_STAGES)):
         check_choice(f"eval.{key}", getattr(config, key), accepted)

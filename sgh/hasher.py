@@ -47,11 +47,22 @@ class BinaryHasher(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     the hasher encodes its own way (``SGHHasher``: the model's chunked float32 encoding).
     """
 
+    # One bit per principal direction (PCAH, ITQ): n_bits <= the number of features.
+    bits_at_most_features = False
+    # Why the hasher has no asymmetric score (SH, SpH), or None for one that has it (and
+    # overrides `asymmetric_score`): the answer every stage asks.
+    without_asymmetric: str | None = ("its bits are not signs of linear projections, so no "
+                                      "per-bit score exists")
+
     def fit(self, X, y=None):
         """Learn the hash functions from the training set ``X`` (``(n, d)``, n >= 2); ``y`` is
         ignored. Returns ``self``."""
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
         n_bits = check_int("n_bits", self.n_bits, 1)
+        if self.bits_at_most_features and n_bits > X.shape[1]:
+            raise ValueError(f"{type(self).__name__} takes one bit per principal component, so "
+                             "n_bits must be <= the number of features; got "
+                             f"n_bits={n_bits} with n_features={X.shape[1]}")
         self._fit(X, n_bits)
         self.n_bits_ = n_bits
         return self
@@ -64,10 +75,6 @@ class BinaryHasher(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         for rows, block in row_blocks(X):
             bits[rows] = self._encode(block)
         return bits
-
-    # Why the hasher has no asymmetric score (SH, SpH); projection hashers override
-    # `asymmetric_score` instead.
-    without_asymmetric = "its bits are not signs of linear projections, so no per-bit score exists"
 
     def asymmetric_score(self) -> AsymmetricScore:
         """The query-against-code score of asymmetric and rescored search

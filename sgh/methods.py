@@ -1,11 +1,12 @@
-"""The hashing methods `sgh-train` knows: the one registry of their names, titles and capabilities.
+"""The hashing methods `sgh-train` knows: the one registry of their names, titles and fitting.
 
     model=sgh                     Stochastic Generative Hashing, trained by `sgh.training`
     model=lsh|pcah|itq|sh|sph     the classic baselines of `sgh.baselines`, fitted in closed form
 
 Every list of methods (the accepted `model.name` values, the order of tables and plot legends,
-the titles of results) is read from `METHODS`, and so is what a method can do (TensorFlow or a
-closed form, a bit limit, an asymmetric score): the stages ask the method, never its name. Each
+the titles of results) is read from `METHODS`, and so is how a method is fitted (TensorFlow or a
+closed form): the stages ask the method, never its name. What a hasher can do (a bit limit, an
+asymmetric score) its class says (`sgh.hasher.BinaryHasher`), as scikit-learn's tags do. Each
 method turns a split into an `EncodedSplit`: packed codes of the database and the queries, and
 what it reports about its own fitting (`sgh.pipeline` calls the trainer or the baseline fit).
 This module imports nothing of the package, so that every stage may read it.
@@ -34,7 +35,7 @@ class EncodedSplit:
 
 @dataclass(frozen=True)
 class Method:
-    """A method's name and title, and what it can do: the stages ask it, never its name."""
+    """A method's name and title, and how it is fitted: the stages ask it, never its name."""
 
     name: str  # the model= option and model.name
     title: str  # how tables and plots name it
@@ -44,22 +45,14 @@ class Method:
     # Trained with TensorFlow (devices, checkpoints, an exported encoder, the SGH settings of
     # model=sgh), rather than fitted in closed form.
     uses_tensorflow: bool = False
-    # One bit per principal direction (PCAH, ITQ): model.bits <= the number of features.
-    bits_at_most_features: bool = False
-    # Has a query-against-code score for asymmetric and rescored rankings. A baseline's class
-    # says why it has none (`without_asymmetric`); tests/test_methods.py checks that the two
-    # agree.
-    asymmetric_score: bool = False
 
 
 # In the order of every table and legend: SGH first, then the baselines as the docs list them.
 METHODS: dict[str, Method] = {method.name: method for method in (
-    Method("sgh", "SGH", uses_tensorflow=True, asymmetric_score=True),
-    Method("lsh", "LSH", baseline_class="LSH", asymmetric_score=True),
-    Method("pcah", "PCAH", baseline_class="PCAH", bits_at_most_features=True,
-           asymmetric_score=True),
-    Method("itq", "ITQ", baseline_class="ITQ", bits_at_most_features=True,
-           asymmetric_score=True),
+    Method("sgh", "SGH", uses_tensorflow=True),
+    Method("lsh", "LSH", baseline_class="LSH"),
+    Method("pcah", "PCAH", baseline_class="PCAH"),
+    Method("itq", "ITQ", baseline_class="ITQ"),
     Method("sh", "SH", baseline_class="SH"),
     Method("sph", "SpH", baseline_class="SpH"),
 )}

@@ -20,6 +20,7 @@ same configuration, on the same dataset files, is resumed from it (the compariso
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -36,7 +37,7 @@ from sgh.artifacts.resume_checks import (
     refuse_to_record_a_finished_run_again,
 )
 from sgh.artifacts.run_directory import RunDirectory
-from sgh.artifacts.run_inputs import InputFile, describe_inputs
+from sgh.artifacts.run_inputs import InputFile, absolute_file_settings, describe_inputs
 from sgh.artifacts.run_lock import run_lock
 from sgh.config import Config, validate
 from sgh.data import RetrievalSplit, input_files, load_split
@@ -57,6 +58,9 @@ def run(config: Config, run_dir: str | os.PathLike) -> dict:
     """Train the configured method, evaluate it, write the run directory; return the metrics."""
     validate(config)
     _refuse_a_ranking_the_method_cannot_give(config)
+    # Recorded so in config.yaml: the run is re-scored and resumed from any directory.
+    config = dataclasses.replace(config, dataset=type(config.dataset)(
+        **absolute_file_settings(vars(config.dataset))))
     method = METHODS[config.model.name]
     split = load_split(config.dataset)
     inputs = describe_inputs(input_files(config.dataset))
@@ -184,15 +188,10 @@ def _fit(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
 def _check_settings_against_data(config: Config, split: RetrievalSplit) -> None:
     """The settings that depend on the data, checked before any training: a mistake here
     would otherwise surface only after training, or silently change what is measured."""
-    n_features, bits = split.train.shape[1], config.model.bits
-    # PCAH and ITQ take one bit per principal direction (sgh.baselines: n_bits <= n_features).
-    if METHODS[config.model.name].bits_at_most_features and bits > n_features:
-        unlimited = ", ".join(name for name, method in METHODS.items()
-                              if not method.bits_at_most_features)
-        raise UserInputError(
-            f"model.bits={bits} is more than the {n_features} features of {split.name!r}, and "
-            f"model={config.model.name} takes one bit per principal component; accepted: "
-            f"model.bits <= {n_features}, or a method without that limit (model={unlimited})")
+    if METHODS[config.model.name].baseline_class is not None:
+        from sgh.baselines.fitting import refuse_more_bits_than_features
+
+        refuse_more_bits_than_features(config, split.train.shape[1], split.name)
     n_database, k = len(split.database), config.eval.recall_k
     if k > n_database:
         raise UserInputError(f"eval.recall_k={k} is more than the database of {split.name!r} "
@@ -211,23 +210,20 @@ def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
     setting = (f"eval.ranking={evaluation.ranking} (eval.score={evaluation.score}, eval.rescore="
                f"{evaluation.rescore}, eval.shortlist_by={evaluation.shortlist_by})")
     named = evaluation.score if scan or evaluation.rescore == "score" else "auto"
-    method = METHODS[config.model.name]
-    if not method.asymmetric_score:
-        from sgh.baselines.fitting import baseline_class
-
-        reason = baseline_class(method.name).without_asymmetric
-    elif method.uses_tensorflow:
+    if METHODS[config.model.name].uses_tensorflow:
         # An mlp decoder rescores a shortlist by decoding it, but has no per-bit tables for a
         # scan of the whole database.
         reason = (None if config.model.decoder == "linear" or not scan
                   or named in ("auto", "encoder")
                   else f"{ASYMMETRIC_NEEDS_LINEAR_DECODER} (eval.score=encoder scans, and "
                        "eval.ranking=rerank decodes a shortlist for the decoder and joint scores)")
-    elif named not in ("auto", "encoder"):  # a projection baseline: LSH, PCAH, ITQ
-        reason = ("its one score is its projection's, an encoder score; accepted: "
-                  "eval.score=auto or encoder")
     else:
-        reason = None
+        from sgh.baselines.fitting import baseline_class
+
+        reason = baseline_class(config.model.name).without_asymmetric  # SH, SpH
+        if reason is None and named not in ("auto", "encoder"):  # LSH, PCAH, ITQ
+            reason = ("its one score is its projection's, an encoder score; accepted: "
+                      "eval.score=auto or encoder")
     if reason is not None:
         raise UserInputError(f"{setting} needs a score, and model={config.model.name}: {reason}; "
                              "accepted: eval.ranking=hamming, or eval.ranking=rerank "

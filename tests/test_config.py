@@ -6,12 +6,9 @@ from hydra.errors import ConfigCompositionException
 from sgh.cli.resources import BUNDLED_DATA_DIR, CONFIG_DIR
 from sgh.config import (
     MAX_BITS,
-    RENAMED_KEYS,
     FileDatasetConfig,
     SyntheticDatasetConfig,
-    flatten_config,
     validate,
-    with_renamed_keys,
 )
 from sgh.errors import UserInputError
 from tests.helpers import compose_config as _compose
@@ -35,17 +32,6 @@ def test_every_model_option_composes(model):
 def test_baseline_options_have_no_sgh_keys():
     with pytest.raises(ConfigCompositionException):
         _compose("model=itq", "model.gradient_estimator=unbiased")
-
-
-def test_every_renamed_key_is_a_key_now_its_old_name_is_not_and_a_stored_one_reads_as_new():
-    keys = flatten_config(_compose())
-    for old, new in RENAMED_KEYS.items():
-        assert new in keys and old not in keys
-    stored = {"model": {"name": "sgh", "estimator": "unbiased"}, "trainer": {"steps": 3}}
-    assert with_renamed_keys(stored) == {"model": {"name": "sgh", "gradient_estimator": "unbiased"},
-                                         "trainer": {"steps": 3}}
-    assert stored["model"]["estimator"] == "unbiased"  # the mapping read is left as it was
-    assert with_renamed_keys({"model": {"name": "lsh"}}) == {"model": {"name": "lsh"}}
 
 
 @pytest.mark.parametrize("experiment",

@@ -6,10 +6,13 @@ the state file again without them. A process killed while it deletes leaves a st
 names files no longer there. `StateFirstCheckpointManager` only forgets them there, and deletes
 their files once the second write has left them out: a kill at any moment leaves a state file
 whose every checkpoint is whole (at worst, files of a superseded one that no state names).
+`before_save` runs before each save: the run's check that its directory is still there
+(`RunDirectory.require_in_place`), since TensorFlow would silently make it again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import tensorflow as tf
@@ -21,9 +24,10 @@ class StateFirstCheckpointManager(tf.train.CheckpointManager):
     """`tf.train.CheckpointManager` whose superseded checkpoints are deleted after, not before,
     the state file stops naming them (`keep_checkpoint_every_n_hours` is not supported)."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, before_save: Callable[[], None] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._superseded: list[str] = []
+        self._before_save = before_save
 
     def _sweep(self) -> None:  # called by save() between its two writes of the state file
         while self._max_to_keep and len(self._maybe_delete) > self._max_to_keep:
@@ -31,6 +35,8 @@ class StateFirstCheckpointManager(tf.train.CheckpointManager):
             self._superseded.append(prefix)
 
     def save(self, *args, **kwargs):
+        if self._before_save is not None:
+            self._before_save()
         path = super().save(*args, **kwargs)
         while self._superseded:
             self._delete_files(self._superseded.pop(0))

@@ -17,7 +17,7 @@ import dataclasses
 from omegaconf import OmegaConf
 
 from sgh.artifacts.run_directory import RunDirectory
-from sgh.artifacts.run_inputs import InputFile, changed_inputs
+from sgh.artifacts.run_inputs import InputFile, absolute_file_settings, changed_inputs
 from sgh.config import Config, flatten_config
 from sgh.errors import UserInputError, first_few
 from sgh.methods import METHODS
@@ -94,8 +94,11 @@ def _comparable(values: dict) -> dict:
 
 def with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
     """An earlier run's configuration, with the keys added to the schema since then (absent
-    from its config.yaml) at their defaults: the run it describes had those defaults."""
+    from its config.yaml) at their defaults: the run it describes had those defaults; and its
+    dataset files as absolute paths, as runs record them now (`absolute_file_settings`)."""
     filled = dict(previous)
+    if isinstance(previous.get("dataset"), dict):
+        filled["dataset"] = absolute_file_settings(previous["dataset"])
     for section, value in vars(config).items():
         if dataclasses.is_dataclass(value) and isinstance(previous.get(section), dict):
             defaults = {}
@@ -104,7 +107,7 @@ def with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
                     defaults[field.name] = field.default
                 elif field.default_factory is not dataclasses.MISSING:
                     defaults[field.name] = field.default_factory()
-            filled[section] = {**defaults, **previous[section]}
+            filled[section] = {**defaults, **filled[section]}
     return filled
 
 

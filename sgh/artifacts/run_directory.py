@@ -45,7 +45,6 @@ from sgh.artifacts.atomic import atomic_file, remove_abandoned_staging, write_by
 from sgh.artifacts.checkpoint_integrity import checkpoint_files, first_intact
 from sgh.artifacts.codes_file import write_codes
 from sgh.artifacts.run_inputs import InputFile, inputs_from_json
-from sgh.config import with_renamed_keys
 from sgh.errors import UserInputError, first_few
 
 if TYPE_CHECKING:
@@ -103,6 +102,7 @@ class RunDirectory:
 
     def __init__(self, path: str | os.PathLike, create: bool = True):
         self.path = Path(path)
+        self._identity: tuple[int, int] | None = None  # (device, inode) once claimed
         if create:
             self.claim()
 
@@ -124,12 +124,26 @@ class RunDirectory:
         """
         self.refuse_unless_ours()
         self.path.mkdir(parents=True, exist_ok=True)
+        self._identity = _identity(self.path)
+
+    def require_in_place(self) -> None:
+        """UserInputError when the claimed directory is gone (deleted, or deleted and made
+        again: another inode) while the run writes it: writing on would make a run that looks
+        finished without its config, inputs, log and checkpoints. Every write of the run's
+        files asks first (`_mark`, the checkpoints, TensorBoard's event file)."""
+        if self._identity is None or _identity(self.path) == self._identity:
+            return
+        raise UserInputError(
+            f"the run directory {self.path} was deleted while the run was writing it (its "
+            "config.yaml, inputs.json, train.log and checkpoints with it); the run stops here "
+            "rather than leave a run without them; run the command again to train it anew")
 
     def _mark(self) -> None:
         """Every writer of the run's files calls this first: once the run has a file, the
         marker is there, and later commands know the directory for a run's whatever it holds.
         Not in `claim`: a finished run opened again changes no file (not even an older run
         from before the marker)."""
+        self.require_in_place()
         if not self.marker.is_file():
             write_bytes(self.marker, _MARKER_TEXT.encode())
 
@@ -244,8 +258,7 @@ class RunDirectory:
 
     # ---- reading ----------------------------------------------------------------------------
     def previous_config(self) -> dict | None:
-        """The configuration a run in this directory was started with, if any (keys renamed
-        since, `sgh.config.RENAMED_KEYS`, under their new names)."""
+        """The configuration a run in this directory was started with, if any."""
         if not self.config_file.is_file():
             return None
         try:  # a hand-edited or damaged file: one line naming it, not a YAML traceback
@@ -259,7 +272,7 @@ class RunDirectory:
             raise UserInputError(f"{self.config_file}: holds a {type(loaded).__name__}, not the "
                                  "settings of a run (a mapping); restore it, or choose another "
                                  "directory")
-        return with_renamed_keys(loaded)
+        return loaded
 
     def previous_inputs(self) -> list[InputFile] | None:
         """The dataset files a run in this directory started on (`write_inputs`), if recorded;
@@ -279,12 +292,10 @@ class RunDirectory:
         return (self.checkpoints / "checkpoint").is_file()
 
     def model_section(self) -> dict:
-        """The `model` section of the run's configuration (keys renamed since under their new
-        names)."""
+        """The `model` section of the run's configuration."""
         if not self.config_file.is_file():
             return {}
-        model = OmegaConf.to_container(OmegaConf.load(self.config_file)).get("model") or {}
-        return with_renamed_keys({"model": model})["model"]
+        return OmegaConf.to_container(OmegaConf.load(self.config_file)).get("model") or {}
 
     def read_metrics(self) -> dict:
         if not self.metrics.is_file():
@@ -348,7 +359,16 @@ class RunDirectory:
         which a process ending without its final garbage collection (`sgh.cli.boundary`)
         needs."""
         self._mark()
-        return tensorboard_events.recording_to(self.tensorboard)
+        return tensorboard_events.recording_to(self.tensorboard, if_lost=self._tensorboard_lost)
+
+    def _tensorboard_lost(self, lost: Path, step: int) -> None:
+        """The event file being written was deleted (`tensorboard/`, or the run directory
+        with it): the run stops if its directory is gone; otherwise TensorBoard's record goes
+        on in a new event file, and the loss of the curves before `step` is said."""
+        self.require_in_place()
+        logger.warning("%s was deleted while the run was recording it: TensorBoard's curves "
+                       "before step %d went with it; recording goes on from step %d in a new "
+                       "event file in %s", lost, step, step, self.tensorboard)
 
     def checkpoint_manager(self, checkpoint: tf.train.Checkpoint,
                            best: bool = False) -> tf.train.CheckpointManager:
@@ -362,7 +382,8 @@ class RunDirectory:
         _rebuild_unreadable_state(directory, kept)
         # Its state file never names a deleted checkpoint, whenever the process is killed.
         return StateFirstCheckpointManager(checkpoint, str(directory), max_to_keep=kept,
-                                           checkpoint_name=CHECKPOINT_PREFIX)
+                                           checkpoint_name=CHECKPOINT_PREFIX,
+                                           before_save=self.require_in_place)
 
     def resume_checkpoint(self, checkpoints: tf.train.CheckpointManager) -> str | None:
         """The newest of the kept checkpoints that reads back whole; None when there is none.
@@ -433,6 +454,15 @@ def are_sgh_train_settings(settings) -> bool:
     return (isinstance(model, dict) and isinstance(model.get("name"), str)
             and isinstance(model.get("bits"), int) and not isinstance(model.get("bits"), bool)
             and all(isinstance(settings.get(section), dict) for section in ("dataset", "trainer")))
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of `path`, None when it is gone."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 def _entries(directory: Path) -> list[str]:

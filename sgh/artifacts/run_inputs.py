@@ -7,13 +7,25 @@ modification time in nanoseconds. That costs one `stat` per file, nothing like a
 gigabytes; a file rewritten with the same size within the same nanosecond goes unnoticed, and a
 file merely touched is reported as modified (its contents may have changed: the record cannot
 tell).
+
+The same settings are recorded as absolute paths in the run's config.yaml too
+(`absolute_file_settings`): a run trained with `dataset.path=x.npz` is re-scored, resumed or
+exported from any directory on the same file.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+
+from sgh.data.ann_files import SETTINGS as COMPANION_SETTINGS
+
+# The dataset settings that name files (`dataset.path`, and a single-array database's
+# companions), by their key in the dataset section.
+FILE_SETTINGS = ("path", *(setting.removeprefix("dataset.")
+                           for setting in COMPANION_SETTINGS.values()))
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,15 @@ def describe_inputs(files: dict[str, Path]) -> list[InputFile]:
         status = resolved.stat()
         described.append(InputFile(setting, str(resolved), status.st_size, status.st_mtime_ns))
     return described
+
+
+def absolute_file_settings(dataset: dict) -> dict:
+    """The dataset section `dataset` (setting -> value) with its file settings as absolute
+    paths against the current directory (`~` expanded, links kept as named): what a run
+    records, and what a relative path in an earlier run's config.yaml meant when it was read
+    from here."""
+    return {**dataset, **{name: os.path.abspath(os.path.expanduser(dataset[name]))
+                          for name in FILE_SETTINGS if isinstance(dataset.get(name), str)}}
 
 
 def inputs_from_json(payload) -> list[InputFile]:

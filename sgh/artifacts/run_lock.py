@@ -9,6 +9,10 @@ one line saying who holds the directory and what to do.
 `flock` locks an open file, not a process: a second `run_lock` on the same directory is refused
 inside one process too (a sweep runs its jobs one after the other, each in its own directory).
 On NFS, Linux emulates `flock` with byte-range locks, which the server arbitrates between hosts.
+
+`sgh-train` takes the lock before Hydra writes its `.hydra/` and log into the directory
+(`take_before_hydra`), and its run goes on holding that same lock (`run_lock` adopts it): of two
+commands started in the same instant on one directory, the refused one writes nothing there.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ TRAIN_IF_READ_ONLY = "make it writable, or choose another hydra.run.dir"
 # file in between waits this long for them before saying they are unknown.
 _HOLDER_WAIT_SECONDS = 0.5
 
+# Locks taken before Hydra ran (`take_before_hydra`), by the directory's (device, inode): the
+# path Hydra hands the run may be spelt otherwise (relative, through `..` or a link).
+_taken_before_hydra: dict[tuple[int, int], int] = {}
+
 
 @contextmanager
 def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
@@ -55,22 +63,14 @@ def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
     """
     run_dir = Path(run_dir)
     lock_file = run_dir / LOCK_FILE
+    descriptor = _adopted(run_dir)
+    adopted = descriptor is not None
+    if not adopted:
+        descriptor = _open_lock_file(run_dir, program, if_read_only)
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
-    except IsADirectoryError:  # not the directory's fault: the lock's own name is taken
-        raise UserInputError(f"{lock_file} is a directory, where {program} keeps its lock file; "
-                             "move it away, then run the command again") from None
-    except OSError as error:
-        if error.errno in (errno.EMFILE, errno.ENFILE):
-            raise  # a limit of the process, not of the directory (sgh.cli.boundary says which)
-        raise _not_writable(run_dir, error, if_read_only) from None
-    try:
-        _take_or_refuse(descriptor, run_dir, if_busy)
-        holder = {"program": program, "pid": os.getpid(), "host": socket.gethostname(),
-                  "since": datetime.now().astimezone().isoformat(timespec="seconds")}
-        os.ftruncate(descriptor, 0)
-        os.pwrite(descriptor, (json.dumps(holder) + "\n").encode(), 0)
+        if not adopted:
+            _take_or_refuse(descriptor, run_dir, if_busy)
+            _write_holder(descriptor, program)
         _require_writable(run_dir, if_read_only)  # the lock file may predate a chmod
         try:
             yield lock_file
@@ -79,6 +79,68 @@ def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
             os.ftruncate(descriptor, 0)
     finally:
         os.close(descriptor)
+
+
+def take_before_hydra(run_dir: str | os.PathLike, program: str = "sgh-train",
+                      if_busy: str = TRAIN_IF_BUSY,
+                      if_read_only: str = TRAIN_IF_READ_ONLY) -> None:
+    """Take `run_dir`'s lock now (the directory and its lock file created if missing), for
+    this process's `run_lock` of the same directory to go on holding; refuse, as `run_lock`
+    would, when another process holds it. `sgh-train` calls it before Hydra writes `.hydra/`
+    and `train.log` there, so a refused command leaves the running one's files untouched."""
+    run_dir = Path(run_dir)
+    descriptor = _adopted(run_dir)  # an earlier command of this process took it already
+    if descriptor is not None:
+        _taken_before_hydra[_identity(run_dir)] = descriptor
+        return
+    descriptor = _open_lock_file(run_dir, program, if_read_only)
+    try:
+        _take_or_refuse(descriptor, run_dir, if_busy)
+        _write_holder(descriptor, program)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    _taken_before_hydra[_identity(run_dir)] = descriptor
+
+
+def _adopted(run_dir: Path) -> int | None:
+    """This process's lock of `run_dir` taken before Hydra, if its lock file is still that
+    directory's (not one of a deleted directory whose inode a new one reuses)."""
+    descriptor = _taken_before_hydra.pop(_identity(run_dir), None)
+    if descriptor is not None and _identity(run_dir / LOCK_FILE) != _identity(descriptor):
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def _identity(place: Path | int) -> tuple[int, int] | None:
+    """(device, inode) of a path or an open descriptor; None when it is gone."""
+    try:
+        status = os.fstat(place) if isinstance(place, int) else os.stat(place)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def _open_lock_file(run_dir: Path, program: str, if_read_only: str) -> int:
+    lock_file = run_dir / LOCK_FILE
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+    except IsADirectoryError:  # not the directory's fault: the lock's own name is taken
+        raise UserInputError(f"{lock_file} is a directory, where {program} keeps its lock file; "
+                             "move it away, then run the command again") from None
+    except OSError as error:
+        if error.errno in (errno.EMFILE, errno.ENFILE):
+            raise  # a limit of the process, not of the directory (sgh.cli.boundary says which)
+        raise _not_writable(run_dir, error, if_read_only) from None
+
+
+def _write_holder(descriptor: int, program: str) -> None:
+    holder = {"program": program, "pid": os.getpid(), "host": socket.gethostname(),
+              "since": datetime.now().astimezone().isoformat(timespec="seconds")}
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, (json.dumps(holder) + "\n").encode(), 0)
 
 
 def _holder(descriptor: int) -> str:
@@ -114,25 +176,6 @@ def _not_writable(run_dir: Path, error: OSError, if_read_only: str) -> UserInput
                           f"({error.strerror or error}); {if_read_only}")
 
 
-def refuse_if_busy(run_dir: str | os.PathLike, if_busy: str = TRAIN_IF_BUSY) -> None:
-    """Refuse now, as `run_lock` would, if another process holds `run_dir`; take nothing.
-
-    `sgh-train` asks before Hydra writes `.hydra/` and `train.log` into the directory, so a
-    second command refused for a busy directory leaves the running one's files untouched (two
-    commands started in the same instant can both pass; then `run_lock` refuses one of them).
-    """
-    lock_file = Path(run_dir) / LOCK_FILE
-    try:
-        descriptor = os.open(lock_file, os.O_RDONLY)
-    except OSError:  # no lock file (a new directory), or unreadable: `run_lock` will say
-        return
-    try:
-        _take_or_refuse(descriptor, Path(run_dir), if_busy)
-        fcntl.flock(descriptor, fcntl.LOCK_UN)
-    finally:
-        os.close(descriptor)
-
-
 def existing_paths(run_dir: str | os.PathLike) -> frozenset[Path]:
     """What exists now of `run_dir` (absolute): the directory, its parents and its entries;
     what a start refused later must leave as it found it (`remove_a_refused_start`)."""
@@ -152,8 +195,9 @@ def remove_a_refused_start(run_dir: str | os.PathLike, existed: frozenset[Path])
     path = Path(os.path.abspath(run_dir))
     if not path.is_dir() or not RunDirectory(path, create=False).holds_nothing_of_a_run():
         return
-    descriptor = None
-    if (path / LOCK_FILE).is_file():
+    # This process's own lock, when the run was refused before it adopted it.
+    descriptor = _adopted(path)
+    if descriptor is None and (path / LOCK_FILE).is_file():
         try:
             descriptor = os.open(path / LOCK_FILE, os.O_RDONLY)
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

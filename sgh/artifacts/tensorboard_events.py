@@ -14,7 +14,9 @@ plugins, tags, tensor layouts and steps, so TensorBoard shows them the same way.
 `tensor` and `hparams` functions write to the current writer, and do nothing (`recording()` is
 false) without one, so code that shows something need not know whether anyone records.
 `recording_as_the_only_file(directory)` does the same for a directory whose events are written
-whole and replaced at once (`sgh-compare`'s images).
+whole and replaced at once (`sgh-compare`'s images). A writer given `if_lost` notices when its
+file is deleted under it (a run's `tensorboard/` removed while it trains): it calls
+`if_lost(path, step)`, which may stop the run by raising, and otherwise records on in a new file.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -54,16 +56,26 @@ class EventFile:
     ``events.out.tfevents.*`` file of a run's directory, in name order). `staged_at`: where its
     bytes go until the caller renames them to `path`, if not straight there."""
 
-    def __init__(self, directory: str | Path, staged_at: Path | None = None):
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / (f"events.out.tfevents.{int(time.time()):010d}."
-                                 f"{socket.gethostname()}.{os.getpid()}.{next(_files_opened)}")
+    def __init__(self, directory: str | Path, staged_at: Path | None = None,
+                 if_lost: Callable[[Path, int], None] | None = None):
+        self.directory, self._if_lost = Path(directory), if_lost
+        self._open(staged_at)
+
+    def _open(self, staged_at: Path | None = None) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / (
+            f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
+            f"{os.getpid()}.{next(_files_opened)}")
         self._file = open(staged_at or self.path, "wb")  # noqa: SIM115  (closed by close())
         self._records = RecordWriter(self._file)
         self.add(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def add(self, event: event_pb2.Event) -> None:
+        # An unlinked file has no name left (st_nlink 0): one fstat per record, ~1 us.
+        if self._if_lost is not None and os.fstat(self._file.fileno()).st_nlink == 0:
+            self._if_lost(self.path, event.step)  # raises to stop; else a new file from here
+            self._file.close()
+            self._open()
         self._records.write(event.SerializeToString())
         # Each record reaches the file at once: TensorBoard shows a live run as it goes, and a
         # killed process loses nothing it wrote (a few events per compiled call: cheap).
@@ -78,12 +90,13 @@ _current: contextvars.ContextVar[EventFile | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def recording_to(directory: str | Path, staged_at: Path | None = None) -> Iterator[EventFile]:
+def recording_to(directory: str | Path, staged_at: Path | None = None,
+                 if_lost: Callable[[Path, int], None] | None = None) -> Iterator[EventFile]:
     """Record this block's summaries into a new event file in `directory` (yielded; written at
-    `staged_at` until renamed, `EventFile`); the file is closed, so complete on disk, when the
-    block ends, however it ends (a process that exits without its final garbage collection,
-    `sgh.cli.boundary`, needs that)."""
-    writer = EventFile(directory, staged_at)
+    `staged_at` until renamed; `if_lost`: `EventFile`); the file is closed, so complete on disk,
+    when the block ends, however it ends (a process that exits without its final garbage
+    collection, `sgh.cli.boundary`, needs that)."""
+    writer = EventFile(directory, staged_at, if_lost)
     token = _current.set(writer)
     try:
         yield writer

@@ -1,5 +1,4 @@
-"""What the baselines share beyond the hasher interface (`sgh.hasher.BinaryHasher`): the
-bits-per-component check and PCA.
+"""What the baselines share beyond the hasher interface (`sgh.hasher.BinaryHasher`): PCA.
 
 Numerics: all arithmetic is float64; the data are converted one block of rows at a time
 (:func:`sgh.hasher.row_blocks`, ~32 MB of float64 per block), so a float32 database is never
@@ -12,15 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from sgh.hasher import row_blocks
-
-
-def check_bits_fit_features(method: str, n_bits: int, n_features: int) -> None:
-    """Methods with one bit per principal direction need ``n_bits <= n_features``."""
-    if n_bits > n_features:
-        raise ValueError(
-            f"{method} takes one bit per principal component, so n_bits must be <= the number "
-            f"of features; got n_bits={n_bits} with n_features={n_features}"
-        )
 
 
 def principal_components(X: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray]:

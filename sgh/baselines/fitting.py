@@ -18,6 +18,7 @@ from sgh.codes import pack_bits
 from sgh.config import Config
 from sgh.data import RetrievalSplit
 from sgh.data.streamed_features import StreamedFeatures, iter_chunks
+from sgh.errors import UserInputError
 from sgh.methods import METHODS, EncodedSplit
 from sgh.search.score_set import ScoreSet
 
@@ -31,6 +32,20 @@ def baseline_class(name: str) -> type:
     return getattr(baselines, method.baseline_class)
 
 
+def refuse_more_bits_than_features(config: Config, n_features: int, dataset: str) -> None:
+    """Before fitting, in the settings' words: a baseline whose class takes one bit per
+    principal direction (`bits_at_most_features`: PCAH, ITQ) takes at most `n_features` bits."""
+    bits, name = config.model.bits, config.model.name
+    if bits > n_features and baseline_class(name).bits_at_most_features:
+        unlimited = ", ".join(other for other, method in METHODS.items()
+                              if method.baseline_class is None
+                              or not baseline_class(other).bits_at_most_features)
+        raise UserInputError(
+            f"model.bits={bits} is more than the {n_features} features of {dataset!r}, and "
+            f"model={name} takes one bit per principal component; accepted: "
+            f"model.bits <= {n_features}, or a method without that limit (model={unlimited})")
+
+
 def fit_baseline(config: Config, split: RetrievalSplit) -> EncodedSplit:
     """Fit the configured baseline on the training set; encode database and queries."""
     hasher = baseline_class(config.model.name)(n_bits=config.model.bits,
@@ -41,15 +56,12 @@ def fit_baseline(config: Config, split: RetrievalSplit) -> EncodedSplit:
     train_seconds = time.perf_counter() - started
     database = np.concatenate([pack_bits(hasher.transform(rows))
                                for _, rows in iter_chunks(split.database)])
-    try:
-        score = hasher.asymmetric_score()
-        scores, without_scores = ScoreSet.of_projection(score, config.model.name), ""
-    except ValueError as reason:  # SH, SpH: no per-bit form
-        scores, without_scores = None, str(reason)
+    scores = (None if hasher.without_asymmetric  # SH, SpH: no per-bit form
+              else ScoreSet.of_projection(hasher.asymmetric_score(), config.model.name))
     return EncodedSplit(
         database=database,
         query=pack_bits(hasher.transform(split.query)),
-        scores=scores, without_scores=without_scores,
+        scores=scores, without_scores=hasher.without_asymmetric or "",
         fields={"train_seconds": train_seconds, "estimator_params": {
             key: value for key, value in hasher.get_params().items()
             if isinstance(value, (int, float, str, bool)) or value is None},

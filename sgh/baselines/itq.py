@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.utils import check_random_state
 
-from sgh.baselines._base import check_bits_fit_features, principal_components
+from sgh.baselines._base import principal_components
 from sgh.baselines.projection import ProjectionHasher
 from sgh.errors import check_int
 from sgh.hasher import row_blocks
@@ -49,6 +49,7 @@ class ITQ(ProjectionHasher):
     """
 
     projection_attribute = "projection_"
+    bits_at_most_features = True
 
     def __init__(self, n_bits: int = 32, n_iter: int = 50, random_state=None):
         self.n_bits = n_bits
@@ -56,7 +57,6 @@ class ITQ(ProjectionHasher):
         self.random_state = random_state
 
     def _fit(self, X: np.ndarray, n_bits: int) -> None:
-        check_bits_fit_features("ITQ", n_bits, X.shape[1])
         n_iter = check_int("n_iter", self.n_iter, 0)
         rng = check_random_state(self.random_state)
         mean, components = principal_components(X, n_bits)

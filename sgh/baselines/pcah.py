@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.baselines._base import check_bits_fit_features, principal_components
+from sgh.baselines._base import principal_components
 from sgh.baselines.projection import ProjectionHasher
 
 
@@ -33,7 +33,7 @@ class PCAH(ProjectionHasher):
     """
 
     projection_attribute = "components_"
+    bits_at_most_features = True
 
     def _fit(self, X: np.ndarray, n_bits: int) -> None:
-        check_bits_fit_features("PCAH", n_bits, X.shape[1])
         self.mean_, self.components_ = principal_components(X, n_bits)

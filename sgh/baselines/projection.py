@@ -25,6 +25,7 @@ class ProjectionHasher(BinaryHasher):
     """
 
     projection_attribute: str
+    without_asymmetric = None  # its projection is its score
 
     def __init__(self, n_bits: int = 32, random_state=None):
         self.n_bits = n_bits

@@ -12,7 +12,12 @@ uint8 for a run trained on other dtypes, or floats beyond [0, 1] for a run train
 255 (floats already divided by 255 are its encoder's input); `input_scale=none` (values as
 they are) or `input_scale=uint8` (divided by 255) sets the conversion instead, for input stored
 otherwise than the training features on purpose. `out` is an `.npy` of packed uint8 codes
-(n, ceil(bits/8)), `np.packbits(bits, axis=1)` layout.
+(n, ceil(bits/8)), `np.packbits(bits, axis=1)` layout, which `np.load` memory-maps whatever its
+size. A `.npy` holds one array and nothing else, so what made the codes is written beside it,
+`<out>.json` (`codes.npy.json`): the model's fingerprint (the one its run's codes.npz and
+asymmetric.npz carry, `sgh.codes.model_fingerprint`; null for a run without an asymmetric score
+or an encoder outside a run), the exact code length, the encoder, the input and its conversion.
+Only such a record of sgh-encode's is replaced there; a file of the user's is refused.
 
 Streaming: `batch_size` rows are read, encoded and appended to the output at a time, so memory is
 bounded by the batch, not the file (`.npy`, `.fvecs`, `.bvecs`; `.npz` and `.mat` cannot be read
@@ -33,7 +38,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from sgh.artifacts.atomic import atomic_file
+from sgh.artifacts.atomic import FileKind, atomic_file, refuse_to_replace, write_bytes
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file, refuse_a_runs_input
 from sgh.cli.boundary import check_writable_place
@@ -46,6 +51,27 @@ from sgh.errors import UserInputError
 from sgh.model.quiet_tensorflow import import_tensorflow
 
 register_configs()
+
+
+def record_path(out: str | os.PathLike) -> Path:
+    """Where the record of the codes at `out` goes: `codes.npy` -> `codes.npy.json`."""
+    return Path(f"{out}.json")
+
+
+def _is_a_record(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text()).get("written_by") == "sgh-encode"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+_RECORD = FileKind("sgh-encode's record of a codes file (written_by: sgh-encode)",
+                   recognises=_is_a_record)
+
+
+def _run_dir(config: EncodeCommandConfig) -> Path:
+    """The run whose model encodes: `run=`, or the directory an `encoder=` lies in."""
+    return Path(config.run) if config.run is not None else Path(config.encoder).parent
 
 
 def _check_arguments(config: EncodeCommandConfig) -> None:
@@ -68,8 +94,10 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
                              "overwrite; accepted: another path ending in .npy")
     refuse_a_run_file("out", config.out, "codes.npy",
                       runs=() if config.run is None else (config.run,))
+    refuse_to_replace(record_path(config.out), _RECORD,
+                      elsewhere="choose another out= (its record goes to OUT.json)")
     # Nor a file the run was trained on (its inputs.json): it could not be re-scored after.
-    run_dir = Path(config.run) if config.run is not None else Path(config.encoder).parent
+    run_dir = _run_dir(config)
     if config.run is not None or RunDirectory(run_dir, create=False).holds_a_run():
         refuse_a_runs_input("out", config.out, run_dir, "codes.npy")
     if config.input_scale not in INPUT_SCALES:
@@ -85,7 +113,7 @@ def _training_conversion(config: EncodeCommandConfig) -> tuple[str, str] | None:
     """(how the run's training features became float32, e.g. 'uint8 / 255'; where that is
     recorded), from the run's metrics.json (an exported encoder inside a run directory: its
     run's); None when nothing records it (an encoder copied elsewhere, an older run)."""
-    run_dir = Path(config.run) if config.run is not None else Path(config.encoder).parent
+    run_dir = _run_dir(config)
     metrics = RunDirectory(run_dir, create=False).metrics
     try:
         recorded = json.loads(metrics.read_text())
@@ -163,13 +191,33 @@ def encode_file(config: EncodeCommandConfig) -> dict:
     conversion = _stream_codes(vectors, encoder, out, config.batch_size, training,
                                config.input_scale)
     seconds = time.perf_counter() - started
+    record = {"written_by": "sgh-encode", "codes": out.name, "shape": [n, encoder.code_bytes],
+              "bits": encoder.bits, "fingerprint": _model_fingerprint(config),
+              "encoder": os.path.abspath(encoder_path), "input": os.path.abspath(config.input),
+              "key": config.key, "conversion": conversion}
+    write_bytes(record_path(out), (json.dumps(record, indent=1) + "\n").encode(),
+                replaces=_RECORD)
     summary = {"n": n, "dim": dim, "bits": encoder.bits, "conversion": conversion,
                "seconds": seconds, "vectors_per_second": n / seconds if seconds > 0 else None,
-               "out": str(out), "encoder": str(encoder_path)}
+               "out": str(out), "record": str(record_path(out)), "encoder": str(encoder_path),
+               "fingerprint": record["fingerprint"]}
     print(f"[sgh] encoded {n} vectors of {vectors.where} (dim {dim}, {conversion}) to "
-          f"{encoder.bits}-bit codes -> {out} ({n} x {encoder.code_bytes} uint8) in "
-          f"{seconds:.1f} s, {n / max(seconds, 1e-9):,.0f} vectors/s", flush=True)
+          f"{encoder.bits}-bit codes -> {out} ({n} x {encoder.code_bytes} uint8; model "
+          f"{record['fingerprint']}, in {record_path(out).name}) in {seconds:.1f} s, "
+          f"{n / max(seconds, 1e-9):,.0f} vectors/s", flush=True)
     return summary
+
+
+def _model_fingerprint(config: EncodeCommandConfig) -> str | None:
+    """The fingerprint of the run's model, as its codes.npz carries it (that of its asymmetric
+    score's encoder); None when the run has no asymmetric score, or the encoder no run."""
+    from sgh.search.score_set import ScoreSet
+
+    scores = RunDirectory(_run_dir(config), create=False).asymmetric_score
+    try:
+        return ScoreSet.load(scores).fingerprint if scores.is_file() else None
+    except ValueError:  # damaged: the codes are the encoder's all the same, their model unnamed
+        return None
 
 
 def _scaled(rows: np.ndarray, vectors, first_row: int, input_scale: str):
@@ -206,6 +254,9 @@ def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None,
                                            input_scale)
             _refuse_unscaled_rows(features, vectors.dtype, training, vectors.where, start)
             handle.write(encoder.encode_batch(features).tobytes())
+        # An earlier record names another model's codes: gone before these take their place
+        # (killed before the new record is written, the codes are left unnamed, not misnamed).
+        record_path(out).unlink(missing_ok=True)
     return conversion
 
 

@@ -118,15 +118,7 @@ def _key_line(cause: OmegaConfBaseException, override: str | None) -> str:
 
 def unknown_key_line(stated: str, section: str, key, keys: typing.Sequence[str],
                      added: bool = False) -> str:
-    """A key its section does not have (misspelt, or added with `+`): the keys it has; a key
-    renamed since (`sgh.config.RENAMED_KEYS`): its new name."""
-    from sgh.config import CHOICES, RENAMED_KEYS
-
-    new = RENAMED_KEYS.get(f"{section}.{key}")
-    new_section, _, new_key = (new or "").rpartition(".")
-    if new is not None and (new_section != section or new_key in keys):
-        values = f" ({', '.join(CHOICES[new])})" if new in CHOICES else ""
-        return f"{stated}: {section}.{key} is now named {new}; accepted: {new}=VALUE{values}"
+    """A key its section does not have (misspelt, or added with `+`): the keys it has."""
     accepted = f"accepted keys: {', '.join(keys)}" if keys else "accepted: its keys"
     adding = "; a key added with + would be ignored" if added else ""
     return f"{stated}: {section} has no key {key!r}{adding}; {accepted} ({SHOW_KEYS})"

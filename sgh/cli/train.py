@@ -7,11 +7,18 @@
 `main` checks the command line and the run directory first (`sgh.cli.hydra_command`: every
 mistake is one line, exit 2), Hydra composes the configuration, and `run` gets it as typed
 dataclasses (`OmegaConf.to_object`): Hydra is not seen below this module.
+
+A run directory is named by its recipe and the second the command started
+(`runs/<dataset>/<method>[-<experiment>]-<bits>b/<time>`, configs/hydra/default.yaml); the
+check before Hydra makes it, so two commands started in the same second get two directories
+(`<time>` and `<time>_2`), and takes its lock before Hydra writes into it.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+from datetime import datetime
 from pathlib import Path
 
 import hydra
@@ -21,7 +28,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.run_directory import RunDirectory, are_sgh_train_settings
-from sgh.artifacts.run_lock import existing_paths, refuse_if_busy, remove_a_refused_start
+from sgh.artifacts.run_lock import existing_paths, remove_a_refused_start, take_before_hydra
 from sgh.cli.boundary import check_writable_place, exit_on_failure
 from sgh.cli.hydra_command import Composed, run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
@@ -32,6 +39,29 @@ from sgh.reports.comparison import written_by_compare
 
 register_configs()
 logger = logging.getLogger(__name__)
+
+# The second this command started, as its run (or sweep) directory names it, with `_2`, `_3`
+# ... once `_a_new_directory` found the name taken: one value for the whole command, read by
+# the preflight and by Hydra alike (Hydra's `now` is read again at each composition).
+_start_time: str | None = None
+
+
+def _started() -> str:
+    global _start_time
+    if _start_time is None:
+        _start_time = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    return _start_time
+
+
+def recipe_name(method: str, experiment: str | None) -> str:
+    """`sgh`, or `sgh-search` for `experiment=search`: what a run directory's name says of how
+    the run was made, so that two recipes never share a directory pattern."""
+    return method if experiment is None else f"{method}-{str(experiment).replace('/', '-')}"
+
+
+if not OmegaConf.has_resolver("sgh_start_time"):
+    OmegaConf.register_new_resolver("sgh_start_time", _started)
+    OmegaConf.register_new_resolver("sgh_recipe", recipe_name)
 
 # What existed of the run directory's path before Hydra made it (`_check_before_hydra`, one run
 # per process): a start refused inside the run removes what this command made, and only that.
@@ -86,8 +116,9 @@ def _check_before_hydra(composed: Composed) -> None:
     run directory is new or an sgh run's (`RunDirectory.refuse_unless_ours`: Hydra's `.hydra/`
     and `train.log` must not land in a user's folder), and an earlier run's config.yaml there
     is readable (a resumed run compares its settings)."""
-    global _existed_before_hydra
+    global _existed_before_hydra, _start_time
     _existed_before_hydra = None  # unknown until the run directory is resolved below
+    _start_time = None  # this command's: a process may run several (tests)
     for job in composed.jobs:
         validate(job)
     key = "hydra.sweep.dir" if composed.multirun else "hydra.run.dir"
@@ -96,12 +127,41 @@ def _check_before_hydra(composed: Composed) -> None:
     except Exception:  # noqa: BLE001  resolved from what only the job knows: Hydra checks it
         return
     check_writable_place(key, directory, directory_wanted=True)
+    existed = None
+    if _named_by_the_start(composed.config, key):
+        directory, existed = _a_new_directory(composed.config, key)
     if composed.multirun:
         _refuse_a_folder_that_holds_no_sweep(Path(directory))
     else:
-        refuse_if_busy(directory)  # before Hydra writes .hydra/ and train.log into it
         RunDirectory(directory, create=False).refuse_unless_ours(key)
-        _existed_before_hydra = existing_paths(directory)
+        _existed_before_hydra = existed or existing_paths(directory)
+        take_before_hydra(directory)  # before Hydra writes .hydra/ and train.log into it
+
+
+def _named_by_the_start(config: DictConfig, key: str) -> bool:
+    """Whether the directory's name holds the start time (`${sgh_start_time:}`, as the default
+    ones do): then a new one is wanted, not an earlier run's to resume."""
+    section, _, name = key.rpartition(".")
+    raw = OmegaConf.to_container(OmegaConf.select(config, section), resolve=False).get(name)
+    return "sgh_start_time" in str(raw)
+
+
+def _a_new_directory(config: DictConfig, key: str) -> tuple[str, frozenset[Path]]:
+    """Make the directory `key` names, a new one: when the name is taken (another command
+    started in the same second), the start time gets `_2`, `_3`, ... Returns it and what
+    existed of its path before (`existing_paths`, for a start refused later)."""
+    global _start_time
+    second = _started()
+    for count in itertools.count(1):
+        _start_time = second if count == 1 else f"{second}_{count}"
+        directory = OmegaConf.select(config, key)
+        existed = existing_paths(directory)
+        Path(directory).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            Path(directory).mkdir()  # atomic: of two commands, one makes it
+        except FileExistsError:
+            continue
+        return directory, existed
 
 
 # What Hydra writes into a sweep's directory besides its jobs: its record of the sweep

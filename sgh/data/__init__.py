@@ -1,10 +1,14 @@
-"""Datasets: from a config to the `RetrievalSplit` every method trains and is scored on."""
+"""Datasets: from a config to the `RetrievalSplit` every method trains and is scored on.
+
+A dataset section (`sgh.config`'s `FileDatasetConfig`, or `SyntheticDatasetConfig`: no `path`)
+is read by its fields: this room imports nothing of `sgh.config`, which reads its values (the
+similarities) from here.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sgh.config import FileDatasetConfig, SyntheticDatasetConfig
 from sgh.data import npz_file
 from sgh.data.ann_benchmarks import load_hdf5_split
 from sgh.data.ann_files import (
@@ -22,7 +26,7 @@ from sgh.data.split import (
     ann_split,
     labelled_split,
     pooled_split,
-    validation_split,
+    training_set_split,
 )
 from sgh.data.streamed_features import StreamedFeatures
 from sgh.data.synthetic import gaussian_clusters
@@ -32,8 +36,8 @@ from sgh.errors import UserInputError
 __all__ = ["RetrievalSplit", "input_files", "load_split"]
 
 
-def load_split(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> RetrievalSplit:
-    if isinstance(dataset, SyntheticDatasetConfig):
+def load_split(dataset) -> RetrievalSplit:
+    if not hasattr(dataset, "path"):  # synthetic
         similarity = resolve_similarity(dataset.similarity)
         x_train, y_train, x_test, y_test = gaussian_clusters(
             dataset.n_train, dataset.n_test, dataset.dim, dataset.n_classes, dataset.seed)
@@ -55,16 +59,16 @@ def load_split(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> Retrieval
                 f"dataset.split=validation reorders the training set in memory, and "
                 f"{split.train.path} is streamed from disk; use the built-in model selection "
                 "(validation.every, on by default) or dataset.streaming=never")
-        split = validation_split(split, dataset.n_queries)
+        split = training_set_split(split, dataset.n_queries)
     return split
 
 
-def input_files(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> dict[str, Path]:
+def input_files(dataset) -> dict[str, Path]:
     """The files `load_split(dataset)` reads, by the setting that names them (a texmex sibling
     under the setting it stands in for): `dataset.path`, and for a database holding one array
     its `dataset.query_path`, `dataset.groundtruth_path`, `dataset.learn_path`. Empty for
     synthetic data. Call it after `load_split`, which reports missing files."""
-    if isinstance(dataset, SyntheticDatasetConfig):
+    if not hasattr(dataset, "path"):
         return {}
     path = Path(dataset.path).expanduser()
     files = {"dataset.path": path}
@@ -79,7 +83,7 @@ def input_files(dataset: FileDatasetConfig | SyntheticDatasetConfig) -> dict[str
     return files
 
 
-def _load_file(dataset: FileDatasetConfig) -> RetrievalSplit:
+def _load_file(dataset) -> RetrievalSplit:
     path = Path(dataset.path).expanduser()
     # Before anything opens it: a FIFO or device would block; a symlink loop cannot resolve.
     refuse_special_file(path, "dataset.path")
@@ -115,8 +119,7 @@ def _load_file(dataset: FileDatasetConfig) -> RetrievalSplit:
     return _load_named_arrays(dataset, path, layout, similarity)
 
 
-def _load_named_arrays(dataset: FileDatasetConfig, path: Path, layout: str,
-                       similarity: str) -> RetrievalSplit:
+def _load_named_arrays(dataset, path: Path, layout: str, similarity: str) -> RetrievalSplit:
     arrays = npz_file.open_container(path)
 
     def features(key: str, reference: str | None = None):

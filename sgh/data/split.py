@@ -16,7 +16,8 @@ Protocols (docs/guide/data.md):
 - split=validation: model selection never looks at the queries. A sixth of the training set is
   held out (`default_rng(1).permutation(n_train)[:n_train // 6]`); the queries are the first
   n_queries of it, the database is the other training items followed by the remaining held-out
-  items, and training uses the other training items only (see `validation_split`).
+  items, and training uses the other training items only (see `training_set_split`; not the
+  validation set that model selection holds out, `sgh/training/holdout.py`).
 
 Every split carries its similarity (`sgh/data/similarity.py`), resolved from `dataset.similarity`
 and the file: the features are already normalised for it (angular), and the ground truth,
@@ -122,7 +123,7 @@ def ann_split(name, base, query, groundtruth, learn, conversion,
     )
 
 
-def validation_split(split: RetrievalSplit, n_queries: int) -> RetrievalSplit:
+def training_set_split(split: RetrievalSplit, n_queries: int) -> RetrievalSplit:
     """Mirror the test protocol inside the training set, so model selection never sees the queries.
 
     A sixth of the training set (MNIST: 10,000 of 60,000, the size of its test split) is held out

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from sgh.config import DENOMINATORS  # eval.map_k_denominator's values, owned by the settings
 from sgh.errors import check_choice
 
 TIES = ("expected", "stable")
+DENOMINATORS = ("retrieved", "min_rk", "r")  # of mAP@k (eval.map_k_denominator)
 NO_RELEVANT_POLICIES = ("skip", "zero", "error")
 # "retrieved" is what the deep-hashing code that published mAP@K tables computes (e.g. the
 # CalcTopMap of DeepHash / HashNet / DSH ports), so it is the default that makes our numbers

@@ -12,7 +12,6 @@ import time
 import numpy as np
 
 from sgh.codes import code_health
-from sgh.config import EvalConfig
 from sgh.errors import UserInputError
 from sgh.metrics.labels import evaluate_labels
 from sgh.metrics.neighbour_recall import recall_at_n
@@ -22,10 +21,11 @@ from sgh.metrics.shortlist_curve import shortlist_curve
 HAMMING_RANKING = "hamming: the database by Hamming distance to the query's code"
 
 
-def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config: EvalConfig,
+def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config,
           database_labels: np.ndarray | None = None, query_labels: np.ndarray | None = None,
           groundtruth: np.ndarray | None = None, ranking=None) -> dict:
-    """Every retrieval number for one set of codes, as a flat dict.
+    """Every retrieval number for one set of codes, as a flat dict, as `config` (the settings'
+    `eval` section, `sgh.config.EvalConfig`, read by its fields) asks.
 
     Label metrics where labels are given; Recall K@N where ground truth is given. ``ranking``:
     None ranks by Hamming distance (the tie-aware engine, with ``_stable`` twins and hash

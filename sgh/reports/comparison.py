@@ -1,7 +1,9 @@
 """The comparison of a sweep's runs (`sgh-compare`): one table, plots and TensorBoard images.
 
 Reads every `metrics.json` below SWEEP_DIR (one per `sgh-train` job), groups the runs by
-(dataset, method, bits) and reports mean ± population std (ddof=0) over seeds. Writes
+(dataset, method, ranking, bits) and reports mean ± population std (ddof=0) over seeds; runs
+that differ in any other setting are never averaged together, but are rows of their own
+(`sgh.reports.sweep_runs`). Writes
 `comparison.csv`, `comparison.md`, `map_vs_bits.png`, `recall_curves.png`, `pr_curves.png` and
 `tensorboard_compare/` into SWEEP_DIR (or --out). TensorFlow is imported only for the last.
 
@@ -34,6 +36,7 @@ from sgh.artifacts.run_outputs import refuse_a_run_file
 from sgh.errors import UserInputError
 from sgh.methods import METHODS
 from sgh.metrics.conventions import LABELS, SUMMARIES
+from sgh.reports.sweep_runs import collect, ranking_label
 
 logger = logging.getLogger(__name__)
 
@@ -127,46 +130,19 @@ DESCRIPTION = {"map_vs_bits": f"{MAP_TEXT}\n{ERROR_BARS}",
                                                "machine, default threads; first seed)"}
 
 
-def collect(sweep_dir) -> list[dict]:
-    """Every run's metrics below `sweep_dir`, each with `run_dir` added; sorted by path."""
-    sweep_dir = Path(sweep_dir)
-    if not sweep_dir.is_dir():
-        raise UserInputError(f"{sweep_dir}: no such directory; expected an sgh-train sweep "
-                             "directory")
-    rows = []
-    for path in sorted(sweep_dir.rglob(METRICS_FILE)):
-        try:
-            row = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise UserInputError(f"{path}: not valid JSON ({error})") from None
-        if not isinstance(row, dict) or not all(isinstance(row.get(key), str)
-                                                for key in ("dataset", "method")) \
-                or isinstance(row.get("bits"), bool) or not isinstance(row.get("bits"), int):
-            raise UserInputError(f"{path}: expected a JSON object with a string 'dataset' and "
-                                 "'method' and an integer 'bits', as sgh-train writes")
-        seed = row.get("seed")  # runs are ordered and grouped by it
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise UserInputError(f"{path}: key 'seed' is {seed!r}; expected an integer (the "
-                                 "run's trainer.seed), as sgh-train writes")
-        rows.append({**row, "run_dir": str(path.parent)})
-    if not rows:
-        raise UserInputError(f"{sweep_dir}: no {METRICS_FILE} below it; expected the directory "
-                             "of an sgh-train sweep (one sub-directory per job)")
-    return rows
-
-
 def _method_rank(label: str) -> tuple:
-    """Registry order of the method, then the ranking (Hamming first)."""
-    method, _, ranking = label.partition(" (")
+    """Registry order of the method, then the ranking (Hamming first), then the variant."""
+    method, _, ranking = label.partition(" [")[0].partition(" (")
     return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method,
-            ranking != "", ranking)
+            ranking != "", ranking, label)
 
 
 def method_label(row: dict) -> str:
-    """How tables and legends name a run's method: ``itq``, or ``itq (asymmetric)`` when the
-    run was scored in another ranking than Hamming (runs of different rankings never average)."""
-    ranking = str(row.get("ranking", "hamming")).split(":")[0]
-    return row["method"] if ranking == "hamming" else f"{row['method']} ({ranking})"
+    """How tables and legends name a run's method: ``itq``, ``itq (asymmetric)`` when the run
+    was scored in another ranking than Hamming, and the settings that set it apart from other
+    runs of that method (``sgh [trainer.steps=400]``, `sgh.reports.sweep_runs`): runs of
+    different labels are never averaged together."""
+    return ranking_label(row) + row.get("variant", "")
 
 
 def _recall_order(key: str) -> tuple[int, int]:
@@ -195,8 +171,9 @@ def aggregate(rows: list[dict]) -> list[dict]:
         runs = sorted(runs, key=lambda run: (run.get("seed") is None, run.get("seed") or 0))
         seeds = [run.get("seed") for run in runs]
         if len(set(seeds)) < len(seeds):
-            logger.warning("%s %s %s bits: seeds %s repeat; runs differing in anything but the "
-                           "seed are averaged together", dataset, method, bits, seeds)
+            logger.warning("%s %s %s bits: seeds %s repeat, so the same run is counted more "
+                           "than once (%s)", dataset, method, bits, seeds,
+                           ", ".join(run["run_dir"] for run in runs))
         entry = {"dataset": dataset, "method": method, "bits": bits, "n_seeds": len(runs),
                  "seeds": seeds, "first_run": runs[0]["run_dir"]}
         if "shortlist_curve" in runs[0]:  # the first seed's, as the PR curve
@@ -253,10 +230,13 @@ def markdown(aggregated: list[dict]) -> str:
                 else "n seeds (per cell)")
         caption = " ".join([f"**{dataset}** — {SPREAD_TEXT.format(n=over)}."]
                            + [f"{text}." for _, _, text in metrics])
-        if any(" (" in method for method in methods):
+        if any(" (" in method.partition(" [")[0] for method in methods):
             caption += (" A method named with a ranking in parentheses was ranked that way "
                         "instead (eval.ranking: asymmetric, or rerank = a Hamming shortlist "
                         "rescored), with ties by id.")
+        if any(" [" in method for method in methods):
+            caption += (" A method named with settings in brackets is one of its runs that "
+                        "differ in more than the seed, each averaged over its own seeds only.")
         header = ["method"] + [f"{name} {b} bits" for b in bits for _, name, _ in metrics]
         lines = [caption, "", "| " + " | ".join(header) + " |",
                  "| " + " | ".join("---" for _ in header) + " |"]
@@ -373,7 +353,8 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
 
     curves = {}
     # PR curves are of hash lookup, a Hamming notion: one per method, from its Hamming runs.
-    for entry in (e for e in aggregated if e["dataset"] in labelled and " (" not in e["method"]):
+    for entry in (e for e in aggregated if e["dataset"] in labelled
+                  and " (" not in e["method"].partition(" [")[0]):
         path = Path(entry["first_run"]) / CODES_FILE
         try:
             curves[entry["dataset"], entry["bits"], entry["method"]] = pr_curve(load_codes(path))

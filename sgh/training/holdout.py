@@ -1,4 +1,5 @@
-"""Model selection during training: a validation split carved from the training set.
+"""Model selection during training: a validation split carved from the training set (not the
+protocol `dataset.split=validation`, which is `sgh.data.split.training_set_split`).
 
 The test queries are never looked at before the end. Instead `carve` holds out
 `validation.queries` training items (at most a tenth of them; never trained on) as validation

@@ -10,7 +10,7 @@
 
 Every parameter is a key of `sgh-train`'s configuration (`model.*`, `trainer.*`,
 `validation.*`, `eval.recall_k`), and every default is that configuration's default: the
-training core is the same (`sgh.training.train_sgh.fit_sgh`: held-out validation split, the
+training core is the same (`sgh.training.train_sgh`: held-out validation split, the
 compiled loop, model selection), so `SGHHasher(n_bits=32, random_state=0).fit(x_train)` on MNIST
 encodes exactly as `sgh-train` with no overrides does. Without a run directory there are no
 checkpoints and no TensorBoard events; Ctrl-C raises `KeyboardInterrupt` as anywhere in Python.
@@ -52,7 +52,7 @@ from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricSco
 from sgh.search.score_set import ScoreSet
 from sgh.training.holdout import MAX_HELD_OUT_SHARE
 from sgh.training.score_selection import select_scores
-from sgh.training.train_sgh import fit_sgh, hold_out
+from sgh.training.train_sgh import fit_in_memory, hold_out
 from sgh.training.verbose import progress_on_stderr
 
 # (parameter, configuration section, key in it): every parameter but n_bits and random_state.
@@ -74,9 +74,6 @@ _KEYS = {
     "validation_metric": ("validation", "metric"), "patience": ("validation", "patience"),
     "recall_k": ("eval", "recall_k"),
 }
-# Parameters renamed since (as `sgh.config.RENAMED_KEYS`): old -> new, for a hasher saved or
-# pickled under the old name.
-_RENAMED_PARAMETERS = {"estimator": "gradient_estimator"}
 _PARAMS_FILE, _WEIGHTS_FILE, _SCORES_FILE = "hasher.json", "weights.npz", "scores.npz"
 # Layer sizes are tuples here (scikit-learn wants immutable defaults), lists in the config.
 _DEFAULT_MODEL = ModelConfig()
@@ -114,6 +111,8 @@ class SGHHasher(BinaryHasher):
     `n_features_in_`, `fit_info_` (what `metrics.json` would report: steps, timing, best step,
     validation scores).
     """
+
+    without_asymmetric = None  # its encoder, decoder and joint scores
 
     def __init__(self, n_bits: int = ModelConfig.bits, random_state: int = TrainerConfig.seed,
                  *, objective: str = ModelConfig.objective,
@@ -258,7 +257,7 @@ class SGHHasher(BinaryHasher):
                           stacklevel=3)
             config = dataclasses.replace(config, trainer=dataclasses.replace(
                 config.trainer, batch_size=len(train_items)))
-        trained = fit_sgh(config, train_items, validation)
+        trained = fit_in_memory(config, train_items, validation)
         self.model_ = trained.model
         self.scores_ = select_scores(trained.model, validation, train_items, "euclidean",
                                      config.eval.recall_k)
@@ -344,31 +343,25 @@ class SGHHasher(BinaryHasher):
         try:
             saved = json.loads(params_file.read_text())
             # JSON has no tuples: the layer sizes come back as lists.
-            hasher = cls(**{_RENAMED_PARAMETERS.get(key, key):
-                            tuple(value) if isinstance(value, list) else value
+            hasher = cls(**{key: tuple(value) if isinstance(value, list) else value
                             for key, value in saved["params"].items()})
             n_features = int(saved["n_features_in"])
-            scores = ScoreSet.load(scores_file) if scores_file.is_file() else None
-            if scores is not None:
-                _refuse_scores_of_another_size(scores, scores_file, hasher.n_bits, n_features,
-                                               params_file)
-            hasher._restore(n_features, weights, saved.get("fit_info", {}), scores)
+            scores = ScoreSet.load(scores_file)
+            _refuse_scores_of_another_size(scores, scores_file, hasher.n_bits, n_features,
+                                           params_file)
+            hasher._restore(n_features, weights, saved["fit_info"], scores)
         except UserInputError:
             raise
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise UserInputError(f"{path}: unreadable saved SGHHasher ({error})") from None
         return hasher
 
-    def _restore(self, n_features: int, weights: dict, fit_info: dict,
-                 scores: ScoreSet | None) -> None:
+    def _restore(self, n_features: int, weights: dict, fit_info: dict, scores: ScoreSet) -> None:
         config = self.training_config()
         self.model_ = SGH.skeleton(config.model, n_features)
         self.model_.assign_weights(weights)
         self.n_features_in_, self.n_bits_, self.fit_info_ = n_features, config.model.bits, fit_info
-        # A hasher saved before scores were chosen: the choice without validation.
-        self.scores_ = scores if scores is not None else select_scores(
-            self.model_, None, np.zeros((0, n_features), np.float32), "euclidean",
-            config.eval.recall_k)
+        self.scores_ = scores
 
     # Pickling (joblib, scikit-learn's clone-and-compare checks) goes through plain arrays too:
     # TensorFlow objects are rebuilt, never pickled.
@@ -382,9 +375,7 @@ class SGHHasher(BinaryHasher):
     def __setstate__(self, state: dict) -> None:
         weights = state.pop("_weights", None)
         scores = state.pop("scores_", None)
-        state.setdefault("verbose", False)  # pickled before the parameter existed
-        self.__dict__.update({_RENAMED_PARAMETERS.get(key, key): value
-                              for key, value in state.items()})
+        self.__dict__.update(state)
         if weights is not None:
             self._restore(self.n_features_in_, weights, self.fit_info_, scores)
 

@@ -1,23 +1,23 @@
-"""Training SGH: the one core (`fit_sgh`) behind `sgh-train` (`train_sgh`) and `SGHHasher`.
+"""Training SGH: one core (`_Training`) behind `sgh-train` (`train_sgh`) and `SGHHasher`.
 
-`fit_sgh` holds out the validation split, builds the model from the training set's statistics,
-runs the compiled loop with the after-each-call steps (`sgh.training.progress`), keeps the best
-validated weights, and reports the fields of `metrics.json`. With a run directory it also
-resumes from the run's checkpoints, writes checkpoints and TensorBoard events, and turns
-SIGINT/SIGTERM into a saved checkpoint (`TrainingInterrupted`); without one (the Python API)
-everything stays in memory, and only the best weights pass through a temporary directory.
-`train_sgh` is what `sgh.pipeline` calls for `model=sgh`: `fit_sgh` in the run directory, then
-the exported encoder and the split's codes.
+The core builds the model from the training set's statistics, runs the compiled loop with the
+after-each-call steps (`sgh.training.progress`), keeps the best weights on the validation split
+(`hold_out`), and reports the fields of `metrics.json`. Two thin callers say where the fit lives:
+`fit_in_run_directory` also resumes from the run's checkpoints, writes checkpoints and
+TensorBoard events, and turns SIGINT/SIGTERM into a saved checkpoint (`TrainingInterrupted`);
+`fit_in_memory` (the Python API) keeps everything in memory, and only the best weights pass
+through a temporary directory. `train_sgh` is what `sgh.pipeline` calls for `model=sgh`:
+`fit_in_run_directory`, then the exported encoder and the split's codes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from functools import partial
 
 import keras
 import numpy as np
@@ -48,16 +48,6 @@ from sgh.training.signals import stop_on_signals
 
 logger = logging.getLogger(__name__)
 
-# Whether this process has trained a run already (a sweep's later jobs).
-_trained_before = False
-
-
-@dataclass
-class TrainedSGH:
-    model: SGH  # with the final weights: the best validated ones when validation is on
-    fields: dict  # SGH's keys of metrics.json (steps, timing, selection)
-
-
 def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
               strategy: tf.distribute.Strategy | None = None) -> EncodedSplit:
     """Train (or resume) SGH as configured in the run directory; export the encoder; encode.
@@ -67,15 +57,14 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     """
     # A sweep runs its jobs in one process: each starts from a clean Keras state. The full
     # garbage collection that frees an earlier job's cyclic TF objects (its training set among
-    # them) only when there was one: in a fresh process it finds nothing and costs a pause.
-    # Here, not in `fit_sgh`: a library user's `SGHHasher.fit` leaves their Keras state alone
+    # them) only when there was one, as Keras's record of the names it gave says (an earlier
+    # training's optimizer took "adam"): in a fresh process it finds nothing and costs a pause.
+    # Here, not in the core: a library user's `SGHHasher.fit` leaves their Keras state alone
     # (every random draw of a fit is keyed by its own seed, none by TensorFlow's global one).
-    global _trained_before
-    keras.backend.clear_session(free_memory=_trained_before)
-    _trained_before = True
+    keras.backend.clear_session(free_memory=keras.backend.get_uid("adam") > 1)
     train_items, validation = hold_out(config, split.train, split_training_labels(split),
                                        repr(split.name), split.similarity)
-    trained = fit_sgh(config, train_items, validation, strategy, run_directory)
+    trained = fit_in_run_directory(config, train_items, validation, strategy, run_directory)
     _keep_training_record(trained.fields, run_directory)
     # The encoder that made the final codes, for sgh-encode and TF Serving (sgh.model.export).
     export_encoder(trained.model, run_directory.encoder,
@@ -118,77 +107,101 @@ def hold_out(config: Config, train: Features, labels: np.ndarray | None,
     return carve(train, config.validation, config.eval.recall_k, labels, name, similarity)
 
 
-def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | None,
-            strategy: tf.distribute.Strategy | None = None,
-            run_directory: RunDirectory | None = None) -> TrainedSGH:
-    """Train SGH on `train_items`, selecting on `validation`; see the module doc."""
-    strategy = strategy if strategy is not None else tf.distribute.get_strategy()
-    if config.trainer.batch_size > len(train_items):
-        raise UserInputError(
-            f"trainer.batch_size={config.trainer.batch_size} is larger than the training set "
-            f"({len(train_items)} items"
-            + (f" after holding out {len(validation.query)} for validation" if validation else "")
-            + f"); accepted: 1..{len(train_items)}")
-    if isinstance(train_items, StreamedFeatures):
-        block_mib = block_bytes(config.trainer, train_items.shape[1]) / 2**20
-        logger.info("streaming %d training items from %s: %d blocks of %.0f MiB of batches in "
-                    "memory at most", len(train_items), train_items.path, BLOCKS_IN_MEMORY,
-                    block_mib)
-    with strategy.scope():  # several replicas: the model's variables are mirrored on each
-        model = SGH.from_training_data(config.model, train_items, seed=config.trainer.seed)
-    trainer = Trainer(model, train_items, config.trainer, strategy)
-    with contextlib.ExitStack() as stack:
-        selection = None
-        if validation is not None:
-            best_weights = tf.train.Checkpoint(model=model)
-            if run_directory is not None:
-                best = run_directory.checkpoint_manager(best_weights, best=True)
-            else:  # in memory: the best weights wait in a directory that goes with the fit
-                scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="sgh-best-"))
-                best = tf.train.CheckpointManager(best_weights, scratch, max_to_keep=1)
-            selection = ModelSelection(
-                model, validation, config.validation.patience, best,
-                weights_of_step=run_directory.weights_of_step if run_directory else None)
-        checkpoint = trainer.checkpoint(**({"selection": selection.state} if selection else {}))
-        checkpoints, resumed_step = None, None
-        if run_directory is not None:
-            checkpoints = run_directory.checkpoint_manager(checkpoint)
-            # The newest checkpoint that reads back whole (a damaged one is skipped, warned).
-            resumed_from = run_directory.resume_checkpoint(checkpoints)
-            if resumed_from:
-                checkpoint.restore(resumed_from).assert_consumed()
-                resumed_step = int(trainer.step.numpy())
-                logger.info("resuming from step %d (%s)", resumed_step, resumed_from)
-                if selection is not None:  # now, not after the whole run: the best weights
-                    selection.require_best_weights()
-            stack.enter_context(run_directory.summary_writer())
-            signals = stack.enter_context(stop_on_signals())
-        else:
-            signals = []  # the Python API: Ctrl-C raises KeyboardInterrupt, as anywhere
+def fit_in_memory(config: Config, train_items: Features,
+                  validation: ValidationSet | None) -> SGHFit:
+    """The Python API's fit (`SGHHasher`): nothing on disk but the best validated weights, which
+    wait in a directory that goes with the fit; Ctrl-C raises KeyboardInterrupt, as anywhere."""
+    with tempfile.TemporaryDirectory(prefix="sgh-best-") as scratch:
+        fit = SGHFit(config, train_items, validation, None,
+                     lambda weights: tf.train.CheckpointManager(weights, scratch, 1))
+        fit.train()
+        return fit.finish("kept in memory during the fit")
 
-        validating = (None if selection is None else
-                      ValidationPoints(selection, config.validation.every, config.trainer.steps))
-        console = ConsoleProgress(config.trainer.steps, int(trainer.step.numpy()), validating)
-        after_each_call = [TrainingScalars(), *([validating] if validating else []), console]
-        periodic = None
-        if checkpoints is not None:
-            periodic = PeriodicCheckpoints(checkpoints, config.trainer.checkpoint_every)
-            after_each_call.append(periodic)
-        logs = trainer.fit(lambda log: [step(log) for step in after_each_call],
-                           stop_requested=lambda: bool(signals) or (
-                               selection is not None and selection.should_stop()))
-        train_seconds = time.perf_counter() - console.started
-        step = int(trainer.step.numpy())
-        if checkpoints is not None:
-            # Unless this step's checkpoint is known intact: resumed from, or saved just now. A
-            # damaged one listed for this step is replaced.
-            if step not in (periodic.last_saved, resumed_step):
-                checkpoints.save(checkpoint_number=step)
-            if signals or trainer.stopped_by_another_worker:  # a Ctrl-C on any worker stops all
-                # The command line says how to resume (a run's or a sweep's directory).
-                raise TrainingInterrupted(
-                    f"interrupted at step {step} of {config.trainer.steps}; checkpoint saved")
-        fields = {
+
+def fit_in_run_directory(config: Config, train_items: Features, validation: ValidationSet | None,
+                         strategy: tf.distribute.Strategy | None,
+                         run_directory: RunDirectory) -> SGHFit:
+    """`sgh-train`'s fit: resumed from the run's newest intact checkpoint, checkpointed every
+    `trainer.checkpoint_every` steps and at the end, with TensorBoard's events; SIGINT/SIGTERM
+    stop it at a saved checkpoint (`TrainingInterrupted`)."""
+    fit = SGHFit(config, train_items, validation, strategy,
+                 partial(run_directory.checkpoint_manager, best=True),
+                 run_directory.weights_of_step)
+    checkpoints = run_directory.checkpoint_manager(fit.checkpoint)
+    # The newest checkpoint that reads back whole (a damaged one is skipped, warned).
+    resumed_from, resumed_step = run_directory.resume_checkpoint(checkpoints), None
+    if resumed_from:
+        fit.checkpoint.restore(resumed_from).assert_consumed()
+        resumed_step = int(fit.trainer.step.numpy())
+        logger.info("resuming from step %d (%s)", resumed_step, resumed_from)
+        if fit.selection is not None:  # now, not after the whole run: the best weights
+            fit.selection.require_best_weights()
+    periodic = PeriodicCheckpoints(checkpoints, config.trainer.checkpoint_every)
+    with run_directory.summary_writer(), stop_on_signals() as signals:
+        step = fit.train([periodic], stop_requested=lambda: bool(signals))
+        # Unless this step's checkpoint is known intact: resumed from, or saved just now. A
+        # damaged one listed for this step is replaced.
+        if step not in (periodic.last_saved, resumed_step):
+            checkpoints.save(checkpoint_number=step)
+        if signals or fit.trainer.stopped_by_another_worker:  # a Ctrl-C on any worker stops
+            # all; the command line says how to resume (a run's or a sweep's directory).
+            raise TrainingInterrupted(
+                f"interrupted at step {step} of {config.trainer.steps}; checkpoint saved")
+        return fit.finish("checkpoints/best", resumed_step)
+
+
+class SGHFit:
+    """The one core of both fits: SGH built from the training set's statistics, the compiled
+    loop with the after-each-call steps, and the best weights on `validation`, kept by the
+    manager `best` makes (`weights_of_step`: see `ModelSelection`). After `finish`: `model`
+    with its final weights (the best validated ones), `fields` SGH's keys of metrics.json."""
+
+    def __init__(self, config: Config, train_items: Features, validation: ValidationSet | None,
+                 strategy: tf.distribute.Strategy | None,
+                 best: Callable[[tf.train.Checkpoint], tf.train.CheckpointManager],
+                 weights_of_step: Callable[[int], str] | None = None):
+        if config.trainer.batch_size > len(train_items):
+            raise UserInputError(
+                f"trainer.batch_size={config.trainer.batch_size} is larger than the training "
+                f"set ({len(train_items)} items"
+                + (f" after holding out {len(validation.query)} for validation" if validation
+                   else "") + f"); accepted: 1..{len(train_items)}")
+        if isinstance(train_items, StreamedFeatures):
+            block_mib = block_bytes(config.trainer, train_items.shape[1]) / 2**20
+            logger.info("streaming %d training items from %s: %d blocks of %.0f MiB of batches "
+                        "in memory at most", len(train_items), train_items.path,
+                        BLOCKS_IN_MEMORY, block_mib)
+        strategy = strategy if strategy is not None else tf.distribute.get_strategy()
+        with strategy.scope():  # several replicas: the model's variables are mirrored on each
+            self.model = SGH.from_training_data(config.model, train_items,
+                                                seed=config.trainer.seed)
+        self.config, self.n_train = config, len(train_items)
+        self.trainer = Trainer(self.model, train_items, config.trainer, strategy)
+        self.selection = None if validation is None else ModelSelection(
+            self.model, validation, config.validation.patience,
+            best(tf.train.Checkpoint(model=self.model)), weights_of_step)
+        self.checkpoint = self.trainer.checkpoint(
+            **({"selection": self.selection.state} if self.selection else {}))
+
+    def train(self, after_each_call=(), stop_requested=lambda: False) -> int:
+        """Train to `trainer.steps` (or a stop, early or requested); the step reached."""
+        config, selection = self.config, self.selection
+        self.validating = None if selection is None else ValidationPoints(
+            selection, config.validation.every, config.trainer.steps)
+        console = ConsoleProgress(config.trainer.steps, int(self.trainer.step.numpy()),
+                                  self.validating)
+        steps = [TrainingScalars(), *([self.validating] if self.validating else []), console,
+                 *after_each_call]
+        self.logs = self.trainer.fit(lambda log: [step(log) for step in steps],
+                                     stop_requested=lambda: stop_requested() or (
+                                         selection is not None and selection.should_stop()))
+        self.train_seconds = time.perf_counter() - console.started
+        return int(self.trainer.step.numpy())
+
+    def finish(self, best_kept: str, resumed_step: int | None = None) -> SGHFit:
+        """The final weights and `fields`; `best_kept`: where the best validated ones wait."""
+        config, step, logs = self.config, int(self.trainer.step.numpy()), self.logs
+        self.fields = {
             "objective": config.model.objective,
             "estimator": config.model.gradient_estimator,
             "noise": config.model.noise,
@@ -197,40 +210,37 @@ def fit_sgh(config: Config, train_items: Features, validation: ValidationSet | N
             # the earlier process's, sgh.pipeline keeps it).
             "steps_this_process": step - (resumed_step or 0),
             "batch_size": config.trainer.batch_size,
-            "replicas": trainer.replicas,  # devices the global batch was split over
-            "n_train": len(train_items),
-            "train_seconds": train_seconds,  # this process's training (a resumed run: its part)
+            "replicas": self.trainer.replicas,  # devices the global batch was split over
+            "n_train": self.n_train,
+            "train_seconds": self.train_seconds,  # this process's (a resumed run: its part)
             "ms_per_step": median_ms_per_step(logs),
             "ms_per_step_convention": ("median over compiled calls of wall time / steps, first "
                                        "call (compilation) excluded"),
             "final_loss_terms_per_item": logs[-1].terms if logs else {},
         }
-        if selection is not None:
-            restored = selection.restore_best()  # the best validated weights make the codes
-            fields.update(_selection_fields(selection, restored, validating.seconds, step,
-                                            config, run_directory is not None))
-    return TrainedSGH(model, fields)
+        if self.selection is not None:
+            self.fields.update(self._selection_fields(step, best_kept))
+        return self
 
-
-def _selection_fields(selection: ModelSelection, restored: bool, validation_seconds: float,
-                      step: int, config: Config, on_disk: bool) -> dict:
-    """What metrics.json reports about the selection (`restored`: best weights were loaded)."""
-    metric = selection.validation.metric
-    stopped_early = selection.should_stop() and step < config.trainer.steps
-    if stopped_early:
-        logger.info("stopped early at step %d: no better validation %s in %d validation points",
-                    step, metric, config.validation.patience)
-    if restored:
-        logger.info("final codes from step %d (best validation %s %.4f)", selection.best_step,
-                    metric, selection.best_score)
-    kept = "checkpoints/best" if on_disk else "kept in memory during the fit"
-    return {
-        "validation_metric": metric,
-        "validation_convention": selection.validation.convention,
-        "best_step": selection.best_step if restored else step,
-        f"best_validation_{metric}": selection.best_score if restored else float("nan"),
-        "stopped_early": stopped_early,
-        "validation_seconds": validation_seconds,  # this process's part
-        "codes_from": (f"the best validated weights ({kept})" if restored
-                       else "the last step (no validation point reached)"),
-    }
+    def _selection_fields(self, step: int, best_kept: str) -> dict:
+        """The best validated weights restored (they make the codes), reported."""
+        selection, config = self.selection, self.config
+        restored = selection.restore_best()  # False: no validation point was reached
+        metric = selection.validation.metric
+        stopped_early = selection.should_stop() and step < config.trainer.steps
+        if stopped_early:
+            logger.info("stopped early at step %d: no better validation %s in %d validation "
+                        "points", step, metric, config.validation.patience)
+        if restored:
+            logger.info("final codes from step %d (best validation %s %.4f)",
+                        selection.best_step, metric, selection.best_score)
+        return {
+            "validation_metric": metric,
+            "validation_convention": selection.validation.convention,
+            "best_step": selection.best_step if restored else step,
+            f"best_validation_{metric}": selection.best_score if restored else float("nan"),
+            "stopped_early": stopped_early,
+            "validation_seconds": self.validating.seconds,  # this process's part
+            "codes_from": (f"the best validated weights ({best_kept})" if restored
+                           else "the last step (no validation point reached)"),
+        }

@@ -2,10 +2,8 @@
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from sgh.artifacts.codes_file import load_codes
-from sgh.artifacts.resume_checks import refuse_another_configuration
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.config import Config, ModelConfig, SyntheticDatasetConfig
 from sgh.errors import UserInputError
@@ -32,31 +30,6 @@ def test_config_and_codes_round_trip(tmp_path):
     saved = load_codes(run.codes)
     assert saved.bits == 8 and saved.has_labels
     np.testing.assert_array_equal(saved.database, codes)
-
-
-def test_a_config_yaml_with_a_key_renamed_since_reads_under_its_new_name(tmp_path):
-    """A run written when `model.gradient_estimator` was `model.estimator` still resumes,
-    re-scores (`sgh-eval run=`) and exports (the model section): the old key reads as the new."""
-    run = RunDirectory(tmp_path)
-    config = Config(dataset=SyntheticDatasetConfig(),
-                    model=ModelConfig(bits=8, gradient_estimator="unbiased"))
-    run.write_config(config)
-    written = run.config_file.read_text()
-    assert "  gradient_estimator: unbiased\n" in written
-    run.config_file.write_text(written.replace("  gradient_estimator:", "  estimator:"))
-    model = run.previous_config()["model"]
-    assert model["gradient_estimator"] == "unbiased" and "estimator" not in model
-    assert run.model_section()["gradient_estimator"] == "unbiased"
-    restored = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig),
-                                                   run.model_section()))
-    assert restored == config.model  # as sgh.model.export.restore_run_model reads it
-    run.checkpoints.mkdir()
-    (run.checkpoints / "checkpoint").write_text("")  # a run with a checkpoint: a resume
-    refuse_another_configuration(run, config)  # the same configuration: resumed
-    other = Config(dataset=SyntheticDatasetConfig(), model=ModelConfig(bits=8))
-    with pytest.raises(UserInputError, match=r"\(model\.gradient_estimator: unbiased -> "
-                                             r"approximate\)"):
-        refuse_another_configuration(run, other)
 
 
 def test_an_existing_run_must_be_one(tmp_path):

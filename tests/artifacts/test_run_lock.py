@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sgh.artifacts.run_directory import RunDirectory
-from sgh.artifacts.run_lock import run_lock
+from sgh.artifacts.run_lock import run_lock, take_before_hydra
 from sgh.errors import UserInputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,15 +66,12 @@ def test_a_second_writer_is_refused_in_one_line_naming_the_holder(tmp_path):
 
 
 def test_sgh_train_refuses_a_busy_directory_before_hydra_writes_into_it(tmp_path):
-    from sgh.artifacts.run_lock import refuse_if_busy
-
-    refuse_if_busy(tmp_path / "new")  # no lock file yet: nothing to refuse
     holder = _holder(tmp_path)
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "overrides.yaml").write_text("- model.bits=32\n")
     try:
         with pytest.raises(UserInputError, match=f"is in use by sgh-train \\(pid {holder.pid}"):
-            refuse_if_busy(tmp_path)
+            take_before_hydra(tmp_path)
         command = subprocess.run(
             [sys.executable, "-m", "sgh.cli.train", "dataset=synthetic", "model.bits=16",
              f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -84,7 +81,23 @@ def test_sgh_train_refuses_a_busy_directory_before_hydra_writes_into_it(tmp_path
     finally:
         holder.kill()
         holder.wait()
-    refuse_if_busy(tmp_path)  # free again
+
+
+def test_the_lock_taken_before_hydra_is_the_one_the_run_holds(tmp_path):
+    run_dir = tmp_path / "new"
+    take_before_hydra(run_dir)  # the directory and its lock file made, and held
+    assert json.loads((run_dir / ".lock").read_text())["pid"] == os.getpid()
+    # Another process is refused from now on, before it writes anything...
+    refused = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom sgh.artifacts.run_lock import take_before_hydra"
+         "\ntake_before_hydra(sys.argv[1])", str(run_dir)], cwd=ROOT, capture_output=True,
+        text=True, timeout=60)
+    assert refused.returncode == 1 and f"pid {os.getpid()}" in refused.stderr
+    # ...and this process's run goes on with the same lock, named through another spelling.
+    with run_lock(tmp_path / "new" / ".." / "new"):
+        pass
+    with run_lock(run_dir):  # released at the end of the run
+        pass
 
 
 def test_a_lock_left_by_a_killed_process_is_taken_over(tmp_path):

@@ -136,11 +136,6 @@ CASES = [
     # ---- sgh-train: Hydra's own errors, as one line --------------------------------------------
     Case("misspelt key", "train", lambda f: ["model.bitz=3"],
          "model.bitz=3: model has no key 'bitz'; accepted keys: name, bits, objective"),
-    Case("a key renamed since", "train", lambda f: ["model.estimator=exact"],
-         "model.estimator=exact: model.estimator is now named model.gradient_estimator; "
-         "accepted: model.gradient_estimator=VALUE (unbiased, approximate)"),
-    Case("a key renamed since, added with +", "train", lambda f: ["+model.estimator=unbiased"],
-         "+model.estimator=unbiased: model.estimator is now named model.gradient_estimator"),
     Case("misspelt section", "train", lambda f: ["trainr.steps=3"],
          "trainr.steps=3: the configuration has no key 'trainr'; accepted keys: dataset, model"),
     Case("wrong type", "train", lambda f: ["model.bits=abc"],

@@ -287,3 +287,40 @@ def test_runs_of_other_rankings_are_their_own_rows_with_their_search_curves(tmp_
     main([str(root), "--out", str(tmp_path / "out"), "--no-tensorboard"])
     for name in ("shortlist_curves", "recall_vs_queries_per_second", "pr_curves"):
         assert (tmp_path / "out" / f"{name}.png").stat().st_size > 1000
+
+
+def _config(run_dir, seed, **model):
+    settings = {"dataset": {"name": "toy"}, "model": {"name": "sgh", "bits": 8, "decoder":
+                "linear", **model}, "trainer": {"seed": seed, "steps": 20000}}
+    (run_dir / "config.yaml").write_text(json.dumps(settings))  # JSON is YAML
+
+
+def test_runs_that_differ_in_more_than_the_seed_are_never_averaged(tmp_path, caplog):
+    root = tmp_path / "sweep"
+    # Two recipes of SGH at 8 bits, two seeds each: the default (linear) one and a deep one.
+    for job, (seed, decoder, map_value) in enumerate(
+            [(0, "linear", 0.86), (1, "linear", 0.87), (0, "mlp", 0.88), (1, "mlp", 0.90)]):
+        _run(root / str(job), "sgh", 8, seed, map_value, 0.5)
+        _config(root / str(job), seed, decoder=decoder)
+    aggregated = aggregate(collect(root))
+    assert [(e["method"], e["seeds"], round(e["map_mean"], 3)) for e in aggregated] == [
+        ("sgh [model.decoder=linear]", [0, 1], 0.865),
+        ("sgh [model.decoder=mlp]", [0, 1], 0.89)]
+    assert "differ in more than the seed" in markdown(aggregated)
+    assert not [record for record in caplog.records if record.levelname == "WARNING"]
+    main([str(root), "--out", str(tmp_path / "out"), "--no-tensorboard"])
+    table = (tmp_path / "out" / "comparison.md").read_text()
+    assert "| sgh [model.decoder=linear] | 0.865 ± 0.005 |" in table
+    assert "| sgh [model.decoder=mlp] | 0.890 ± 0.010 |" in table
+
+
+def test_a_run_counted_twice_is_warned_about_naming_both(tmp_path, caplog):
+    root = tmp_path / "sweep"
+    for job in range(2):
+        _run(root / str(job), "sgh", 8, 0, 0.5, 0.5)
+        _config(root / str(job), 0)
+    (entry,) = aggregate(collect(root))
+    assert entry["method"] == "sgh" and entry["seeds"] == [0, 0]
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert "seeds [0, 0] repeat, so the same run is counted more than once" in warning
+    assert str(root / "0") in warning and str(root / "1") in warning

@@ -227,3 +227,35 @@ def test_command_line(trained):
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "Traceback" not in bad.stderr
     assert bad.stderr.startswith("sgh-encode: error: out=codes.txt")
+
+
+def test_the_codes_record_names_the_model_as_the_runs_codes_npz_does(trained, tmp_path):
+    root, run_dir, base, database_codes = trained
+    path, _ = _inputs(root, base)["bvecs"]
+    out = tmp_path / "codes.npy"
+    summary = encode_file(EncodeCommandConfig(run=str(run_dir), input=str(path), out=str(out)))
+    with np.load(run_dir / "codes.npz", allow_pickle=False) as codes:
+        fingerprint = str(codes["fingerprint"])
+    record = json.loads((tmp_path / "codes.npy.json").read_text())
+    assert record == {"written_by": "sgh-encode", "codes": "codes.npy", "shape": [700, 2],
+                      "bits": 12, "fingerprint": fingerprint,
+                      "encoder": str(run_dir / "encoder"), "input": str(path), "key": None,
+                      "conversion": "uint8 / 255"}
+    assert summary["fingerprint"] == fingerprint
+    # An encoder copied out of its run names no model: null, never another run's.
+    detached = tmp_path / "encoder"
+    shutil.copytree(run_dir / "encoder", detached)
+    encode_file(EncodeCommandConfig(encoder=str(detached), input=str(path), out=str(out)))
+    assert json.loads((tmp_path / "codes.npy.json").read_text())["fingerprint"] is None
+    np.testing.assert_array_equal(np.load(out), database_codes)
+
+
+def test_a_users_file_where_the_record_goes_is_refused_before_any_work(trained, tmp_path):
+    root, run_dir, base, _ = trained
+    path, _ = _inputs(root, base)["bvecs"]
+    out = tmp_path / "codes.npy"
+    (tmp_path / "codes.npy.json").write_text('{"mine": true}\n')
+    with pytest.raises(UserInputError, match=r"codes.npy.json is not sgh-encode's record of a "
+                                             r"codes file .* choose another out="):
+        encode_file(EncodeCommandConfig(run=str(run_dir), input=str(path), out=str(out)))
+    assert not out.exists() and (tmp_path / "codes.npy.json").read_text() == '{"mine": true}\n'

@@ -9,7 +9,7 @@ from sgh.artifacts.ground_truth_cache import features_digest
 from sgh.config import FileDatasetConfig, SyntheticDatasetConfig, validate
 from sgh.data import load_split
 from sgh.data.similarity import normalise_in_place, resolve_similarity, unit_normalised
-from sgh.data.split import validation_split
+from sgh.data.split import training_set_split
 from sgh.data.streamed_features import StreamedFeatures, take_rows
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError
@@ -81,7 +81,7 @@ def test_angular_normalises_every_split_of_a_named_array_file(tmp_path):
         np.testing.assert_array_equal(getattr(split, field), unit(getattr(plain, field)))
     assert split.feature_conversion == "float32 as stored, then unit-normalised (angular)"
     # The validation split keeps the similarity (and the already normalised features).
-    assert validation_split(split, 5).similarity == "angular"
+    assert training_set_split(split, 5).similarity == "angular"
     inner = load_split(FileDatasetConfig(name="d", path=str(tmp_path / "d.npz"), n_queries=10,
                                          similarity="inner_product"))
     assert inner.similarity == "inner_product"

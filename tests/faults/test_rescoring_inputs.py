@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from sgh.cli.evaluate import evaluate_codes
 from sgh.config import EvalCommandConfig, EvalConfig
@@ -60,3 +61,38 @@ def test_an_hdf5_file_whose_neighbours_are_not_the_nearest_is_refused(tmp_path):
         run(compose_config(*QUICK[1:], "dataset=file", "model=lsh",
                            f"dataset.path={tmp_path / 'wrong.hdf5'}"), tmp_path / "run2")
     assert not (tmp_path / "run2" / "codes.npz").exists()
+
+
+def test_a_run_trained_with_a_relative_dataset_path_is_rescored_from_another_directory(
+        tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    _write(tmp_path / "data" / "clusters.npz", 0)
+    monkeypatch.chdir(tmp_path / "data")
+    config = compose_config(*QUICK[1:], "dataset=file", "dataset.path=clusters.npz",
+                            "dataset.n_queries=50", "model=itq")
+    run(config, tmp_path / "run")
+    recorded = OmegaConf.load(tmp_path / "run" / "config.yaml").dataset.path
+    assert recorded == str(tmp_path / "data" / "clusters.npz")  # absolute, as read
+    exact = EvalConfig(ranking="rerank", rescore="exact", shortlist=50)
+    here = evaluate_codes(EvalCommandConfig(run=str(tmp_path / "run"), eval=exact))
+    monkeypatch.chdir(tmp_path / "elsewhere")  # no clusters.npz here: the record finds it
+    there = evaluate_codes(EvalCommandConfig(run="../run", eval=exact))
+    assert there["recall10@100"] == here["recall10@100"] and there["n_queries"] == 50
+    # The same command, from the same directory, is the same run (its results, nothing new).
+    monkeypatch.chdir(tmp_path / "data")
+    assert run(config, tmp_path / "run")["recall10@100"] == run(config, tmp_path / "run")[
+        "recall10@100"]
+
+
+def test_a_run_that_recorded_a_relative_path_still_resumes_from_its_directory(tmp_path,
+                                                                            monkeypatch):
+    _write(tmp_path / "clusters.npz", 0)
+    monkeypatch.chdir(tmp_path)
+    config = compose_config(*QUICK[1:], "dataset=file", "dataset.path=clusters.npz",
+                            "dataset.n_queries=50", "model=itq")
+    run(config, tmp_path / "run")
+    record = tmp_path / "run" / "config.yaml"
+    record.write_text(record.read_text().replace(str(tmp_path / "clusters.npz"), "clusters.npz"))
+    (tmp_path / "run" / "metrics.json").unlink()  # as if it had stopped before the end
+    assert run(config, tmp_path / "run")["n_queries"] == 50  # not "another configuration"

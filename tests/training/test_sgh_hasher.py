@@ -1,7 +1,6 @@
 """`SGHHasher`: sgh-train's defaults and codes, the scikit-learn contract, saving, and the one
 hasher interface it shares with the baselines."""
 
-import json
 import pickle
 
 import numpy as np
@@ -78,25 +77,6 @@ def test_save_and_load_give_identical_codes_and_bad_paths_are_one_line(tmp_path)
     (tmp_path / "hasher" / "weights.npz").write_bytes(b"garbage")
     with pytest.raises(UserInputError, match="unreadable saved SGHHasher"):
         SGHHasher.load(tmp_path / "hasher")
-
-
-def test_a_hasher_saved_or_pickled_as_estimator_reads_as_gradient_estimator(tmp_path):
-    # The parameter was `estimator` before it was `gradient_estimator`.
-    x = _blobs()
-    hasher = SGHHasher(**{**TINY, "steps": 20, "gradient_estimator": "unbiased"}).fit(x)
-    hasher.save(tmp_path / "hasher")
-    params_file = tmp_path / "hasher" / "hasher.json"
-    saved = json.loads(params_file.read_text())
-    saved["params"]["estimator"] = saved["params"].pop("gradient_estimator")
-    params_file.write_text(json.dumps(saved))
-    loaded = SGHHasher.load(tmp_path / "hasher")
-    assert loaded.get_params() == hasher.get_params()
-    np.testing.assert_array_equal(loaded.encode(x), hasher.encode(x))
-    state = hasher.__getstate__()
-    state["estimator"] = state.pop("gradient_estimator")
-    unpickled = SGHHasher.__new__(SGHHasher)
-    unpickled.__setstate__(state)
-    assert unpickled.get_params() == hasher.get_params()
 
 
 def test_settings_are_checked_with_sgh_trains_rules_in_the_parameters_names():
