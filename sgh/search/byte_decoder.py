@@ -13,8 +13,10 @@ Codes: the encoder ``q(h|x)`` only approximates the model's posterior. A databas
 once, so each item can afford the posterior's mode itself, ``argmax_h log p(x|h)`` (flat prior):
 starting from the encoder's code, each byte in turn is set to the table entry that minimises
 ``||x - x^(h)||^2`` given the other bytes (iterated conditional modes; each step can only lower
-the error). Fitting is hard EM on training features: codes by that mode, tables by least
-squares given the codes, `FIT_ITERATIONS` times.
+the error). ICM stops at a local mode; encoding then runs iterated local search, as faiss's LSQ
+encodes: each round moves one byte of every item's code to another value, runs ICM again from
+there, and keeps the new code where its error is lower. Fitting is hard EM on training features:
+codes by ICM, tables by least squares given the codes, `FIT_ITERATIONS` times.
 
 Search: ``||x - x^(h)||^2 = ||x||^2 - 2 sum_j <x, C'_j[h_j]> + ||x^(h)||^2`` (``C'_0`` holding
 ``t``): one 256-entry lookup table per byte per query (`lookup_tables`) and one number per item
@@ -40,6 +42,11 @@ FIT_ITERATIONS = 10
 # Sweeps over the bytes when encoding new items with fixed tables (a sweep that changes no byte
 # ends early).
 ENCODE_SWEEPS = 4
+# Local-search rounds when encoding (module doc), each ICM_SWEEPS_PER_ROUND sweeps from a moved
+# byte. Fitting does without them: there they cost 14x the fit for a fraction of what they give
+# the database codes (docs/design.md).
+LOCAL_SEARCH_ROUNDS = 8
+ICM_SWEEPS_PER_ROUND = 2
 # Training rows the tables are fitted on at most (a random sample beyond): the tables have
 # 256 x bytes rows, which 100,000 items fill many times over.
 FIT_ROWS = 100_000
@@ -106,12 +113,19 @@ class ByteDecoder:
         return cls(bits, offset, tables)
 
     def encode(self, features: np.ndarray, start_codes: np.ndarray,
-               sweeps: int = ENCODE_SWEEPS) -> np.ndarray:
-        """Each item's posterior-mode code, from its encoder code ``start_codes``."""
+               sweeps: int = ENCODE_SWEEPS, rounds: int = LOCAL_SEARCH_ROUNDS) -> np.ndarray:
+        """Each item's posterior-mode code (module doc: ICM ``sweeps``, then ``rounds`` of local
+        search), from its encoder code ``start_codes``. An item's code depends on its own
+        features and start code only, so the same items give the same codes in any batches."""
         start_codes = validate_codes(start_codes, self.bits, "start_codes")
         centred = np.asarray(features, np.float32) - self.offset
-        return _posterior_modes(centred, start_codes, self.tables, _valid_values(self.bits),
-                                sweeps)
+        valid = _valid_values(self.bits)
+        codes = _posterior_modes(centred, start_codes, self.tables, valid, sweeps)
+        for start in range(0, len(codes), _BLOCK_ROWS):
+            rows = slice(start, start + _BLOCK_ROWS)
+            codes[rows] = _local_search(centred[rows], codes[rows], start_codes[rows],
+                                        self.tables, valid, rounds)
+        return codes
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """``(n, dim)`` float32 reconstructions ``x^(h)`` of packed codes."""
@@ -235,6 +249,41 @@ def _posterior_modes(centred: np.ndarray, codes: np.ndarray, tables: np.ndarray,
             if not changed:
                 break
     return codes
+
+
+def _local_search(centred: np.ndarray, codes: np.ndarray, start_codes: np.ndarray,
+                  tables: np.ndarray, valid: np.ndarray, rounds: int) -> np.ndarray:
+    """Iterated local search (module doc) over ``rounds``. Which byte moves, and to which
+    value, is a hash of the item's start code and the round: random-looking, yet the same for
+    an item whichever batch it comes in."""
+    n_bytes = codes.shape[1]
+    keys = np.zeros(len(codes), np.uint64)
+    for j in range(n_bytes):
+        keys = _mixed(keys ^ start_codes[:, j].astype(np.uint64))
+    best, best_error = codes.copy(), _squared_errors(centred, codes, tables)
+    for number in range(rounds):
+        draw = _mixed(keys + np.uint64(number + 1))
+        trial = best.copy()
+        trial[np.arange(len(trial)), (draw % np.uint64(n_bytes)).astype(np.intp)] = \
+            (draw >> np.uint64(32)).astype(np.uint8)
+        trial[:, -1] = np.where(valid[-1][trial[:, -1]], trial[:, -1], best[:, -1])
+        trial = _posterior_modes(centred, trial, tables, valid, ICM_SWEEPS_PER_ROUND)
+        error = _squared_errors(centred, trial, tables)
+        better = error < best_error
+        best[better], best_error[better] = trial[better], error[better]
+    return best
+
+
+def _mixed(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: each uint64 to a well-mixed uint64 (wrapping arithmetic)."""
+    values = (values + np.uint64(0x9E3779B97F4A7C15)) * np.uint64(0xBF58476D1CE4E5B9)
+    values = (values ^ (values >> np.uint64(30))) * np.uint64(0x94D049BB133111EB)
+    return values ^ (values >> np.uint64(31))
+
+
+def _squared_errors(centred: np.ndarray, codes: np.ndarray, tables: np.ndarray) -> np.ndarray:
+    residual = centred - _reconstruct(codes, tables)
+    return np.einsum("ij,ij->i", residual, residual)
 
 
 def _least_squares(centred: np.ndarray, codes: np.ndarray, valid: np.ndarray) -> np.ndarray:

@@ -71,14 +71,30 @@ def test_encoding_never_moves_an_item_away_from_its_features(digits, which):
                "random": ByteDecoder(16, fitted.offset,
                                      fitted.tables + np.random.default_rng(3).normal(
                                          0, 1, fitted.tables.shape).astype(np.float32))}[which]
-    for sweeps in (1, 4):
-        encoded = decoder.encode(x, codes, sweeps=sweeps)
+    for sweeps, rounds in ((1, 0), (4, 0), (4, 8)):
+        encoded = decoder.encode(x, codes, sweeps=sweeps, rounds=rounds)
         before, after = _errors(decoder, x, codes), _errors(decoder, x, encoded)
         assert (after <= before + 1e-4 * (1.0 + before)).all()
         assert after.sum() < before.sum()
-        # The codes are a fixed point once converged: encoding them again changes nothing.
-    converged = decoder.encode(x, codes, sweeps=50)
-    np.testing.assert_array_equal(decoder.encode(x, converged, sweeps=1), converged)
+    # ICM's codes are a fixed point once converged: its sweeps again change nothing.
+    converged = decoder.encode(x, codes, sweeps=50, rounds=0)
+    np.testing.assert_array_equal(decoder.encode(x, converged, sweeps=1, rounds=0), converged)
+
+
+def test_local_search_only_lowers_each_items_error_and_ignores_the_batching(digits):
+    # Each round keeps an item's new code only where its error fell below the ICM mode's.
+    x, codes, fitted = digits
+    modes = fitted.encode(x, codes, rounds=0)
+    searched = fitted.encode(x, codes)
+    before, after = _errors(fitted, x, modes), _errors(fitted, x, searched)
+    assert (after <= before + 1e-4 * (1.0 + before)).all()
+    assert (after < before - 1e-3).sum() > 0.01 * len(x)  # it finds better codes for some
+    # The moves are a hash of each item's start code: the same codes in any batches or order.
+    halves = np.concatenate([fitted.encode(x[:700], codes[:700]),
+                             fitted.encode(x[700:], codes[700:])])
+    np.testing.assert_array_equal(halves, searched)
+    order = np.random.default_rng(0).permutation(len(x))
+    np.testing.assert_array_equal(fitted.encode(x[order], codes[order]), searched[order])
 
 
 def test_norm_levels_are_faiss_own_8_bit_norm_codes(digits):
