@@ -21,9 +21,10 @@ it, its dominated settings drawn as crosses):
   mode="scan" over nprobe 1 .. 64. The inverted lists are SGHIndex's own: a k-means of the
   database features. And the byte decoder,
   `from_run(run, decoder="bytes")`: one 256-entry table per code byte fitted on the run's
-  training features, the database encoded by its posterior mode, scanned by faiss's
-  additive-quantizer kernel (the reconstruction's norm in one more byte per item: B + 1
-  bytes, counted so).
+  training features, the database encoded by its posterior mode, scanned by SGH's lookup-table
+  kernel (the reconstruction's norm in one more byte per item: B + 1 bytes, counted so); and
+  the byte decoder in the same inverted lists, `from_run(run, decoder="bytes", nlist=N)`,
+  over nprobe.
 - faiss anchors at B bytes per item (index_factory strings), each trained on the run's
   training features only: `PQ{B}np` (IndexPQ, 8-bit sub-quantizers, without the polysemous
   training that only faiss's Hamming-filtered search uses), `PQ{2B}x4fs` (4-bit fast scan),
@@ -67,8 +68,8 @@ recall of a point in that range, without a noise margin.
 
 The inverted lists' target (issue 33): an IVF point at >= 0.95 x the Recall10@100 of the flat
 scan (mode="scan" at SGHIndex's default refine factor) with >= 10 x its queries/s. Reported per
-run: the fastest IVF point reaching that recall, its share of the flat scan's recall and its
-speed-up.
+run, for the model's score and for the byte decoder, each against its own flat scan: the
+fastest IVF point reaching that recall, its share of the flat scan's recall and its speed-up.
 
 --sgh-only: SGH's points and the inverted lists' verdict only (no faiss anchors, no envelope
 verdict): minutes where the anchors' training takes an hour.
@@ -265,6 +266,12 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, lists: list[int],
             points.append(point(f"IVF{nlist} scan", inverted, size, {
                 "nlist": nlist, "nprobe": nprobe, "score": inverted.scores.chosen,
                 "refine_factor": default_refine}, nprobe=nprobe))
+        inverted = SGHIndex.from_run(run_dir, decoder="bytes", nlist=nlist)
+        size = saved_bytes(inverted)
+        for nprobe in settings.nprobes:
+            points.append(point(f"IVF{nlist} byte decoder scan", inverted, size, {
+                "nlist": nlist, "nprobe": nprobe, "decoder": "bytes", "norm": "1 byte"},
+                extra_bytes=1, nprobe=nprobe))
     return points
 
 
@@ -432,14 +439,25 @@ def target(sgh: list[Point], anchors: list[Point]) -> dict:
             "at_or_above": not below, "below_at": below}
 
 
-def inverted_lists_verdict(sgh: list[Point]) -> dict:
-    """The fastest IVF point at >= IVF_RECALL_SHARE x the flat scan's Recall10@100, against
-    the flat scan at the default refine factor (module doc)."""
-    (flat,) = [point for point in sgh if point.method.startswith("SGH scan")
-               and point.params["refine_factor"] == DEFAULT_REFINE_FACTOR]
+def inverted_lists_verdicts(sgh: list[Point]) -> dict[str, dict]:
+    """Per decoder ("model": the model's score, "bytes": the byte decoder), its inverted lists
+    against its own flat scan (module doc)."""
+    verdicts = {}
+    for decoder in ("model", "bytes"):
+        ours = [point for point in sgh if point.params.get("decoder", "model") == decoder]
+        (flat,) = [point for point in ours if "nprobe" not in point.params and (
+            decoder == "bytes" or (point.method.startswith("SGH scan")
+                                   and point.params["refine_factor"] == DEFAULT_REFINE_FACTOR))]
+        verdicts[decoder] = inverted_lists_verdict(
+            flat, [point for point in ours if "nprobe" in point.params])
+    return verdicts
+
+
+def inverted_lists_verdict(flat: Point, inverted: list[Point]) -> dict:
+    """The fastest of the `inverted` points at >= IVF_RECALL_SHARE x the `flat` scan's
+    Recall10@100, and its speed-up (module doc)."""
     flat_recall = flat.measured["recall10@100"]
     flat_qps = flat.measured["queries_per_second"]
-    inverted = [point for point in sgh if "nprobe" in point.params]
     qps, best = frontier_qps(inverted, IVF_RECALL_SHARE * flat_recall)
     verdict = {"flat_point": describe(flat), "flat_recall10@100": flat_recall,
                "flat_queries_per_second": flat_qps, "ivf_point": None, "recall_share": None,
@@ -493,8 +511,9 @@ def print_table(group: Group, points: list[Point], thread_count: int, n_queries:
               f"{m['queries_per_second']:>10,.0f}", flush=True)
 
 
-def print_inverted_lists_verdict(group: Group, run: str, verdict: dict) -> None:
-    where = f"SGH's inverted lists ({run}) on {group.dataset} at {group.bits} bits"
+def print_inverted_lists_verdict(group: Group, run: str, decoder: str, verdict: dict) -> None:
+    whose = "the model's score" if decoder == "model" else "the byte decoder"
+    where = f"SGH's inverted lists ({whose}; {run}) on {group.dataset} at {group.bits} bits"
     goal = (f">= {IVF_RECALL_SHARE} x the flat scan's Recall10@100 "
             f"({verdict['flat_recall10@100']:.4f}, {verdict['flat_queries_per_second']:,.0f} "
             f"q/s) at >= {IVF_SPEEDUP:g} x its queries/s")
@@ -599,8 +618,9 @@ def benchmark(group: Group, settings: Settings, thread_count: int, with_anchors:
         if with_anchors:
             verdict.update(target(run_points, equal_bytes))
             print_target(group, run, equal_bytes, verdict)
-        verdict["inverted_lists"] = inverted_lists_verdict(run_points)
-        print_inverted_lists_verdict(group, run, verdict["inverted_lists"])
+        verdict["inverted_lists"] = inverted_lists_verdicts(run_points)
+        for decoder, inverted in verdict["inverted_lists"].items():
+            print_inverted_lists_verdict(group, run, decoder, inverted)
         verdicts.append(verdict)
     return points, verdicts
 

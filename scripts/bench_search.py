@@ -74,7 +74,7 @@ from sgh.search.asymmetric import decoder_score  # noqa: E402
 from sgh.search.asymmetric_index import AsymmetricIndex  # noqa: E402
 from sgh.search.hamming_index import HammingIndex  # noqa: E402
 from sgh.search.score_set import ScoreSet  # noqa: E402
-from sgh.search.two_stage import TwoStageSearch  # noqa: E402
+from sgh.search.two_stage import TwoStageSearch, default_shortlist  # noqa: E402
 
 register_configs()
 faiss.omp_set_num_threads(1)
@@ -157,18 +157,17 @@ def _rows_of_run(run_dir: str, split, with_two_stage: bool) -> tuple[dict, dict]
         rows[name] = {"recall10@100": recall, "ranking": ranking}
         searches[name] = lambda index=index: index.search(split.query, TOP, workers=1)
     if with_two_stage:
-        # 1% of the database, and never under 5 N (SIFT10K: 1% would be the top 100 itself).
-        shortlist = max(5 * TOP, len(codes.database) // 100)
+        # The search's own default size: 1% of the database, never under 5 N (SIFT10K: 1%
+        # would be the top 100 itself).
+        shortlist = default_shortlist(TOP, len(codes.database))
         recall, ranking = _recall(run_dir, EvalConfig(
             ranking="rerank", shortlist_by="encoder", shortlist=shortlist, recall_n=[TOP]))
         kind = scores.kind_for("auto", "rerank")
-        search = TwoStageSearch(codes.database, codes.bits,
-                                scores.rescorer(kind, codes.database),
+        search = TwoStageSearch(codes.database, scores.rescorer(kind, codes.database),
                                 shortlist_score=scores.scores["encoder"], workers=1)
         name = f"two-stage, encoder top {shortlist} rescored by {kind}"
         rows[name] = {"recall10@100": recall, "ranking": ranking}
-        searches[name] = lambda: search.search(codes.query, split.query, TOP,
-                                               shortlist=shortlist)
+        searches[name] = lambda: search.search(split.query, TOP, shortlist=shortlist)
     return rows, searches
 
 

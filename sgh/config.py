@@ -26,7 +26,7 @@ OPTIMIZABLE_PREFIX = "best_validation_"
 # Rankings and rescoring rules of evaluation (sgh/search/rankings.py, sgh/search/two_stage.py).
 RANKINGS = ("hamming", "asymmetric", "rerank")
 RESCORE_RULES = ("score", "exact")
-SHORTLIST_STAGES = ("hamming", "encoder")
+SHORTLIST_STAGES = ("auto", "hamming", "encoder")
 # The kinds of asymmetric score (sgh/search/asymmetric.py), in the order tables list them, and
 # eval.score: a kind, or auto (the validation split's choice, sgh/training/score_selection.py).
 SCORE_KINDS = ("encoder", "decoder", "joint")
@@ -180,7 +180,9 @@ class EvalConfig:
     # validation split favours, sgh/training/score_selection.py) | encoder (-log q(h|x); a
     # baseline's projection) | decoder (the reconstruction distance) | joint (both likelihoods)
     score: str = "auto"
-    shortlist_by: str = "hamming"  # rerank's first stage: hamming | encoder (its score's scan)
+    # rerank's first stage: auto (the encoder score's scan where the method has one, else, or
+    # with eval.shortlist_radius, Hamming; sgh/search/rankings.py) | hamming | encoder
+    shortlist_by: str = "auto"
     shortlist: int = 1000  # rerank: the top S that is rescored...
     shortlist_radius: int | None = None  # ...or, if set, every item within this Hamming radius
     # rerank: score (eval.score; no original vectors) | exact (distances on the original

@@ -142,8 +142,8 @@ def build(settings: dict) -> SGHIndex:
 
 def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
     """Rows spread evenly over the input to train on: for the lists' k-means (256 per list at
-    most), or the byte decoder (`FIT_ROWS` at most)."""
-    wanted = FIT_ROWS if index.decoder == "bytes" else 256 * index.nlist
+    most) and the byte decoder (`FIT_ROWS` at most), whichever wants more."""
+    wanted = max(FIT_ROWS if index.decoder == "bytes" else 0, 256 * (index.nlist or 0))
     sample = []
     for start, total, rows in _batches(settings["input"], settings["key"],
                                        settings["batch_size"], index.dim):

@@ -1,6 +1,6 @@
 """Recall of a two-stage search against its shortlist size, and against its queries per second.
 
-The trade-off a user of a two-stage search tunes: a longer Hamming shortlist finds more true
+The trade-off a user of a two-stage search tunes: a longer shortlist finds more true
 neighbours after rescoring, and costs more time. For shortlist sizes S on a ladder
 (:data:`LADDER`, up to 100 N or the database size), each point runs the whole search as a user would
 (`sgh.search.two_stage.TwoStageSearch.search`, top N of a top-S shortlist rescored) for every
@@ -33,10 +33,10 @@ def shortlist_curve(search, query_codes: np.ndarray, queries: np.ndarray,
     sizes = [size for size in LADDER if recall_n <= size < largest] + [largest]
     curve: dict = {"shortlist": [], f"recall{recall_k}@{recall_n}": [], "queries_per_second": [],
                    "rescore": rescore}
-    search.search(query_codes[:4], queries[:4], recall_n, shortlist=sizes[0], rescore=rescore)
+    search.search(queries[:4], recall_n, sizes[0], rescore=rescore, query_codes=query_codes[:4])
     for size in sizes:
         started = time.perf_counter()
-        _, found = search.search(query_codes, queries, recall_n, shortlist=size, rescore=rescore)
+        _, found = search.search(queries, recall_n, size, rescore=rescore, query_codes=query_codes)
         seconds = time.perf_counter() - started
         hits = 0
         for row in range(len(found)):

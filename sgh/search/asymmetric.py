@@ -103,6 +103,11 @@ class QueryNetwork:
             out[start : start + len(hidden)] = hidden @ self.projection
         return out
 
+    def __repr__(self) -> str:  # its arrays are many: their shapes say what it is
+        widths = ", ".join(str(kernel.shape[1]) for kernel in self.kernels)
+        return (f"QueryNetwork({self.kernels[0].shape[0]} features -> hidden ({widths}), "
+                f"{self.activation} -> {self.projection.shape[1]} bits)")
+
     def scaled(self, factor: float) -> QueryNetwork:
         return QueryNetwork(self.kernels, self.biases, self.activation,
                             (np.asarray(self.projection, np.float64) * factor).astype(np.float32))

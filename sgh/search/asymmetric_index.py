@@ -9,6 +9,10 @@ whose tables fit in L2, the database in tiles, and only the running top k is kep
 Conventions: ``D`` holds the scores (float32, smaller = nearer; the score omits a per-query
 constant, so compare D within a query only), ``I`` the database ids in insertion order; ties by
 smaller id; ``k > ntotal`` pads with ``D = inf`` and ``I = -1``.
+
+`save` writes one ``.npz`` of plain arrays: a ``format`` key, the score's arrays as a run's
+asymmetric.npz holds them (`AsymmetricScore.arrays`, under ``score.``) and the packed codes;
+`load` computes the item norms again from them.
 """
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
@@ -16,11 +20,13 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
 from sgh.codes import validate_codes
-from sgh.errors import check_int
+from sgh.data.npz_file import read_npz_arrays
+from sgh.errors import UserInputError, check_int
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.lookup_kernels import scan_scores, scan_top_k, sorted_heaps
 
@@ -30,6 +36,8 @@ DENSE_TOP_SHARE = 16
 # Queries per kernel call: their tables (code_bytes x 256 float32 each: 8 KB at 64 bits) stay in
 # L2 together, and each call is long enough that dispatch costs nothing.
 QUERY_BLOCK = 64
+# The `format` key of a saved index, and the prefix of its score's keys.
+_FORMAT, _SCORE = "sgh-asymmetric-index 1", "score."
 
 
 def default_workers() -> int:
@@ -48,6 +56,33 @@ class AsymmetricIndex:
     def reset(self) -> None:
         self._codes: list[np.ndarray] = []
         self._norms: list[np.ndarray] = []
+
+    def __repr__(self) -> str:
+        return f"AsymmetricIndex({self.ntotal} items, {self.score!r})"
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the score and the codes as one ``.npz`` of plain arrays (module doc)."""
+        if not isinstance(self.score, AsymmetricScore):
+            raise TypeError(f"save writes an AsymmetricScore's index, not a "
+                            f"{type(self.score).__name__}'s (SGHIndex.save keeps a byte decoder)")
+        arrays = {"format": np.str_(_FORMAT), "codes": self.codes(),
+                  **self.score.arrays(prefix=_SCORE)}
+        with open(path, "wb") as file:
+            np.savez(file, **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> AsymmetricIndex:
+        """Read what `save` wrote (no pickles); ValueError in one line naming the file if it is
+        a file of another kind, damaged or incomplete."""
+        path = Path(path)
+        arrays = read_npz_arrays(path)
+        if "format" not in arrays or str(arrays["format"]) != _FORMAT or "codes" not in arrays:
+            raise UserInputError(f"{path}: not a saved AsymmetricIndex (no 'format' key "
+                                 f"{_FORMAT!r} and 'codes'); expected a file "
+                                 "AsymmetricIndex.save wrote")
+        index = cls(AsymmetricScore.from_arrays(arrays, str(path), prefix=_SCORE))
+        index.add(validate_codes(arrays["codes"], index.bits, f"{path}: codes"))
+        return index
 
     @property
     def ntotal(self) -> int:
@@ -92,7 +127,7 @@ class AsymmetricIndex:
             stop = start + QUERY_BLOCK
             scan_top_k(tables[start:stop], codes, norms, 0, D[start:stop], I[start:stop])
 
-        _run_blocks(scan, len(tables), workers)
+        run_query_blocks(scan, len(tables), workers)
         return sorted_heaps(D, I)
 
     def _dense_search(self, queries: np.ndarray, k: int, workers: int | None
@@ -122,7 +157,7 @@ class AsymmetricIndex:
                 stop = min(start + QUERY_BLOCK, q1 - q0)
                 scan_scores(tables[q0 + start : q0 + stop], codes, norms, out[start:stop])
 
-            _run_blocks(scan, q1 - q0, workers)
+            run_query_blocks(scan, q1 - q0, workers)
             yield q0, q1, out
 
     def candidate_scores(self, queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -166,7 +201,7 @@ def smallest_by_score_then_id(scores: np.ndarray, k: int) -> tuple[np.ndarray, n
     return np.take_along_axis(values, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
-def _run_blocks(scan, n_queries: int, workers: int | None) -> None:
+def run_query_blocks(scan, n_queries: int, workers: int | None) -> None:
     """Run ``scan(start)`` for every block of :data:`QUERY_BLOCK` queries, on threads."""
     starts = range(0, n_queries, QUERY_BLOCK)
     workers = default_workers() if workers is None else max(1, int(workers))

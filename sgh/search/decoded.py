@@ -72,6 +72,11 @@ class DecoderNetwork:
     def bits(self) -> int:
         return self.kernels[0].shape[0]
 
+    def __repr__(self) -> str:  # its arrays are many: their shapes say what it is
+        widths = ", ".join(str(kernel.shape[1]) for kernel in self.kernels)
+        return (f"DecoderNetwork({self.bits} bits -> hidden ({widths}), {self.activation} -> "
+                f"{self.dim} features)")
+
     @property
     def dim(self) -> int:
         return self.output_kernel.shape[1]
@@ -190,6 +195,10 @@ class DecodedRescorer:
                      f"joint likelihood: -log q(h|x) - {self.weight:g} log p(x|h) (the encoder's "
                      f"likelihood plus {self.weight:g} x the mlp decoder's {decoder} / "
                      "(2 rho^2)), each shortlisted code decoded")
+
+    def __repr__(self) -> str:
+        return (f"DecodedRescorer({self.kind}, {self.bits} bits, {len(self.database_codes)} "
+                f"codes, {self.network!r})")
 
     def _hidden_of(self, codes: np.ndarray) -> np.ndarray:
         """phi of distinct-code ids, float64."""

@@ -208,3 +208,35 @@ def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
                 top_scores[q, r], top_ids[q, r] = scores[r], rows[r]
             else:
                 top_scores[q, r], top_ids[q, r] = np.inf, -1
+
+
+@compiled
+def scan_lists_top_k(tables, codes, norms, rows, starts, probes, heap_scores, heap_ids):
+    """Each query's k best ``(score, row)`` among the codes of the inverted lists it probes.
+
+    Args:
+        tables: as `scan_top_k`.
+        codes, norms: ``(n, code_bytes)`` uint8 / ``(n,)`` float32 in list order: list ``l``
+            holds positions ``starts[l] .. starts[l + 1] - 1``.
+        rows: ``(n,)`` int64, each position's row (its id in the caller's order).
+        probes: ``(nq, nprobe)`` int64 lists per query, ``-1`` skipped.
+        heap_scores, heap_ids: as `scan_top_k` (ids are ``rows``).
+
+    Scores are summed as in `scan_top_k`. The lists come in any row order, so a score equal to
+    the heap's root displaces it when its row is smaller: ties by row, as the flat scan's.
+    """
+    nq, code_bytes = tables.shape[0], tables.shape[1]
+    k = heap_scores.shape[1]
+    for q in range(nq):
+        table = tables[q].reshape(-1)
+        worst = heap_scores[q, 0]
+        for p in range(probes.shape[1]):
+            chosen = probes[q, p]
+            if chosen < 0:
+                continue
+            for i in range(starts[chosen], starts[chosen + 1]):
+                s = norms[i]
+                for j in range(code_bytes):
+                    s += table[j * 256 + codes[i, j]]
+                if s < worst or (s == worst and rows[i] < heap_ids[q, 0]):
+                    worst = _offer(heap_scores[q], heap_ids[q], s, rows[i], k)

@@ -8,6 +8,7 @@ The metrics of :mod:`sgh.metrics.ordered` score a ranking given as ids in rank o
 * ``rerank``: the shortlist (the Hamming top S or radius, or the encoder score's top S)
   reordered by the rescoring rule, then the rest of the database in the shortlist's order, ties
   by id (what a two-stage search returns if asked for more than its shortlist holds).
+  ``eval.shortlist_by=auto`` is the better first stage the method has (`shortlist_stage`).
 """
 
 from __future__ import annotations
@@ -124,6 +125,18 @@ class RerankRanking:
             yield q0, q1, merged[:, :depth]
 
 
+def shortlist_stage(config, scores: ScoreSet | None) -> str:
+    """What ``eval.shortlist_by`` means for a method with these scores: ``auto`` is the encoder
+    score's scan where there is one (its order finds more true neighbours than Hamming
+    distance's 33 levels at 32 bits), Hamming distance otherwise, or where
+    ``eval.shortlist_radius`` is set (a radius is a Hamming notion)."""
+    if config.shortlist_by != "auto":
+        return config.shortlist_by
+    if scores is None or config.shortlist_radius is not None:
+        return "hamming"
+    return "encoder"
+
+
 def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarray, bits: int,
                        scores: ScoreSet | None = None, queries: np.ndarray | None = None,
                        database_vectors=None, similarity: str = "euclidean",
@@ -131,8 +144,8 @@ def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarr
     """The ranking `eval` asks for (None: Hamming, scored by the tie-aware engine).
 
     Args:
-        config: the `EvalConfig` (``ranking``, ``score``, ``shortlist_by``, ``shortlist``,
-            ``shortlist_radius``, ``rescore``).
+        config: the `EvalConfig` (``ranking``, ``score``, ``shortlist_by`` (`shortlist_stage`),
+            ``shortlist``, ``shortlist_radius``, ``rescore``).
         scores: the method's scores and their validated choice, or None with ``without_score``
             saying why.
         queries: the query features (as the method encodes them).
@@ -144,7 +157,8 @@ def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarr
     if config.ranking == "hamming":
         return None
     scan = config.ranking == "asymmetric"
-    needs_score = scan or config.rescore == "score" or config.shortlist_by == "encoder"
+    by_encoder = shortlist_stage(config, scores) == "encoder"
+    needs_score = scan or config.rescore == "score" or by_encoder
     rule = ("eval.ranking=asymmetric" if scan else
             f"eval.ranking=rerank with eval.rescore={config.rescore} and eval.shortlist_by="
             f"{config.shortlist_by}")
@@ -169,9 +183,9 @@ def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarr
         index.add(database_codes)
         return AsymmetricRanking(index, queries, description=f"asymmetric: {score.form}")
     rescorer = scores.rescorer(kind, database_codes) if kind is not None else None
-    by_encoder = config.shortlist_by == "encoder"
-    search = TwoStageSearch(database_codes, bits, rescorer, database_vectors, similarity,
-                            shortlist_score=scores.scores["encoder"] if by_encoder else None)
+    search = TwoStageSearch(database_codes, rescorer, database_vectors, similarity,
+                            shortlist_score=scores.scores["encoder"] if by_encoder else None,
+                            bits=bits)
     if config.shortlist_radius is not None:
         stage_1 = f"Hamming radius {config.shortlist_radius} (inclusive)"
         shortlist, radius = None, config.shortlist_radius

@@ -13,7 +13,7 @@ Modes (`index.mode`, settable):
   (`ScoreSet.chosen`), on faiss's fast-scan kernels (:mod:`sgh.search.fast_scan`): the
   fast-scan's ``refine_factor * k`` best, rescored by the exact float score.
 * ``"two_stage"``: the encoder score's scan keeps a shortlist (``index.shortlist``; None:
-  ``max(5 k, 1% of the items)``), which the validated rescoring score reorders
+  `default_shortlist`, ``max(5 k, 1% of the items)``), which the validated rescoring score reorders
   (`ScoreSet.rescore_chosen`: per bit, or an mlp decoder decoding each shortlisted code).
 * ``"hamming"``: the query's own code against every code by Hamming distance (ties by id).
 
@@ -29,7 +29,8 @@ tables and codes (`ByteDecoder.faiss_index`: the norm rounded to one byte).
 With ``nlist`` the database is partitioned by a k-means of its features (faiss IVF): `train`
 learns the lists, each added item goes to the list of its nearest centroid, and a search scans
 the ``index.nprobe`` lists nearest the query (a coarse step on the features, the fine step on
-the codes by the per-bit score, through faiss's ``search_preassigned``).
+the codes by the per-bit score, through faiss's ``search_preassigned``; with the byte decoder,
+its tables over the probed lists, `sgh.search.inverted_table_scan`).
 
 The index encodes features by the encoder's own score: a code bit is 1 where the bit's encoder
 weight is <= 0 (``-log q(h|x)`` falls when the bit agrees with the logit's sign), computed in
@@ -41,9 +42,7 @@ codes, scores and saved indexes of different models are refused, never searched 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
-import math
 import os
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +58,9 @@ from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import ByteDecoder
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.hamming_index import HammingIndex
+from sgh.search.inverted_table_scan import InvertedTableScan
 from sgh.search.score_set import ScoreSet
-from sgh.search.two_stage import padded
+from sgh.search.two_stage import default_shortlist, padded, warn_if_one_score
 
 MODES = ("hamming", "scan", "two_stage")
 # What ranks the codes: the model's own scores, or the index's byte decoder (module doc).
@@ -96,9 +96,6 @@ class SGHIndex:
         if decoder not in DECODERS:
             raise ValueError(f"decoder={decoder!r} is not known; accepted: "
                              f"{', '.join(DECODERS)}")
-        if decoder == "bytes" and nlist is not None:
-            raise ValueError("decoder='bytes' scans every code; inverted lists (nlist) serve "
-                             "the model's own scores (decoder='model')")
         self.decoder = decoder
         self.byte_decoder: ByteDecoder | None = None
         self.scores = _scores_of(model)
@@ -137,9 +134,8 @@ class SGHIndex:
 
     @property
     def is_trained(self) -> bool:
-        if self.decoder == "bytes":
-            return self.byte_decoder is not None
-        return self.nlist is None or self._centroids is not None
+        lists_learned = self.nlist is None or self._centroids is not None
+        return lists_learned and (self.decoder == "model" or self.byte_decoder is not None)
 
     def __repr__(self) -> str:
         score = {"scan": f", score={self.scores.chosen!r}",
@@ -172,30 +168,26 @@ class SGHIndex:
         return pack_bits(self.scores.scores["encoder"].bit_weights(features) <= 0)
 
     def train(self, x: np.ndarray, seed: int = 0) -> None:
-        """Learn the ``nlist`` inverted lists: a k-means of features ``x`` (at most 256 per list
-        are drawn, faiss's own cap); or fit the byte decoder (``decoder="bytes"``) on them."""
+        """Fit the byte decoder (``decoder="bytes"``) on features ``x``, and learn the ``nlist``
+        inverted lists: a k-means of them (at most 256 per list are drawn, faiss's own cap)."""
+        if self.decoder == "bytes" and self.ntotal:
+            raise ValueError(f"train: the index holds {self.ntotal} items coded by its byte "
+                             "decoder, which new tables would invalidate; train a new SGHIndex")
+        x = self._features(check_queries(x, self.dim, "x"))
+        if self.nlist is not None and len(x) < self.nlist:
+            raise ValueError(f"train: {len(x)} points for nlist={self.nlist} lists; accepted: "
+                             "at least one point per list")
+        self._engines.clear()
         if self.decoder == "bytes":
-            if self.ntotal:
-                raise ValueError(f"train: the index holds {self.ntotal} items coded by its "
-                                 "byte decoder, which new tables would invalidate; train a "
-                                 "new SGHIndex")
-            x = self._features(check_queries(x, self.dim, "x"))
             self.byte_decoder = ByteDecoder.fit(x, self._codes_of(x), self.bits, seed=seed)
-            self._engines.clear()
-            return
         if self.nlist is None:
             return
         import faiss
 
-        x = self._features(x)
-        if len(x) < self.nlist:
-            raise ValueError(f"train: {len(x)} points for nlist={self.nlist} lists; accepted: "
-                             "at least one point per list")
         kmeans = faiss.Kmeans(self.dim, self.nlist, niter=20, seed=seed,
                               max_points_per_centroid=_KMEANS_POINTS_PER_LIST)
         kmeans.train(np.ascontiguousarray(x, np.float32))
         self._centroids = kmeans.centroids
-        self._engines.clear()
 
     def add(self, x: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Encode features ``x`` and add them (``ids``: int64 per row; default ``ntotal ..``)."""
@@ -249,7 +241,11 @@ class SGHIndex:
                 queries, check_int("nprobe", self.nprobe, 1))
             if self.decoder == "bytes":
                 # faiss's thread count, so that one setting governs every mode's threads.
-                D, rows = self._engine("bytes").search(queries, k, workers=_faiss_threads())
+                if probes is None:
+                    D, rows = self._engine("bytes").search(queries, k, workers=_faiss_threads())
+                else:
+                    D, rows = self._engine("bytes_lists").search(queries, k, probes,
+                                                                 _faiss_threads())
                 # The scan's score lacks the query's own ||x||^2: added, D is a distance.
                 D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 D, rows = padded(D, rows, k)
@@ -264,7 +260,7 @@ class SGHIndex:
 
     def _shortlist_size(self, k: int) -> int:
         if self.shortlist is None:
-            return max(5 * k, math.ceil(0.01 * self.ntotal))
+            return default_shortlist(k, self.ntotal)
         return max(k, check_int("shortlist", self.shortlist, 1))
 
     def _engine(self, name: str):
@@ -281,17 +277,16 @@ class SGHIndex:
             engine = AsymmetricIndex(self.byte_decoder)
             engine.add(self._codes)
             return engine
+        if name == "bytes_lists":
+            return InvertedTableScan(self.byte_decoder, self._codes, self._lists, self.nlist)
         if name == "hamming":
             engine = HammingIndex(self.bits)
             engine.add(self._codes)
             return engine
         if name == "rescore":
-            kind = self._rescore_kind()
-            if kind == "encoder":
-                warnings.warn("two_stage: the encoder score rescores the shortlist it made, "
-                              "so the ranking is mode='scan''s of the encoder score, slower",
-                              stacklevel=4)
-            rescorer = self.scores.rescorer(kind, self._codes)
+            rescorer = self.scores.rescorer(self._rescore_kind(), self._codes)
+            # search -> _engine -> here: the warning names the user's search call.
+            warn_if_one_score(self.scores.scores["encoder"], rescorer, stacklevel=4)
             if isinstance(rescorer, AsymmetricScore):
                 index = AsymmetricIndex(rescorer)
                 index.add(self._codes)
@@ -469,12 +464,12 @@ def _scores_of(model) -> ScoreSet:
     if not hasattr(model, "asymmetric_score"):
         raise TypeError(f"SGHIndex takes a fitted hasher or a ScoreSet, got "
                         f"{type(model).__name__}")
-    try:
-        score = model.asymmetric_score()
-    except ValueError as error:  # SH, SpH
-        raise ValueError(f"{error}; SGHIndex needs a per-bit score (SGH, ITQ, PCAH, LSH): search "
-                         "these codes with sgh.HammingIndex") from None
-    return ScoreSet.of_projection(score, type(model).__name__)
+    reason = getattr(model, "without_asymmetric", None)  # the hasher's own word (SH, SpH)
+    if reason is not None:
+        raise ValueError(f"{type(model).__name__} has no asymmetric score: {reason}; SGHIndex "
+                         "needs a per-bit score (SGH, ITQ, PCAH, LSH): search these codes with "
+                         "sgh.HammingIndex")
+    return ScoreSet.of_projection(model.asymmetric_score(), type(model).__name__)
 
 
 def _run_split(run, n_database: int):

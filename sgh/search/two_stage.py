@@ -1,10 +1,11 @@
 """Two-stage search: a shortlist, rescored. What users of binary codes do at scale.
 
 Stage 1 ranks the database cheaply and keeps a shortlist: by Hamming distance
-(:class:`sgh.search.HammingIndex`), the top ``shortlist`` items or every item within ``radius``
-(inclusive); or, given a ``shortlist_score`` (the encoder's per-bit score), by that score's scan
-(:class:`sgh.search.AsymmetricIndex`), the top ``shortlist``. Stage 2 reorders the shortlist by
-one of two rules:
+(:class:`sgh.search.HammingIndex`) of the queries' codes, the top ``shortlist`` items or every
+item within ``radius`` (inclusive); or, given a ``shortlist_score`` (the encoder's per-bit
+score), by that score's scan of the queries themselves (:class:`sgh.search.AsymmetricIndex`),
+the top ``shortlist``. Without a size, a search keeps `default_shortlist`: max(5 k, 1% of the
+database). Stage 2 reorders the shortlist by one of two rules:
 
 * ``score`` (the default): the method's score of the query against each shortlisted code
   (:mod:`sgh.search.asymmetric`: SGH's encoder, decoder or joint score, or a baseline's
@@ -16,14 +17,21 @@ one of two rules:
 
 Results ``(D, I)``: the stage-2 scores (smaller = nearer) and database ids, sorted by
 (score, id); rows shorter than k are padded with ``D = inf``, ``I = -1``.
+
+A search whose stage 2 would rescore by the very score that made its shortlist returns that
+score's scan, only slower: `warn_if_one_score` says so where such a search is made (here, and
+`SGHIndex`'s two_stage mode).
 """
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
+import math
+import warnings
+
 import numpy as np
 
-from sgh.codes import validate_codes
+from sgh.codes import model_fingerprint, validate_codes
 from sgh.config import RESCORE_RULES
 from sgh.data.similarity import SIMILARITIES, nearness
 from sgh.data.streamed_features import StreamedFeatures, take_rows
@@ -43,7 +51,6 @@ class TwoStageSearch:
 
     Args:
         database_codes: ``(n, ceil(bits / 8))`` packed codes.
-        bits: code length.
         score: the method's asymmetric score (needed for ``rescore="score"``), or an object
             with ``bits`` and ``rescore(queries, candidates) -> (D, I)`` (an mlp decoder's
             `sgh.search.decoded.DecodedRescorer`).
@@ -53,54 +60,62 @@ class TwoStageSearch:
             ``inner_product``; what ``exact`` computes.
         shortlist_score: a per-bit score whose scan makes the shortlist (the encoder's), instead
             of Hamming distance.
+        bits: the code length, for a search without a score (a Hamming shortlist rescored by
+            exact distances); a score knows its own.
         workers: threads of that scan (None: one per core, at most 8).
     """
 
-    def __init__(self, database_codes: np.ndarray, bits: int,
-                 score: AsymmetricScore | None = None, vectors=None,
-                 similarity: str = "euclidean",
-                 shortlist_score: AsymmetricScore | None = None,
+    def __init__(self, database_codes: np.ndarray, score: AsymmetricScore | None = None,
+                 vectors=None, similarity: str = "euclidean",
+                 shortlist_score: AsymmetricScore | None = None, *, bits: int | None = None,
                  workers: int | None = None) -> None:
         if similarity not in SIMILARITIES:
             raise ValueError(f"similarity={similarity!r} is not known; accepted: "
                              f"{', '.join(SIMILARITIES)}")
-        self.bits, self.similarity, self.vectors = bits, similarity, vectors
-        self.workers = workers
-        self.hamming = HammingIndex(bits)
+        self.bits = _code_length(score, shortlist_score, bits)
+        self.similarity, self.vectors, self.workers = similarity, vectors, workers
+        self.hamming = HammingIndex(self.bits)
         self.hamming.add(database_codes)
         self.asymmetric = None  # what rescores for the `decoder` rule: `.rescore(...)`
-        if score is not None:
-            if score.bits != bits:
-                raise ValueError(f"the asymmetric score is for {score.bits}-bit codes, the "
-                                 f"database has {bits}")
-            if isinstance(score, AsymmetricScore):
-                self.asymmetric = AsymmetricIndex(score)
-                self.asymmetric.add(database_codes)
-            else:  # a rescorer without per-bit tables (sgh.search.decoded)
-                self.asymmetric = score
+        if isinstance(score, AsymmetricScore):
+            self.asymmetric = AsymmetricIndex(score)
+            self.asymmetric.add(database_codes)
+        elif score is not None:  # a rescorer without per-bit tables (sgh.search.decoded)
+            self.asymmetric = score
         self.shortlist_index = None  # stage 1 by a score's scan instead of Hamming distance
         if shortlist_score is not None:
-            if shortlist_score.bits != bits:
-                raise ValueError(f"the shortlist score is for {shortlist_score.bits}-bit codes, "
-                                 f"the database has {bits}")
             self.shortlist_index = AsymmetricIndex(shortlist_score)
             self.shortlist_index.add(database_codes)
         if vectors is not None:
             _check_vectors(vectors, self.hamming.ntotal)
+        warn_if_one_score(shortlist_score, score, stacklevel=2)
 
-    def shortlist(self, query_codes: np.ndarray, shortlist: int | None = 1000,
-                  radius: int | None = None, queries: np.ndarray | None = None) -> np.ndarray:
+    def __repr__(self) -> str:
+        first = ("Hamming distance" if self.shortlist_index is None
+                 else f"the {self.shortlist_index.score.kind} score")
+        second = [rule for rule, given in (("score", self.asymmetric), ("exact", self.vectors))
+                  if given is not None]
+        return (f"TwoStageSearch({self.bits} bits, {self.hamming.ntotal} items, shortlist by "
+                f"{first}, rescore: {' or '.join(second) or 'nothing given'})")
+
+    def shortlist(self, queries: np.ndarray | None = None, shortlist: int | None = None,
+                  radius: int | None = None, query_codes: np.ndarray | None = None
+                  ) -> np.ndarray:
         """Stage 1: ``(nq, S)`` int64 database ids in Hamming order (or the shortlist score's
         order; ties by id), ``-1`` padding; the top ``shortlist``, or every item within
         ``radius`` (then S is the largest count of any query; Hamming only). A shortlist score
-        ranks the ``queries`` themselves."""
-        query_codes = validate_codes(query_codes, self.bits, "query codes")
+        ranks the ``queries`` themselves; Hamming distance compares their ``query_codes``."""
         _check_stage_one(shortlist, radius)
         if self.shortlist_index is not None:
             if radius is not None or queries is None:
                 raise ValueError("a shortlist by score takes the top S (shortlist=S, no "
                                  "radius) of the queries' own features (queries=...)")
             return self.shortlist_index.search(queries, shortlist, self.workers)[1]
+        if query_codes is None:
+            raise ValueError("a Hamming shortlist compares the queries' codes: query_codes=... "
+                             "(hasher.encode(queries)); or give shortlist_score=... to "
+                             "shortlist by a score's scan")
+        query_codes = validate_codes(query_codes, self.bits, "query codes")
         if radius is None:
             return self.hamming.search(query_codes, shortlist)[1]
         lims, _, ids = self.hamming.range_search(query_codes, radius)
@@ -126,13 +141,17 @@ class TwoStageSearch:
                              "(vectors=...); or use rescore='score' with score=...")
         return exact_rescore(queries, self.vectors, candidates, self.similarity)
 
-    def search(self, query_codes: np.ndarray, queries: np.ndarray, k: int,
-               shortlist: int | None = 1000, radius: int | None = None,
-               rescore: str = "score") -> tuple[np.ndarray, np.ndarray]:
-        """The k best of each query's shortlist after rescoring: ``(D, I)``, ``(nq, k)``."""
+    def search(self, queries: np.ndarray, k: int, shortlist: int | None = None,
+               radius: int | None = None, rescore: str = "score",
+               query_codes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The k best of each query's shortlist after rescoring: ``(D, I)``, ``(nq, k)``.
+        ``shortlist`` and ``radius`` None: the top `default_shortlist`; ``query_codes`` only
+        for a Hamming shortlist."""
         check_int("k", k, 1)
+        if shortlist is None and radius is None:
+            shortlist = default_shortlist(k, self.hamming.ntotal)
         _check_stage_one(shortlist, radius)
-        if len(query_codes) != len(queries):
+        if query_codes is not None and len(query_codes) != len(queries):
             raise ValueError(f"{len(query_codes)} query codes for {len(queries)} queries")
         if rescore == "score" and self.shortlist_index is not None and radius is None \
                 and getattr(self.asymmetric, "encoder", None) is self.shortlist_index.score:
@@ -141,9 +160,33 @@ class TwoStageSearch:
             first, candidates = self.shortlist_index.search(queries, shortlist, self.workers)
             D, I = self.asymmetric.rescore(queries, candidates, encoder_scores=first)
         else:
-            D, I = self.rescore(queries, self.shortlist(query_codes, shortlist, radius, queries),
+            D, I = self.rescore(queries, self.shortlist(queries, shortlist, radius, query_codes),
                                 rescore)
         return padded(D, I, k)
+
+
+def default_shortlist(k: int, n_items: int) -> int:
+    """The shortlist a search keeps when not told: max(5 k, 1% of the database's items).
+    1% alone does nothing on a small database (of 10,000 items 100, which at k = 100 is the
+    result itself, unreordered); 5 k alone falls behind a large one, where the rescoring finds
+    true neighbours further down the first stage's order."""
+    return max(5 * k, math.ceil(0.01 * n_items))
+
+
+def warn_if_one_score(shortlist_score, rescorer, stacklevel: int = 1) -> None:
+    """Warn when a two-stage search would rescore its shortlist by the score that made it: the
+    results are then that score's scan, found more slowly. ``stacklevel`` as the caller would
+    pass it to `warnings.warn`."""
+    if shortlist_score is None or rescorer is None:
+        return
+    same = rescorer is shortlist_score or (
+        isinstance(rescorer, AsymmetricScore) and isinstance(shortlist_score, AsymmetricScore)
+        and model_fingerprint(rescorer.arrays()) == model_fingerprint(shortlist_score.arrays()))
+    if same:
+        warnings.warn(f"two-stage search: the {shortlist_score.kind} score rescores the "
+                      "shortlist it made, so the results are that score's scan, found more "
+                      "slowly; rescore by another score (or the exact distances), or shortlist "
+                      "by Hamming distance", stacklevel=stacklevel + 1)
 
 
 def padded(D: np.ndarray, I: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -152,6 +195,21 @@ def padded(D: np.ndarray, I: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray
         pad = ((0, 0), (0, k - D.shape[1]))
         D, I = np.pad(D, pad, constant_values=np.inf), np.pad(I, pad, constant_values=-1)
     return D[:, :k], I[:, :k]
+
+
+def _code_length(score, shortlist_score, bits: int | None) -> int:
+    """The code length the scores state (they must agree), or ``bits`` where none is given."""
+    stated = {name: given.bits for name, given in (("score", score),
+                                                   ("shortlist_score", shortlist_score))
+              if given is not None}
+    if bits is not None:
+        stated["bits"] = check_int("bits", bits, 1)
+    if not stated:
+        raise ValueError("a search without a score needs the code length: bits=...")
+    if len(set(stated.values())) > 1:
+        raise ValueError("the code lengths disagree (" + ", ".join(
+            f"{name}: {value} bits" for name, value in stated.items()) + ")")
+    return next(iter(stated.values()))
 
 
 def _check_stage_one(shortlist: int | None, radius: int | None) -> None:

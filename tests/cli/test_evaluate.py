@@ -102,3 +102,27 @@ def test_a_codes_file_holds_no_query_features_for_an_asymmetric_ranking(tmp_path
         evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(ranking="nearest")))
     with pytest.raises(UserInputError, match="eval.shortlist=0 is impossible"):
         evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(shortlist=0)))
+
+
+def test_a_rerank_shortlists_by_the_runs_own_scan_and_says_which(tmp_path, capsys):
+    from sgh.config import BaselineConfig, Config, EvalConfig, SyntheticDatasetConfig
+    from tests.helpers import trained
+
+    run_dir, _ = trained(tmp_path / "itq", Config(dataset=SyntheticDatasetConfig(),
+                                                  model=BaselineConfig(name="itq", bits=12)))
+    capsys.readouterr()
+    # ITQ's one score is its encoder form: by default it both makes the shortlist and rescores
+    # it, which the user is told once (the shortlist curve's searches repeat nothing).
+    with pytest.warns(UserWarning, match="the encoder score rescores the shortlist it made") \
+            as caught:
+        auto = evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=EvalConfig(
+            ranking="rerank", shortlist=100)))
+    assert len(caught) == 1
+    assert auto["ranking"].startswith("rerank: shortlist = the top 100 by the ITQ projection")
+    # The table states the convention under the numbers, as metrics.json does.
+    assert f"ranking: {auto['ranking']}" in capsys.readouterr().out
+    hamming = evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=EvalConfig(
+        ranking="rerank", shortlist=100, shortlist_by="hamming")))
+    assert hamming["ranking"].startswith("rerank: shortlist = Hamming top 100 (ties by id)")
+    # The run's scan finds more of the true neighbours than Hamming distance's few levels.
+    assert auto["recall10@100"] > hamming["recall10@100"]

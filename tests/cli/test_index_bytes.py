@@ -58,6 +58,28 @@ def test_built_over_a_file_with_the_byte_decoder_and_searched_as_in_python(
     assert not (place / "hamming.npz").exists()
 
 
+def test_built_with_inverted_lists_and_probed_from_the_command_line(
+        command_here, run_and_vectors, tmp_path):  # noqa: F811
+    run_dir, place = run_and_vectors
+    built = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
+                                   "decoder=bytes", "nlist=6", f"out={tmp_path / 'listed'}"],
+                         place)
+    assert built.returncode == 0, built.stderr
+    assert "decoder='bytes'" in built.stdout and "nlist=6" in built.stdout
+    loaded = SGHIndex.load(tmp_path / "listed")
+    queries = np.load(place / "queries.npy")
+    for nprobe in (2, 6):
+        searched = command_here("index", ["search", f"index={tmp_path / 'listed'}", "k=7",
+                                          f"nprobe={nprobe}", f"input={place / 'queries.npy'}",
+                                          f"out={tmp_path / f'{nprobe}.npz'}"], place)
+        assert searched.returncode == 0, searched.stderr
+        loaded.nprobe = nprobe
+        D, I = loaded.search(queries, 7)
+        with np.load(tmp_path / f"{nprobe}.npz") as results:
+            np.testing.assert_array_equal(results["I"], I)
+            np.testing.assert_array_equal(results["D"], D)
+
+
 def test_built_from_the_runs_own_dataset_with_the_byte_decoder(
         command_here, run_and_vectors, tmp_path):  # noqa: F811
     run_dir, place = run_and_vectors
@@ -75,7 +97,6 @@ def test_built_from_the_runs_own_dataset_with_the_byte_decoder(
 
 @pytest.mark.parametrize("settings, message", [
     (["decoder=nonsense"], "decoder=nonsense is not known; accepted: model, bytes"),
-    (["decoder=bytes", "nlist=4"], "decoder='bytes' scans every code; inverted lists (nlist)"),
     (["decoder=bytes", "mode=two_stage"], "mode='two_stage': an index with decoder='bytes'"),
 ])
 @pytest.mark.parametrize("with_input", [False, True])

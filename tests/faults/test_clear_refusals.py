@@ -44,12 +44,12 @@ def database():
 
 def test_vectors_the_exact_rule_cannot_read_are_refused_when_the_search_is_made(database):
     codes, vectors = database
-    assert _message(TwoStageSearch, codes, 16, vectors=vectors.tolist()).startswith(
+    assert _message(TwoStageSearch, codes, bits=16, vectors=vectors.tolist()).startswith(
         "vectors is a list; accepted: the database's original vectors as an (n, dim) numpy "
         "array (np.asarray(vectors))")
-    assert _message(TwoStageSearch, codes, 16, vectors=vectors[:, 0]).startswith(
+    assert _message(TwoStageSearch, codes, bits=16, vectors=vectors[:, 0]).startswith(
         "vectors has shape (40,); accepted: an (n, dim) array")
-    assert "vectors has dtype <U" in _message(TwoStageSearch, codes, 16,
+    assert "vectors has dtype <U" in _message(TwoStageSearch, codes, bits=16,
                                               vectors=vectors.astype(str))
 
 
@@ -57,20 +57,22 @@ def test_a_nan_column_is_refused_not_ranked_last_with_id_minus_one(database):
     codes, vectors = database
     vectors = vectors.copy()
     vectors[:, 3] = np.nan
-    search = TwoStageSearch(codes, 16, vectors=vectors)
-    message = _message(search.search, codes[:2], np.zeros((2, 6)), k=5, shortlist=10,
-                       rescore="exact")
+    search = TwoStageSearch(codes, bits=16, vectors=vectors)
+    message = _message(search.search, np.zeros((2, 6)), k=5, shortlist=10, rescore="exact",
+                       query_codes=codes[:2])
     assert "vectors holds nan at row " in message and "column 3" in message, message
 
 
 def test_shortlist_zero_is_named_shortlist(database):
     codes, vectors = database
-    search = TwoStageSearch(codes, 16, vectors=vectors)
-    assert _message(search.search, codes[:2], vectors[:2], k=5, shortlist=0,
-                    rescore="exact") == ("shortlist=0 is impossible; accepted: an integer >= 1")
-    assert _message(search.shortlist, codes[:2], shortlist=None, radius=-1) == (
+    search = TwoStageSearch(codes, bits=16, vectors=vectors)
+    assert _message(search.search, vectors[:2], k=5, shortlist=0, rescore="exact",
+                    query_codes=codes[:2]) == ("shortlist=0 is impossible; accepted: an integer "
+                                               ">= 1")
+    assert _message(search.shortlist, query_codes=codes[:2], radius=-1) == (
         "radius=-1 is impossible; accepted: an integer >= 0")
-    _, ids = search.search(codes[:2], vectors[:2], k=5, shortlist=10, rescore="exact")
+    _, ids = search.search(vectors[:2], k=5, shortlist=10, rescore="exact",
+                           query_codes=codes[:2])
     assert ids[:, 0].tolist() == [0, 1]  # each query finds itself
 
 

@@ -91,6 +91,18 @@ def test_the_network_round_trips_through_plain_arrays_and_names_damage():
         DecoderNetwork.from_arrays(broken, "f.npz")
 
 
+def test_networks_and_rescorers_print_in_one_short_line():
+    model, _, rng = _model()
+    codes = pack_bits(rng.integers(0, 2, (50, 8)).astype(np.uint8))
+    encoder = model.asymmetric_scores("euclidean")["encoder"]
+    rescorer = DecodedRescorer(model.decoder_network(), codes, "euclidean", "joint", encoder)
+    network = "DecoderNetwork(8 bits -> hidden (7, 4), relu -> 6 features)"
+    assert repr(model.decoder_network()) == network
+    assert repr(rescorer) == f"DecodedRescorer(joint, 8 bits, 50 codes, {network})"
+    assert repr(encoder.network) == "QueryNetwork(6 features -> hidden (5), relu -> 8 bits)"
+    assert "mlp of 1 hidden layers" in repr(encoder) and "array" not in repr(encoder)
+
+
 def test_a_two_stage_search_by_the_encoder_rescored_jointly_reuses_its_scores_exactly():
     from sgh.search.two_stage import TwoStageSearch
 
@@ -98,10 +110,9 @@ def test_a_two_stage_search_by_the_encoder_rescored_jointly_reuses_its_scores_ex
     codes = pack_bits(rng.integers(0, 2, (400, 8)).astype(np.uint8))
     encoder = model.asymmetric_scores("euclidean")["encoder"]
     joint = DecodedRescorer(model.decoder_network(), codes, "euclidean", "joint", encoder, 0.25)
-    search = TwoStageSearch(codes, 8, score=joint, shortlist_score=encoder)
-    query_codes = pack_bits(rng.integers(0, 2, (6, 8)).astype(np.uint8))
-    D, I = search.search(query_codes, x[:6], 20, shortlist=60)  # the encoder's scores reused
-    candidates = search.shortlist(query_codes, 60, queries=x[:6])
+    search = TwoStageSearch(codes, score=joint, shortlist_score=encoder)
+    D, I = search.search(x[:6], 20, shortlist=60)  # the encoder's scores reused
+    candidates = search.shortlist(x[:6], 60)
     expected_D, expected_I = joint.rescore(x[:6], candidates)  # computed afresh
     np.testing.assert_array_equal(I, expected_I[:, :20])
     np.testing.assert_array_equal(D, expected_D[:, :20])

@@ -1,10 +1,12 @@
 """Evaluation rankings: asymmetric, and a Hamming shortlist rescored then the rest in order."""
 
+import warnings
+
 import numpy as np
 import pytest
 
 from sgh.codes import pack_bits
-from sgh.config import EvalConfig
+from sgh.config import EvalConfig, validate_eval
 from sgh.errors import UserInputError
 from sgh.search.asymmetric import decoder_score, projection_score
 from sgh.search.asymmetric_index import AsymmetricIndex
@@ -61,7 +63,7 @@ def _assert_shortlist_rescored_then_the_rest(orders, first_stage, rescored, size
 
 def test_rerank_is_the_rescored_shortlist_then_the_hamming_rest(data):
     vectors, database, queries, query_codes, score = data
-    config = EvalConfig(ranking="rerank", shortlist=60)
+    config = EvalConfig(ranking="rerank", shortlist=60, shortlist_by="hamming")
     ranking = evaluation_ranking(config, database, query_codes, 10, score, queries)
     orders = _orders(ranking, 500)
     hamming = hamming_order(query_codes, database, 500)
@@ -99,6 +101,47 @@ def test_an_encoder_shortlist_is_the_encoder_top_s_rescored_then_its_rest(data):
     np.testing.assert_array_equal(
         _orders(evaluation_ranking(config, database, query_codes, 10, score, queries), 30),
         orders[:, :30])
+
+
+def test_shortlist_by_auto_is_the_encoder_scan_where_the_method_has_one(data):
+    vectors, database, queries, query_codes, score = data
+    ranked = {by: evaluation_ranking(EvalConfig(ranking="rerank", shortlist=50, shortlist_by=by),
+                                     database, query_codes, 10, score, queries)
+              for by in ("auto", "encoder")}
+    np.testing.assert_array_equal(_orders(ranked["auto"], 500), _orders(ranked["encoder"], 500))
+    # What was used, stated next to the numbers (metrics.json and the table's `ranking`).
+    assert ranked["auto"].description == ranked["encoder"].description
+    assert ranked["auto"].description.startswith("rerank: shortlist = the top 50 by the test")
+    # No score (SH, SpH, a run without asymmetric.npz), or a radius: Hamming distance.
+    for settings, scores in (({"rescore": "exact"}, None),
+                             ({"shortlist_radius": 2}, score)):
+        config = validate_eval(EvalConfig(ranking="rerank", **settings))
+        assert config.shortlist_by == "auto"
+        auto = evaluation_ranking(config, database, query_codes, 10, scores, queries, vectors)
+        hamming = evaluation_ranking(EvalConfig(ranking="rerank", shortlist_by="hamming",
+                                                **settings), database, query_codes, 10,
+                                     scores, queries, vectors)
+        assert auto.description == hamming.description and "Hamming" in auto.description
+        np.testing.assert_array_equal(_orders(auto, 500), _orders(hamming, 500))
+    with pytest.raises(UserInputError, match=r"eval.shortlist_radius=2 is a Hamming radius, and "
+                                             "eval.shortlist_by=encoder ranks by score"):
+        validate_eval(EvalConfig(ranking="rerank", shortlist_by="encoder", shortlist_radius=2))
+
+
+def test_a_rerank_by_the_score_that_made_its_shortlist_says_so_once(data):
+    _, database, queries, query_codes, score = data
+    encoder_both = ScoreSet(score.scores, "encoder", "encoder")
+    with pytest.warns(UserWarning, match="the encoder score rescores the shortlist it made") \
+            as caught:
+        ranking = evaluation_ranking(EvalConfig(ranking="rerank", shortlist=50), database,
+                                     query_codes, 10, encoder_both, queries)
+    assert len(caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _orders(ranking, 500)  # ranking, and the shortlist curve's searches, say nothing more
+        ranking.search.search(queries, 10, 50)
+        evaluation_ranking(EvalConfig(ranking="rerank", shortlist=50), database, query_codes,
+                           10, score, queries)  # the decoder rescores the encoder's shortlist
 
 
 def test_eval_score_picks_the_kind_and_auto_the_validated_one(data):

@@ -7,6 +7,7 @@ import shutil
 import faiss
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
 
 from sgh import ITQ, SH
 from sgh.cli.evaluate import evaluate_codes
@@ -147,8 +148,13 @@ def test_codes_and_scores_of_different_models_are_never_searched_together(itq_da
 
 def test_a_hasher_without_a_per_bit_score_is_sent_to_the_hamming_index(itq_data):
     _, x, _ = itq_data
-    with pytest.raises(ValueError, match="search these codes with sgh.HammingIndex"):
-        SGHIndex(SH(n_bits=8).fit(x))
+    for sh in (SH(n_bits=8).fit(x), SH(n_bits=8)):  # the class says it: fitted or not
+        with pytest.raises(ValueError, match=f"^SH has no asymmetric score: "
+                                             f"{SH.without_asymmetric}; .* search these codes "
+                                             "with sgh.HammingIndex$"):
+            SGHIndex(sh)
+    with pytest.raises(NotFittedError):  # ITQ has a score, once fitted: not sent elsewhere
+        SGHIndex(ITQ(n_bits=8))
     with pytest.raises(ValueError, match="mode='nearest' is not known"):
         SGHIndex(itq_data[0], mode="nearest")
 

@@ -127,9 +127,6 @@ def test_settings_it_cannot_serve_are_refused_naming_them(digits):
     with pytest.raises(ValueError, match="decoder='nonsense' is not known; accepted: model, "
                                          "bytes"):
         SGHIndex(hasher, decoder="nonsense")
-    with pytest.raises(ValueError, match=r"decoder='bytes' scans every code; inverted lists "
-                                         r"\(nlist\)"):
-        SGHIndex(hasher, nlist=4, decoder="bytes")
     for mode in ("hamming", "two_stage"):
         with pytest.raises(ValueError, match=f"mode='{mode}': an index with decoder='bytes'"):
             SGHIndex(hasher, mode=mode, decoder="bytes")
