@@ -260,14 +260,19 @@ def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None,
     return conversion
 
 
+def _encode(config: EncodeCommandConfig) -> None:
+    with writing_out("sgh-encode", config.out, f"out={config.out}"):
+        encode_file(config)
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="encode")
 def _hydra_main(cfg: DictConfig) -> None:
-    with writing_out("sgh-encode", cfg.out, f"out={cfg.out}"):
-        encode_file(OmegaConf.to_object(cfg))
+    """A sweep's job (`sgh.cli.hydra_command` runs a plain run itself)."""
+    _encode(OmegaConf.to_object(cfg))
 
 
 def main() -> None:
-    run_out_file_command("sgh-encode", "encode", _hydra_main, _check_arguments,
+    run_out_file_command("sgh-encode", "encode", _hydra_main, _encode, _check_arguments,
                          lambda config: config.out)
 
 

@@ -130,11 +130,16 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
     return ranking, split.similarity
 
 
+def _evaluate(config: EvalCommandConfig) -> None:
+    out = _output_of(config)
+    with writing_out("sgh-eval", out, out or "nothing"):
+        evaluate_codes(config)
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
 def _hydra_main(cfg: DictConfig) -> None:
-    out = _output_of(cfg)
-    with writing_out("sgh-eval", out, out or "nothing"):
-        evaluate_codes(OmegaConf.to_object(cfg))
+    """A sweep's job (`sgh.cli.hydra_command` runs a plain run itself)."""
+    _evaluate(OmegaConf.to_object(cfg))
 
 
 def _output_of(config: EvalCommandConfig) -> Path | None:
@@ -145,7 +150,8 @@ def _output_of(config: EvalCommandConfig) -> Path | None:
 
 
 def main() -> None:
-    run_out_file_command("sgh-eval", "evaluate", _hydra_main, _check_arguments, _output_of)
+    run_out_file_command("sgh-eval", "evaluate", _hydra_main, _evaluate, _check_arguments,
+                         _output_of)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 
 from sgh.cli.boundary import exit_on_failure
-from sgh.cli.hydra_command import Composed, run_hydra_command
+from sgh.cli.hydra_command import run_hydra_command
 from sgh.config import flatten_config
 from sgh.errors import UserInputError
 
@@ -19,27 +20,22 @@ def writing_out(program: str, out: str | os.PathLike | None, shown: object):
                                        "was): run the same command again")
 
 
-def refuse_a_shared_output(composed: Composed,
-                           output_of: Callable[[object], str | os.PathLike | None]) -> None:
-    """Refuse a sweep (`-m`) two of whose jobs would write the same file: each job would replace
-    the one before, and only the last result would be kept. `composed.jobs` holds the first job
-    and one per other value of each swept key, so two of them share a file exactly when two jobs
-    of the whole sweep do (a swept key that does not choose the output changes only the job;
-    `out=a,b` beside another swept key is crossed with it). `output_of`: a job's output path."""
-    if not composed.multirun:
-        return
+def refuse_a_shared_output(jobs: list, output_of: Callable[[object], str | os.PathLike | None]
+                           ) -> None:
+    """Refuse a sweep (`-m`) two of whose `jobs` would write the same file: each job would
+    replace the one before, and only the last result would be kept. `output_of`: a job's
+    output path."""
     writers: dict[str, object] = {}
-    for job in composed.jobs:
+    for job in jobs:
         out = output_of(job)
         if out is None:
             continue
         first = writers.setdefault(os.path.realpath(out), job)
         if first is not job:
-            differ = _differences(first, job)
             raise UserInputError(
                 f"out={out} would be written by more than one job of this sweep (the jobs "
-                f"with {differ}), each replacing the one before, so only the last result "
-                "would be kept; accepted: one command per job, each with its own out=")
+                f"with {_differences(first, job)}), each replacing the one before, so only the "
+                "last result would be kept; accepted: one command per job, each with its own out=")
 
 
 def _differences(first, other) -> str:
@@ -51,14 +47,15 @@ def _differences(first, other) -> str:
 
 
 def run_out_file_command(program: str, config_name: str, hydra_main: Callable[[], object],
-                         check_job: Callable[[object], None],
+                         job: Callable[[object], object], check_job: Callable[[object], None],
                          output_of: Callable[[object], str | os.PathLike | None]) -> None:
-    """`run_hydra_command` with `out` as the output setting, `check_job` run on every composed
-    job (each job of a sweep) before any runs, and a sweep whose jobs would share an output
-    (`output_of` a job) refused then too (`refuse_a_shared_output`)."""
-    def check(composed: Composed) -> None:
-        for job in composed.jobs:
-            check_job(job)
-        refuse_a_shared_output(composed, output_of)
+    """`run_hydra_command` with `out` as the output setting: `job` runs a typed configuration;
+    a sweep's jobs are each checked (`check_job`) before any runs, and refused then when two
+    would write the same file (`output_of` a job)."""
+    def check_sweep(jobs: list, _config) -> None:
+        for each in jobs:
+            check_job(each)
+        refuse_a_shared_output(jobs, output_of)
 
-    run_hydra_command(program, config_name, hydra_main, output_key="out", check=check)
+    run_hydra_command(program, config_name, hydra_main, lambda _config, typed: partial(job, typed),
+                      check_sweep, output_key="out")

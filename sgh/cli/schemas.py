@@ -51,14 +51,11 @@ def config_groups() -> str:
 def register_configs() -> None:
     """Register the schemas and the `${sgh_bundled_data_dir:}`, `${sgh_short_id:TEXT}`,
     `${sgh_config_groups:}` and `${sgh_docs:PAGE}` (a page's path here) resolvers (idempotent)."""
-    if not OmegaConf.has_resolver("sgh_bundled_data_dir"):
-        OmegaConf.register_new_resolver("sgh_bundled_data_dir", lambda: str(BUNDLED_DATA_DIR))
-    if not OmegaConf.has_resolver("sgh_short_id"):
-        OmegaConf.register_new_resolver("sgh_short_id", short_id)
-    if not OmegaConf.has_resolver("sgh_config_groups"):
-        OmegaConf.register_new_resolver("sgh_config_groups", config_groups)
-    if not OmegaConf.has_resolver("sgh_docs"):
-        OmegaConf.register_new_resolver("sgh_docs", lambda page: str(DOCS_DIR / page))
+    for name, resolver in (("sgh_bundled_data_dir", lambda: str(BUNDLED_DATA_DIR)),
+                           ("sgh_short_id", short_id), ("sgh_config_groups", config_groups),
+                           ("sgh_docs", lambda page: str(DOCS_DIR / page))):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
     store = ConfigStore.instance()
     store.store(name="config_schema", node=Config)
     store.store(name="eval_command_schema", node=EvalCommandConfig)

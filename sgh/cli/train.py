@@ -4,14 +4,14 @@
     sgh-train dataset=cifar10_gist model.bits=64
     sgh-train -m model=sgh,itq model.bits=16,32,64     a sweep, one directory per job
 
-`main` checks the command line and the run directory first (`sgh.cli.hydra_command`: every
-mistake is one line, exit 2), Hydra composes the configuration, and `run` gets it as typed
-dataclasses (`OmegaConf.to_object`): Hydra is not seen below this module.
+`sgh.cli.hydra_command` reads the command line (every mistake one line, exit 2), composes the
+configuration (once for a run) and converts it to the typed dataclasses, which `run` gets:
+Hydra is not seen below this module.
 
 A run directory is named by its recipe and the second the command started
-(`runs/<dataset>/<method>[-<experiment>]-<bits>b/<time>`, configs/hydra/default.yaml); the
-check before Hydra makes it, so two commands started in the same second get two directories
-(`<time>` and `<time>_2`), and takes its lock before Hydra writes into it.
+(`runs/<dataset>/<method>[-<experiment>]-<bits>b/<time>`, configs/hydra/default.yaml). It is
+made here, before Hydra writes into it, so that two commands started in the same second get two
+(`<time>` and `<time>_2`), and its lock is taken then too; a sweep's directory likewise.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -30,9 +31,9 @@ from omegaconf import DictConfig, OmegaConf
 from sgh.artifacts.run_directory import RunDirectory, are_sgh_train_settings
 from sgh.artifacts.run_lock import existing_paths, remove_a_refused_start, take_before_hydra
 from sgh.cli.boundary import check_writable_place, exit_on_failure
-from sgh.cli.hydra_command import Composed, run_hydra_command
+from sgh.cli.hydra_command import run_hydra_command
 from sgh.cli.schemas import CONFIG_PATH, register_configs
-from sgh.config import validate
+from sgh.config import Config, validate
 from sgh.errors import TrainingInterrupted, UserInputError, first_few
 from sgh.pipeline import run
 from sgh.reports.comparison import written_by_compare
@@ -41,8 +42,8 @@ register_configs()
 logger = logging.getLogger(__name__)
 
 # The second this command started, as its run (or sweep) directory names it, with `_2`, `_3`
-# ... once `_a_new_directory` found the name taken: one value for the whole command, read by
-# the preflight and by Hydra alike (Hydra's `now` is read again at each composition).
+# ... once `_directory` found the name taken: one value for the whole command, read by its
+# composition here and by Hydra's of a sweep alike (Hydra's `now` is read again at each one).
 _start_time: str | None = None
 
 
@@ -63,94 +64,89 @@ if not OmegaConf.has_resolver("sgh_start_time"):
     OmegaConf.register_new_resolver("sgh_start_time", _started)
     OmegaConf.register_new_resolver("sgh_recipe", recipe_name)
 
-# What existed of the run directory's path before Hydra made it (`_check_before_hydra`, one run
-# per process): a start refused inside the run removes what this command made, and only that.
-# A module's state because `@hydra.main` hands its function nothing but the configuration.
-_existed_before_hydra: frozenset[Path] | None = None
 
-
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
-def _hydra_main(cfg: DictConfig) -> float | None:
-    """One run; returns its `optimized_metric` (what a sweeper such as Optuna maximises)."""
-    run_dir = HydraConfig.get().runtime.output_dir
-    swept = HydraConfig.get().mode == RunMode.MULTIRUN
+def _train(config: Config | DictConfig, existed: frozenset[Path] | None = None) -> float | None:
+    """One run, a command's own or a sweep's job; returns its `optimized_metric` (what a sweeper
+    such as Optuna maximises). `existed`: what a run's directory held before the command
+    (`existing_paths`): a start refused inside the run removes the rest."""
+    hydra_config = HydraConfig.get()
+    run_dir = hydra_config.runtime.output_dir
+    swept = hydra_config.mode == RunMode.MULTIRUN
     # Only a sweeper such as Optuna reads the returned value; Hydra's basic one discards it.
-    optimizing = swept and HydraConfig.get().runtime.choices.get("hydra/sweeper") != "basic"
+    optimizing = swept and hydra_config.runtime.choices.get("hydra/sweeper") != "basic"
     # TensorFlow's absl INFO lines and collective all-reduce INFO lines are noise here.
     logging.getLogger("absl").setLevel(logging.WARNING)
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     # Interrupted outside the training loop (loading the data, evaluating, writing): what was
     # written is whole (sgh.artifacts.atomic) and the same command picks the run up again.
+    sweep_dir = hydra_config.sweep.dir if swept else None
     interrupted = (f"interrupted in the job {run_dir} of the sweep; run the same command with "
-                   f"hydra.sweep.dir={HydraConfig.get().sweep.dir} to resume the sweep" if swept
+                   f"hydra.sweep.dir={sweep_dir} to resume the sweep" if swept
                    else "interrupted before the run finished; run the same command with "
                         f"hydra.run.dir={run_dir} to resume")
-    sweep_dir = HydraConfig.get().sweep.dir
     resume = (f"run the same command with hydra.sweep.dir={sweep_dir} to resume the sweep (its "
               "finished jobs are not trained again)" if swept else
               f"Run the same command with hydra.run.dir={run_dir} to resume")
     with exit_on_failure("sgh-train", output_key="hydra.sweep.dir" if swept else "hydra.run.dir",
                          output_path=run_dir, interrupted=interrupted):
         try:
-            config = OmegaConf.to_object(cfg)
+            if isinstance(config, DictConfig):  # a sweep's job, composed by Hydra
+                config = OmegaConf.to_object(config)
             metrics = run(config, run_dir)
         except TrainingInterrupted as stop:
             where = f" in the job {run_dir} of the sweep;" if swept else "."
             raise TrainingInterrupted(f"{stop}{where} {resume}") from None
         except UserInputError as error:
             if not swept:
-                if _existed_before_hydra is not None:
-                    remove_a_refused_start(run_dir, _existed_before_hydra)
+                remove_a_refused_start(run_dir, existed)
                 raise
             # Hydra's launcher stops the sweep at the first failing job: say so, and how on.
             raise UserInputError(
-                f"{error} (job {HydraConfig.get().job.num} of the sweep, {run_dir}; the sweep "
+                f"{error} (job {hydra_config.job.num} of the sweep, {run_dir}; the sweep "
                 "stopped there, its earlier jobs are finished and kept: fix that value or leave "
                 f"it out, then {resume})") from None
         return optimized_value(metrics, config.optimized_metric, warn=optimizing)
 
 
-def _check_before_hydra(composed: Composed) -> None:
-    """Before Hydra creates the run directory: every job's values (`sgh.config.validate`,
-    which `run` applies again), and the run (or sweep) directory can be made and written; a
-    run directory is new or an sgh run's (`RunDirectory.refuse_unless_ours`: Hydra's `.hydra/`
-    and `train.log` must not land in a user's folder), and an earlier run's config.yaml there
-    is readable (a resumed run compares its settings)."""
-    global _existed_before_hydra, _start_time
-    _existed_before_hydra = None  # unknown until the run directory is resolved below
-    _start_time = None  # this command's: a process may run several (tests)
-    for job in composed.jobs:
+@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
+def _hydra_main(cfg: DictConfig) -> float | None:
+    """A sweep's job (`sgh.cli.hydra_command` runs a plain run itself)."""
+    return _train(cfg)
+
+
+def _claim_run_directory(config: DictConfig, typed: Config):
+    """Before Hydra writes `.hydra/` and `train.log` there: the run directory can be made and
+    written (`_directory`), and is new or an sgh run's (`RunDirectory.refuse_unless_ours`: no
+    Hydra files in a user's folder; an earlier run's config.yaml there is readable); its lock is
+    taken. Returns the run's task."""
+    directory, existed = _directory(config, "hydra.run.dir")
+    RunDirectory(directory, create=False).refuse_unless_ours("hydra.run.dir")
+    take_before_hydra(directory)
+    return partial(_train, typed, existed)
+
+
+def _check_sweep(jobs: list[Config], config: DictConfig) -> None:
+    """Before the first job: every job's values (`validate`, which each run applies again), and
+    the sweep's directory can be made and written, and holds nothing but an sgh sweep's."""
+    for job in jobs:
         validate(job)
-    key = "hydra.sweep.dir" if composed.multirun else "hydra.run.dir"
-    try:
-        directory = OmegaConf.select(composed.config, key, throw_on_missing=True)
-    except Exception:  # noqa: BLE001  resolved from what only the job knows: Hydra checks it
-        return
-    check_writable_place(key, directory, directory_wanted=True)
-    existed = None
-    if _named_by_the_start(composed.config, key):
-        directory, existed = _a_new_directory(composed.config, key)
-    if composed.multirun:
-        _refuse_a_folder_that_holds_no_sweep(Path(directory))
-    else:
-        RunDirectory(directory, create=False).refuse_unless_ours(key)
-        _existed_before_hydra = existed or existing_paths(directory)
-        take_before_hydra(directory)  # before Hydra writes .hydra/ and train.log into it
+    directory, _ = _directory(config, "hydra.sweep.dir")
+    _refuse_a_folder_that_holds_no_sweep(Path(directory))
 
 
-def _named_by_the_start(config: DictConfig, key: str) -> bool:
-    """Whether the directory's name holds the start time (`${sgh_start_time:}`, as the default
-    ones do): then a new one is wanted, not an earlier run's to resume."""
-    section, _, name = key.rpartition(".")
-    raw = OmegaConf.to_container(OmegaConf.select(config, section), resolve=False).get(name)
-    return "sgh_start_time" in str(raw)
-
-
-def _a_new_directory(config: DictConfig, key: str) -> tuple[str, frozenset[Path]]:
-    """Make the directory `key` names, a new one: when the name is taken (another command
-    started in the same second), the start time gets `_2`, `_3`, ... Returns it and what
-    existed of its path before (`existing_paths`, for a start refused later)."""
+def _directory(config: DictConfig, key: str) -> tuple[str, frozenset[Path]]:
+    """The directory `key` names, checked (`check_writable_place`), and what existed of its path
+    before (`existing_paths`). Named by the start time (`${sgh_start_time:}`, as the default ones
+    are), a new one is wanted, not an earlier run's to resume: it is made here, its start time
+    given `_2`, `_3`, ... while another command started in the same second has the name."""
     global _start_time
+    HydraConfig.instance().set_config(config)  # for a name made with `${hydra:...}`
+    directory = OmegaConf.select(config, key)
+    check_writable_place(key, directory, directory_wanted=True)
+    section, _, name = key.rpartition(".")
+    raw = OmegaConf.to_container(OmegaConf.select(config, section), resolve=False)[name]
+    if "sgh_start_time" not in str(raw):
+        return directory, existing_paths(directory)
     second = _started()
     for count in itertools.count(1):
         _start_time = second if count == 1 else f"{second}_{count}"
@@ -220,7 +216,9 @@ def optimized_value(metrics: dict, key: str, warn: bool = True) -> float | None:
 
 
 def main() -> None:
-    run_hydra_command("sgh-train", "train", _hydra_main, check=_check_before_hydra,
+    global _start_time
+    _start_time = None  # this command's: a process may run several (tests)
+    run_hydra_command("sgh-train", "train", _hydra_main, _claim_run_directory, _check_sweep,
                       output_key="hydra.run.dir")
 
 

@@ -474,4 +474,7 @@ def test_a_sweep_over_paths_has_flat_job_directories_that_sgh_compare_finds(tmp_
                    for line in (job / ".hydra" / "overrides.yaml").read_text().splitlines())
     compared = _process("compare", str(sweep), "--no-tensorboard", cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr[-3000:]
-    assert len((sweep / "comparison.csv").read_text().strip().splitlines()) == 1 + 2  # lsh x 2
+    # Two files are two datasets, never averaged as if seeds: lsh x 2 bits x 2 paths.
+    rows = (sweep / "comparison.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 4
+    assert sum("a.npz" in row for row in rows) == sum("b.npz" in row for row in rows) == 2

@@ -32,7 +32,6 @@ import pytest
 from sgh.artifacts.codes_file import load_codes
 from sgh.cli.encode import encode_file
 from sgh.cli.evaluate import evaluate_codes
-from sgh.cli.hydra_command import preflight
 from sgh.config import (
     EncodeCommandConfig,
     EvalCommandConfig,
@@ -57,6 +56,22 @@ def _command(monkeypatch, capsys, *arguments):
     with pytest.raises(SystemExit) as exit_:
         main()
     return exit_.value.code, capsys.readouterr().err
+
+
+def _handed_to_the_run(monkeypatch, *arguments):
+    """The typed configuration `sgh-train ARGUMENTS` hands to `run` (and the run left out), or
+    for a sweep (`-m`) None once its jobs are checked (and none of them run)."""
+    import logging.config
+
+    from sgh.cli import train
+
+    handed = []
+    monkeypatch.setattr(logging.config.DictConfigurator, "configure", lambda self: None)
+    monkeypatch.setattr(train, "run", lambda config, run_dir: handed.append(config) or {})
+    monkeypatch.setattr(train, "_hydra_main", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["sgh-train", *arguments])
+    train.main()
+    return handed[0] if handed else None
 
 
 def _one_line(stderr: str, program: str = "sgh-train") -> str:
@@ -91,10 +106,12 @@ def test_a_key_added_with_plus_that_the_schema_lacks_is_refused_like_a_misspelt_
         assert "accepted keys: " in line, line
     assert not (tmp_path / "run").exists()
     # The same typo without +, refused as before; + and ++ on a known key work as Hydra says.
-    with pytest.raises(UserInputError, match="trainer has no key 'foo'"):
-        preflight("train", ["trainer.foo=1"])
-    assert preflight("train", ["++trainer.steps=5"]).jobs[0].trainer.steps == 5
-    assert preflight("train", ["-m", "dataset=synthetic", "++trainer.steps=5,6"]).multirun
+    status, stderr = _command(monkeypatch, capsys, "trainer.foo=1")
+    assert status == 2 and "trainer has no key 'foo'" in _one_line(stderr)
+    run_dir = f"hydra.run.dir={tmp_path / 'run'}"
+    assert _handed_to_the_run(monkeypatch, "++trainer.steps=5", run_dir).trainer.steps == 5
+    assert _handed_to_the_run(monkeypatch, "-m", "dataset=synthetic", "++trainer.steps=5,6",
+                              f"hydra.sweep.dir={tmp_path / 'sweep'}") is None
 
 
 # ---- 13: dataset.path without dataset=file ---------------------------------------------------
@@ -110,10 +127,11 @@ def test_a_dataset_path_with_a_named_dataset_is_refused_naming_dataset_file(
         assert status == 2
         assert f"dataset.path={data}" in line and "dataset=file" in line, line
     assert not (tmp_path / "run").exists()
-    with pytest.raises(UserInputError, match="in the sweep's job with dataset=mnist: dataset"):
-        preflight("train", ["-m", "dataset=file,mnist", f"dataset.path={data}"])
-    assert preflight("train", ["dataset=file", f"dataset.path={data}"]).jobs[0].dataset.name \
-        == "file"
+    status, stderr = _command(monkeypatch, capsys, "-m", "dataset=file,mnist",
+                              f"dataset.path={data}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert status == 2 and "in the sweep's job with dataset=mnist: dataset" in _one_line(stderr)
+    assert _handed_to_the_run(monkeypatch, "dataset=file", f"dataset.path={data}",
+                              f"hydra.run.dir={tmp_path / 'run'}").dataset.name == "file"
 
 
 # ---- 14: validation.database below the recall cut-off ----------------------------------------
