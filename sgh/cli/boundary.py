@@ -11,7 +11,9 @@
          how to resume; files are written whole or not at all (`sgh.artifacts.atomic`)
 
 `SGH_DEBUG=1` (any value but empty or 0) prints the traceback above the line too. Every other
-exception is a bug and keeps its traceback.
+exception is a bug and keeps its traceback. The library's Python warnings (`warnings.warn`, for
+Python callers) reach a command's user through the `sgh` logger, as every other warning does:
+`PROGRAM: warning: message` on the console, and into a run's train.log.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from __future__ import annotations
 import atexit
 import errno
 import gc
+import logging
 import os
 import signal
 import sys
 import threading
 import traceback
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -256,6 +260,22 @@ def _sigterm_as_interrupt():
 
 
 @contextmanager
+def _warnings_as_log_records():
+    """`warnings.warn` of the library as a warning of the `sgh` logger (module doc), not
+    Python's ``file:line: UserWarning:`` text; restored after the command."""
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        logging.getLogger("sgh").warning("%s", message)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
+@contextmanager
 def exit_on_failure(program: str, *, output_key: str | None = None,
                     output_path: str | os.PathLike | None = None,
                     interrupted: str = "interrupted; nothing was left half-written: run the "
@@ -267,7 +287,7 @@ def exit_on_failure(program: str, *, output_key: str | None = None,
     outside training (what to run to go on).
     """
     try:
-        with _sigterm_as_interrupt():
+        with _sigterm_as_interrupt(), _warnings_as_log_records():
             yield
     except UserInputError as error:
         # Raised while handling a limit reached (a file that could not be opened for lack of

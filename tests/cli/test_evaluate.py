@@ -126,3 +126,29 @@ def test_a_rerank_shortlists_by_the_runs_own_scan_and_says_which(tmp_path, capsy
     assert hamming["ranking"].startswith("rerank: shortlist = Hamming top 100 (ties by id)")
     # The run's scan finds more of the true neighbours than Hamming distance's few levels.
     assert auto["recall10@100"] > hamming["recall10@100"]
+
+
+def test_a_library_warning_reaches_the_user_as_one_warning_line(tmp_path):
+    # A real process: sgh-eval's own logging configuration (configs/hydra/job_logging/
+    # warnings.yaml) and the boundary that turns Python warnings into log records.
+    import os
+    import subprocess
+    import sys
+
+    from sgh.config import BaselineConfig, Config, SyntheticDatasetConfig
+    from tests.helpers import trained
+
+    run_dir, _ = trained(tmp_path / "itq", Config(dataset=SyntheticDatasetConfig(),
+                                                  model=BaselineConfig(name="itq", bits=12)))
+    env = {key: value for key, value in os.environ.items() if key != "SGH_DEBUG"}
+    result = subprocess.run([sys.executable, "-m", "sgh.cli.evaluate", f"run={run_dir}",
+                             "eval.ranking=rerank", "eval.shortlist=100",
+                             f"out={tmp_path / 'eval.json'}"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warned = [line for line in result.stderr.splitlines() if "warning" in line.lower()]
+    assert warned == ["sgh-eval: warning: two-stage search: the encoder score rescores the "
+                      "shortlist it made, so the results are that score's scan, found more "
+                      "slowly; rescore by another score (or the exact distances), or shortlist "
+                      "by Hamming distance"]
+    assert "UserWarning" not in result.stderr
