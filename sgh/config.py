@@ -3,7 +3,7 @@
 `sgh.cli.schemas` registers these dataclasses in Hydra's ConfigStore, and the YAML files under
 `configs/` extend them, so a misspelt key fails at compose time. `validate()` then checks values
 (ranges, choices) with one-line errors. Library code receives these dataclasses, never a
-`DictConfig`.
+`DictConfig`. What each setting does: docs/reference/configuration.md.
 """
 
 from __future__ import annotations
@@ -38,17 +38,8 @@ MAX_SEED = 2**32 - 1
 
 @dataclass
 class FileDatasetConfig:
-    """A dataset read from files; the split protocol follows from what `path` holds.
-
-    A `.npz` or `.mat` file of named arrays: labelled (`X_train, y_train, X_test, y_test`) uses
-    protocol A's rule (or B's with `query_selection=per_class`); ANN (`base, query[,
-    groundtruth, learn]`) protocol C; pooled labelled (`X, y`) draws the queries from the pool
-    (see `sgh/data/split.py`). A file holding one array (`.npy`, `.fvecs`, `.bvecs`, `.ivecs`,
-    or a `.npz`/`.mat` with one array) is the database of an ANN dataset whose queries, ground
-    truth and training set are the `*_path` files, or by default the texmex siblings of
-    `<name>_base<ext>` (see `sgh/data/ann_files.py`). An ann-benchmarks `.hdf5`/`.h5` file
-    (`train`, `test`, `neighbors`) is protocol C too (see `sgh/data/ann_benchmarks.py`).
-    """
+    """A dataset read from files; the split protocol follows from what `path` holds (the
+    layouts: `sgh/data/split.py`, docs/guide/data.md)."""
 
     name: str = MISSING
     path: str = MISSING
@@ -59,18 +50,9 @@ class FileDatasetConfig:
     query_path: str | None = None
     groundtruth_path: str | None = None  # query x K neighbour ids, 0-based (else computed)
     learn_path: str | None = None  # the training set (else the database)
-    # Read the training set and database from disk as needed instead of loading them
-    # (sgh/data/streamed_features.py): auto = when their float32 copies would exceed 4 GiB;
-    # always; never. Single-array .npy/.fvecs/.bvecs/.ivecs files only; same results either way.
-    streaming: str = "auto"
-    # How streamed .npy/texmex rows are gathered by index (training batches, validation items;
-    # sgh/data/mapped_rows.py): mmap = through a memory map of the file, fast, and the pages it
-    # touches count in RSS as reclaimable page cache; pread = positioned reads, slower, resident
-    # memory stays the batches (for limits that count RSS). Same rows either way.
-    stream_reader: str = "mmap"
-    # What neighbours are (sgh/data/similarity.py): auto (an HDF5 file's `distance` attribute,
-    # else euclidean) | euclidean | angular (rows unit-normalised when read) | inner_product.
-    similarity: str = "auto"
+    streaming: str = "auto"  # leave the data on disk (sgh/data/streamed_features.py)
+    stream_reader: str = "mmap"  # how streamed rows are gathered (sgh/data/mapped_rows.py)
+    similarity: str = "auto"  # what neighbours are (sgh/data/similarity.py)
 
 
 @dataclass
@@ -93,21 +75,14 @@ class SyntheticDatasetConfig:
 class ModelConfig:
     name: str = "sgh"
     bits: int = 32
-    # paper: Gaussian decoder with learned rho + analytic KL to a learned Bernoulli prior (MDL).
-    # released: the authors' demo loss (affine decoder, alpha-BCE, beta weight decay).
-    objective: str = "paper"
+    objective: str = "paper"  # paper (the MDL objective) | released (the authors' demo's loss)
     noise: str = "uniform"  # uniform: xi ~ U(0,1) (the paper) | fixed: xi = 0.5 (released demo)
-    # The gradient estimator of the binary codes: approximate (the neuron's own backward) |
-    # unbiased (closed form with a linear decoder, finite differences with an mlp one).
-    gradient_estimator: str = "approximate"
+    gradient_estimator: str = "approximate"  # the codes' gradient (sgh/model/sgh_model.py)
     normalization: str = "isotropic"  # isotropic: (x - mean) / one global scale | none
     init: str = "random"  # random: W~N(0,1/d), b=0 | released: the demo's, b~N(0,1)
     alpha: float = 1e-3  # objective=released: weight of the BCE term
     beta: float = 1e-3  # objective=released: weight decay on W and U
-    # The encoder x~ -> logits and the decoder h -> x~ (objective=paper): linear (the paper's
-    # model, the default) or mlp: dense layers of the hidden sizes, each followed by the
-    # activation, then a linear output layer.
-    encoder: str = "linear"  # linear | mlp
+    encoder: str = "linear"  # linear | mlp (objective=paper): dense layers of the hidden sizes
     encoder_hidden: list[int] = field(default_factory=lambda: [512])
     encoder_activation: str = "relu"  # relu | tanh | gelu | elu | sigmoid
     decoder: str = "linear"  # linear | mlp
@@ -137,10 +112,7 @@ class TrainerConfig:
     steps_per_call: int = 100
     jit_compile: bool = True
     checkpoint_every: int = 1000
-    # Devices (sgh/training/devices.py): auto | one_device | mirrored | multi_worker. auto:
-    # multi_worker when TF_CONFIG is set, mirrored when >1 GPU or logical_cpus >= 2, else
-    # one_device.
-    strategy: str = "auto"
+    strategy: str = "auto"  # devices (sgh/training/devices.py)
     # N >= 2 splits the CPU into N logical devices (mirrored training without GPUs); 0 = as is.
     logical_cpus: int = 0
 
@@ -171,23 +143,12 @@ class EvalConfig:
     # mAP@K denominator: retrieved (relevant items in the top K) | min_rk | r
     map_k_denominator: str = "retrieved"
     radius: int = 2  # hash lookup within this Hamming radius (inclusive)
-    # How the database is ranked for every metric above (sgh/search/rankings.py):
-    # hamming: by Hamming distance (tie-aware) | asymmetric: by the method's score (eval.score)
-    # of the query's features against each code | rerank: a shortlist (eval.shortlist_by)
-    # rescored (eval.rescore), then the rest in the shortlist's order.
-    ranking: str = "hamming"
-    # The score of a query against a code (sgh/search/asymmetric.py): auto (the one the
-    # validation split favours, sgh/training/score_selection.py) | encoder (-log q(h|x); a
-    # baseline's projection) | decoder (the reconstruction distance) | joint (both likelihoods)
-    score: str = "auto"
-    # rerank's first stage: auto (the encoder score's scan where the method has one, else, or
-    # with eval.shortlist_radius, Hamming; sgh/search/rankings.py) | hamming | encoder
-    shortlist_by: str = "auto"
+    ranking: str = "hamming"  # how the database is ranked (sgh/search/rankings.py)
+    score: str = "auto"  # a query's score against a code (sgh/search/asymmetric.py)
+    shortlist_by: str = "auto"  # rerank's first stage
     shortlist: int = 1000  # rerank: the top S that is rescored...
     shortlist_radius: int | None = None  # ...or, if set, every item within this Hamming radius
-    # rerank: score (eval.score; no original vectors) | exact (distances on the original
-    # vectors, read by id)
-    rescore: str = "score"
+    rescore: str = "score"  # rerank: by eval.score | exact (on the original vectors)
 
 
 @dataclass
@@ -217,11 +178,7 @@ class EvalCommandConfig:
 # 65,536 rows of 128 floats are 32 MB: large enough that per-call overhead is negligible,
 # small enough that memory is bounded far below the 1.5 GiB target at any file size.
 ENCODE_BATCH_SIZE = 65536
-# How sgh-encode's input values become the encoder's input: `auto` converts a file as sgh-train
-# does (uint8 / 255, other dtypes as they are) and refuses input stored unlike the run's training
-# features; `none` takes the values as they are whatever the dtype (BIGANN's uint8 .bvecs
-# through a run trained on SIFT's float .fvecs); `uint8` divides any dtype by 255 (float pixels
-# 0..255 through a run trained on uint8 images).
+# How sgh-encode's input values become the encoder's input: as at training, as stored, or / 255.
 INPUT_SCALES = ("auto", "none", "uint8")
 
 

@@ -2,8 +2,12 @@
 
 `UserInputError` is the user's mistake: the command line reports it as a single line (no
 traceback) with exit status 2. Its message must name the file, key or value at fault and say
-what is accepted. Every other exception is a bug and keeps its traceback.
+what is accepted. Every other exception is a bug and keeps its traceback, but for a process
+limit reached (`resource_limit_line`: too many open files, out of memory), which is the
+user's to raise.
 """
+
+import errno
 
 
 class UserInputError(ValueError):
@@ -36,6 +40,57 @@ def first_few(names, shown: int = 3) -> str:
     rest = len(names) - shown
     return ", ".join(str(name) for name in names[:shown]) + (f", and {rest} more" if rest > 0
                                                              else "")
+
+
+# --- a process limit reached: the user's to raise, told in one line -----------------------
+
+def causes(error: BaseException) -> list[BaseException]:
+    """The error and what it was raised from or during, innermost last (a bounded walk)."""
+    seen = []
+    while error is not None and len(seen) < 16 and all(error is not e for e in seen):
+        seen.append(error)
+        error = error.__cause__ or error.__context__
+    return seen
+
+
+def _limit_text(limit: str) -> str:
+    """The soft value of `resource.<limit>`, as `ulimit` states it."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(getattr(resource, limit))[0]
+    except (ImportError, AttributeError, OSError, ValueError):  # no such limit here (Windows)
+        return "unknown"
+    if soft == resource.RLIM_INFINITY:
+        return "unlimited"
+    return f"{soft // 1024} KiB" if limit == "RLIMIT_AS" else str(soft)
+
+
+def resource_limit_line(error: BaseException) -> str | None:
+    """One line for a process limit reached anywhere in `error`'s chain (too many open files,
+    out of memory or address space), naming the limit and its value; else None."""
+    for cause in causes(error):
+        code = cause.errno if isinstance(cause, OSError) else None
+        # TensorFlow's file system raises tf.errors.* with the text only.
+        if code in (errno.EMFILE, errno.ENFILE) or (type(cause).__module__.startswith(
+                "tensorflow") and "Too many open files" in str(cause)):
+            which = ("the system's limit on open files" if code == errno.ENFILE else "the limit "
+                     f"on open files of this process (ulimit -n: {_limit_text('RLIMIT_NOFILE')})")
+            return (f"too many open files: {which} was reached; raise it (e.g. ulimit -n 4096 "
+                    "in the shell that runs the command) and run the same command again")
+        if isinstance(cause, MemoryError) or code == errno.ENOMEM:
+            space = _limit_text("RLIMIT_AS")
+            what = one_line(cause) if str(cause) else "an allocation failed"
+            if space == "unlimited":
+                return (f"out of memory ({what}): no address-space limit is set (ulimit -v: "
+                        "unlimited), so the machine has too little free memory for it; free "
+                        "some, or use less (dataset.streaming=always, a smaller "
+                        "trainer.batch_size), and run the same command again")
+            return (f"out of memory ({what}): the address-space limit of this process (ulimit "
+                    f"-v: {space}) was reached; raise it (e.g. ulimit -v unlimited; TensorFlow "
+                    "alone reserves several GiB of address space) and run the same command "
+                    "again")
+    return None
 
 
 # --- the checks of a value: one vocabulary, one message style -------------------------------

@@ -1,7 +1,7 @@
 """Protocol A targets on the bundled MNIST, through the same `run` as `sgh-train`.
 
 All `slow` (a full 20,000-step run each; `make test-slow`, which CI runs).
-Reference figures (../shared/reference/sgh.md, protocol.md): ITQ Recall10@100 0.291 / 0.569 /
+Reference figures (docs/results.md, "SGH: the default recipe"): ITQ Recall10@100 0.291 / 0.569 /
 0.817 and mAP@all 0.411 / 0.444 / 0.454; the released demo's mAP@all 0.365 / 0.378 / 0.363 and
 reconstruction 15.1 / 11.2 / 8.4 at 16 / 32 / 64 bits.
 """

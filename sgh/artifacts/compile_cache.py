@@ -1,39 +1,17 @@
-"""Compiled training steps kept on disk, so that a run does not compile what an earlier one did.
+"""Compiled training steps kept on disk, so that a run does not compile what an earlier one did
+(the user's view: docs/guide/training.md, "The compiled step cache").
 
-XLA takes seconds to compile a training call on a CPU: on a short run that is a large share of the
-wall time. TensorFlow keeps compiled executables on disk when `TF_XLA_FLAGS` names a directory
-(`--tf_xla_persistent_cache_directory`); `enable()` names ``<user cache>/xla`` (see
-`sgh.artifacts.user_cache`) before TensorFlow is imported. A loaded executable is the one a
-compilation would produce, so a run's numbers do not depend on the cache.
-
-TensorFlow writes each entry atomically (a temporary file, then a rename), so concurrent runs
-are safe. It does not check an entry's bytes, though, and a damaged entry fails every later
-compilation of that step in the process (retrying does not help: the failure is remembered).
-So we seal what it wrote: after a call has compiled, `seal()` writes a BLAKE2b digest beside
-each new entry (``<entry>.blake2b``); `enable()` deletes every entry that has no seal or does
-not match it (a torn disk, a killed run, a flipped bit), and TensorFlow compiles it anew.
-
-TensorFlow never deletes an entry, so `enable()` also bounds the cache: an entry (of any
-TensorFlow, options or CPU) older than `MAX_AGE_DAYS` goes, and so do the oldest beyond
-`MAX_BYTES` in all. An entry in use that ages out is compiled once more, and is then new.
-
-Checking the seals reads every entry of this process's prefix, so it runs
-in a thread beside TensorFlow's import, which takes seconds; `finish_tidying()` waits for it,
-and `sgh.model.quiet_tensorflow.import_tensorflow()` calls that before it returns, so no
-compiled call can load an entry that is not yet checked.
-
-The prefix of the entries' names holds TensorFlow's version, a digest of `XLA_FLAGS` and one of
-the host CPU's model and instruction sets: an executable is never loaded by another TensorFlow,
-compiled under other XLA options, or run on another kind of CPU (a cache in a home directory
-shared by cluster nodes: code built for AVX-512 would die of SIGILL on a node without it).
-
-Loading an entry makes TensorFlow log two harmless errors to the terminal: its text-format
-parse, tried before the binary one, and XLA's notice that the entry was built with LLVM's
-tuning features (`+prefer-no-gather`...), which no host ever lists.
-`sgh.model.quiet_tensorflow.cached_compilation()`, around the call that compiles or loads, holds
-them back and then calls `seal()`.
-`SGH_COMPILE_CACHE=off` turns the cache off, as does a `TF_XLA_FLAGS` that names its own
-directory (that one is left alone).
+`enable()` names ``<user cache>/xla`` in `TF_XLA_FLAGS` (`--tf_xla_persistent_cache_directory`)
+before TensorFlow is imported. TensorFlow writes entries atomically but never checks their bytes,
+and a damaged entry fails every later compilation of that step in the process; so `seal()`
+writes a BLAKE2b digest beside each new entry, and `enable()` deletes entries without a matching
+seal, and those beyond `MAX_AGE_DAYS` or `MAX_BYTES` (TensorFlow never deletes one). The check
+runs in a thread beside TensorFlow's import; `finish_tidying()` waits for it, and
+`sgh.model.quiet_tensorflow.import_tensorflow()` calls that before it returns. The entries'
+prefix holds TensorFlow's version and digests of `XLA_FLAGS` and of the CPU's model and
+instruction sets, so no executable runs under another TensorFlow, options or CPU (SIGILL on a
+shared home directory). `SGH_COMPILE_CACHE=off`, or a `TF_XLA_FLAGS` naming its own directory
+(left alone), turns it off.
 """
 
 from __future__ import annotations

@@ -1,33 +1,22 @@
-"""The exact k-NN ground truth of a dataset, cached next to it.
+"""The exact k-NN ground truth of a dataset, cached next to it (the user's view:
+docs/guide/evaluation.md).
 
 A run's ground truth (`sgh.data.ground_truth.split_ground_truth`) is the dataset file's own
-neighbours when it has enough, else the exact ones by the split's similarity (Euclidean,
-angular or inner product), which `cached_exact_neighbours` computes once per dataset and caches.
+neighbours when it has enough, else the exact ones by the split's similarity, which
+`cached_exact_neighbours` computes once per dataset (:func:`sgh.data.neighbours.exact_neighbours`,
+minutes on large datasets) and caches in one ``.npz`` file:
 
-Recall K@N needs each query's exact K best database items
-(:func:`sgh.data.neighbours.exact_neighbours`), which costs minutes on large datasets that ship
-none. The result is cached in one ``.npz`` file:
-
-* **name**: ``<dataset file>.gt-<digest>.npz``, the digest being BLAKE2b-128 of the method's
-  version, of the similarity, and of the query and database features as used (dtype, shape and
-  bytes): the content, not the path or the modification time, so a changed file, another split,
-  other queries or another similarity get another cache file (Euclidean files keep the digest
-  of earlier versions, which did not state the similarity: the definition is unchanged);
-* **where**: next to the dataset file (or directory) when its directory may be written; else in
-  the per-user cache, ``$XDG_CACHE_HOME/sgh`` or ``~/.cache/sgh``; else nowhere (computed each
-  run). A directory whose permission bits deny writing counts as read-only even for root, whose
-  writes the system would allow: a dataset folder made read-only on purpose stays untouched.
-  Reads look in both places, next to the dataset first;
-* **content**: ``ids``, ``(n_queries, K)`` int64, best first, ties by database index, and
-  ``checksum``, BLAKE2b-128 of the digest and the ids' shape and bytes. The order is total, so
-  the k best are the first k columns of the K best: a file with K >= k serves k; a larger k is
-  computed and replaces the file;
-* **trust**: a file is used only if it loads with ``allow_pickle=False``, its checksum matches
-  its ids (a changed row, however plausible, is caught), the ids are a 2-D int64 array of
-  ``n_queries`` rows and >= k columns, in ``[0, n_database)`` and distinct within each row, and
-  every query's distances do not decrease (inner products do not increase) along its row (k
-  rows read per query: cheap). Anything else is logged and recomputed; writes are atomic
-  (temporary file + rename), so a crash leaves no half-written cache.
+* **name**: ``<dataset file>.gt-<digest>.v2.npz`` (``v2``: `CACHE_VERSION`, the layout), the
+  digest BLAKE2b-128 of the method's version, the similarity, and the query and database features
+  as used (dtype, shape and bytes): the content, not the path or the date (Euclidean files keep
+  the digest of earlier versions, which did not state the similarity: the definition is unchanged);
+* **where**: next to the dataset when its directory may be written (permission bits, even for
+  root), else the per-user cache, else nowhere; reads look in both, next to the dataset first;
+* **content**: ``ids`` ``(n_queries, K)`` int64, best first, ties by index, and ``checksum``
+  over the digest and the ids. The order is total, so a file with K >= k serves k;
+* **trust**: used only if it loads without pickles, its checksum matches, and the ids are in
+  range, distinct and in order of distance along each row (k rows read per query); anything
+  else is logged and recomputed; writes are atomic.
 """
 
 from __future__ import annotations

@@ -14,16 +14,10 @@
     <run_dir>/metrics.json        one flat JSON object of results and their conventions
     <run_dir>/eval.json           `sgh-eval run=<run_dir>`: the codes re-scored
 
-Every file is written atomically (`sgh.artifacts.atomic`): a crash never leaves a half-written
-file that looks complete, and the next owner of the directory removes the temporaries a killed
-writer left (`remove_stray_temporaries`). Checkpoints are read back whole before they are used:
-a damaged one is skipped for the newest intact one beside it, with a warning
-(`resume_checkpoint`, `weights_of_step`).
-
-A run writes only into a directory that is its own (`RunDirectory.refuse_unless_ours`): a new
-one, one carrying the marker, or a run from before the marker, recognised strictly by its
-contents (`holds_a_run`); a user's folder is refused, never written over. An output of another
-command that is one of a run's files is refused too (`sgh.artifacts.run_outputs`).
+Every file is written atomically (`sgh.artifacts.atomic`); checkpoints are read back whole
+before use (`resume_checkpoint`, `weights_of_step`); a run writes only into a directory that is
+its own (`refuse_unless_ours`), and no other command's output replaces a run's file
+(`sgh.artifacts.run_outputs`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from pathlib import Path
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from sgh.cli.boundary import disk_error_line, exit_on_failure
+from sgh.artifacts.output_places import disk_error_line
+from sgh.cli.boundary import exit_on_failure
 from sgh.cli.logs import ConsoleFormatter
 from sgh.errors import UserInputError
 from sgh.reports.comparison import compare

@@ -39,9 +39,9 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import FileKind, atomic_file, refuse_to_replace, write_bytes
+from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file, refuse_a_runs_input
-from sgh.cli.boundary import check_writable_place
 from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import INPUT_SCALES, EncodeCommandConfig

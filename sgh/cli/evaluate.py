@@ -16,10 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import write_json
 from sgh.artifacts.codes_file import load_codes, refuse_another_models_scores
+from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_inputs import changed_inputs, describe_inputs
 from sgh.artifacts.run_outputs import refuse_a_run_file
-from sgh.cli.boundary import check_writable_place
 from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import EvalCommandConfig, EvalConfig, dataset_config_from, validate_eval

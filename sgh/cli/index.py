@@ -27,9 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts.atomic import atomic_file, refuse_to_replace
+from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file
-from sgh.cli.boundary import check_writable_place, exit_on_failure
+from sgh.cli.boundary import exit_on_failure
 from sgh.data.feature_conversion import as_float32_features
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.vector_files import open_vectors

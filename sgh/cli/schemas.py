@@ -1,8 +1,6 @@
-"""The typed configuration (`sgh.config`) registered with Hydra, so YAML options extend it.
-
-Each YAML option names its schema in its defaults list (`- sgh_schema`, `- file_schema`, ...),
-so a misspelt key fails when the configuration is composed, not somewhere in the run.
-"""
+"""The typed configuration (`sgh.config`) registered with Hydra's ConfigStore, and the resolvers
+of the configs. Each YAML option names its schema in its defaults list (`- sgh_schema`, ...), so
+a misspelt key fails when the configuration is composed, not somewhere in the run."""
 
 from __future__ import annotations
 
@@ -22,38 +20,32 @@ from sgh.config import (
     SyntheticDatasetConfig,
 )
 
-# Hydra takes a config directory as a string; an absolute path, which it never mistakes for a
-# Python package name.
-CONFIG_PATH = str(CONFIG_DIR)
+CONFIG_PATH = str(CONFIG_DIR)  # an absolute path: Hydra never takes it for a package name
 
 
 def short_id(text: str) -> str:
-    """8 hex digits of `text`'s SHA-256: a sweep job's directory name from its overrides
-    (`hydra.sweep.subdir: ${hydra.job.num}_${sgh_short_id:${hydra.job.override_dirname}}`),
-    short and flat whatever the overrides hold (a `dataset.path` with `/`, a name beyond the
-    255-byte limit); the overrides themselves are in the job's `.hydra/overrides.yaml`."""
+    """8 hex digits of `text`'s SHA-256: a sweep job's directory name from its overrides, short
+    and flat whatever they hold (configs/hydra/default.yaml)."""
     return hashlib.sha256(str(text).encode()).hexdigest()[:8]
 
 
 def config_groups() -> str:
-    """The configuration groups a user composes from, one line each (`model: itq, lsh, ...`):
-    the YAML options under the config directory. `sgh-train --help` lists these instead of
-    Hydra's own list, which also shows the schemas registered below (`file_schema`, ...),
-    options no one should pick."""
-    lines = []
-    for group in sorted(path for path in CONFIG_DIR.iterdir() if path.is_dir()):
-        if group.name != "hydra":  # Hydra's settings, not a choice of the run's
-            options = sorted(option.stem for option in group.glob("*.yaml"))
-            lines.append(f"{group.name}: {', '.join(options)}")
-    return "\n".join(lines)
+    """The groups a user composes from, one line each (`model: itq, lsh, ...`), for `--help`:
+    Hydra's own list also shows the schemas (`file_schema`, ...), which no one should pick."""
+    groups = [group for group in sorted(CONFIG_DIR.iterdir())
+              if group.is_dir() and group.name != "hydra"]  # Hydra's settings, not the run's
+    return "\n".join(f"{group.name}: {', '.join(sorted(o.stem for o in group.glob('*.yaml')))}"
+                     for group in groups)
 
 
 def register_configs() -> None:
-    """Register the schemas and the `${sgh_bundled_data_dir:}`, `${sgh_short_id:TEXT}`,
-    `${sgh_config_groups:}` and `${sgh_docs:PAGE}` (a page's path here) resolvers (idempotent)."""
+    """Register the schemas and the configs' resolvers but `sgh_start_time` (idempotent)."""
     for name, resolver in (("sgh_bundled_data_dir", lambda: str(BUNDLED_DATA_DIR)),
                            ("sgh_short_id", short_id), ("sgh_config_groups", config_groups),
-                           ("sgh_docs", lambda page: str(DOCS_DIR / page))):
+                           ("sgh_docs", lambda page: str(DOCS_DIR / page)),
+                           # `sgh`, `sgh-search` (experiment=search): a run directory's recipe
+                           ("sgh_recipe", lambda method, experiment: method if experiment is None
+                            else f"{method}-{str(experiment).replace('/', '-')}")):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
     store = ConfigStore.instance()

@@ -1,34 +1,14 @@
-"""Rows at scattered positions of a vector file, gathered through one memory map of the file.
+"""Rows at scattered positions of a vector file, gathered through one memory map of the file:
+`dataset.stream_reader=mmap`, the default (the user's view and the measurements:
+docs/guide/data.md, "How rows are gathered").
 
-A streamed training call needs `steps_per_call` x `batch_size` rows (50,000 by default) at
-random positions. Positioned reads (`VectorFile.take`, `sgh.data.positioned_reads`) cost one
-system call per run of consecutive rows; through a memory map the same rows are one numpy
-gather from the page cache, with no system call once the pages are mapped, many times faster
-(`docs/performance.md`, streaming and memory). This is `dataset.stream_reader=mmap`, the
-default.
-
-**Memory.** The map is kept for as long as its `StreamedFeatures` lives: mapping the file afresh
-for every call would fault every page in again each time, several times slower. Every page a
-gather touches therefore stays mapped and counts in the process's resident memory (RSS), up to
-the whole training file. Those pages are the kernel's page cache, shared and reclaimable, not
-memory the process allocated; where a limit counts RSS anyway (some batch
-schedulers), `dataset.stream_reader=pread` reads with positioned reads and keeps resident memory
-to the batch blocks. Only row gathers are mapped: sequential chunks (statistics, encoding the
-database, ground truth) are one read system call per 32 MiB already, which a map would not
-speed up (it is slower than the read) but would add the whole database to RSS.
-
-**A file that changes under the map.** Reading a page of a mapping beyond the end of its file
-raises SIGBUS, which kills the process rather than raising an exception. The run records every
-input file's size and modification time when it starts and refuses to resume on a changed file
-(`sgh.artifacts.run_inputs`), so only a file cut while a run reads it can do this. Before every
-gather the file's current size is checked (one `fstat`): rows beyond it are left to the
-positioned reads, which report the first short run in the same one line as
-`dataset.stream_reader=pread` does. What this leaves is a file cut during the few milliseconds
-of one gather; a process that must survive even that (a file on a share others rewrite) sets
-`dataset.stream_reader=pread`. A file rewritten in place is read as it is now, as the positioned
-reads would, and a texmex row whose dimension header changed is refused with the same line; a
-file replaced by a new one (renamed over) keeps being read as it was when mapped, since the map
-holds the original.
+The map lives as long as its `StreamedFeatures`: mapping afresh for every call would fault every
+page in again. Only row gathers are mapped; sequential chunks are one read per 32 MiB already,
+which a map would not speed up but would add to RSS. Reading a mapped page beyond the end of
+its file raises SIGBUS, which kills the process: so before every gather the file's current size
+is checked (one `fstat`), and rows beyond it are left to the positioned reads, which report the
+short file in one line. A file cut during the milliseconds of one gather can still kill it
+(`pread` cannot); a file renamed over keeps being read as it was when mapped.
 """
 
 from __future__ import annotations

@@ -374,13 +374,7 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
         ``(n_queries, k)`` int64 database indices, best first; the same ids, in the same order,
         whatever ``chunk_rows``, ``block_size`` and ``workers``.
 
-    Method: chunk by chunk, as the module doc says (each chunk centred on its own mean, so a
-    streamed database is read once): a chunk's candidates are the items that may still enter
-    a query's k best, and their float64 keys (the same sums for every chunk, so equal values
-    compare equal) and global ids are merged with the best so far, ordered by (key, database
-    index). Memory: a chunk, its centred copy (float32: half a chunk as float64), a 4 MiB
-    block of products, per query a heap and a candidate list (5k + 64 entries of 16 bytes;
-    queries are scanned in groups of at most 64 MiB of these), and the merged candidates.
+    Method and memory: the module doc.
     """
     from sgh.data.streamed_features import StreamedFeatures
 
@@ -428,26 +422,6 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
 def euclidean_neighbours(
     query: np.ndarray, database: np.ndarray, k: int, block_size: int | None = None
 ) -> np.ndarray:
-    """The ``k`` nearest database items of each query by squared L2 distance, ties by index.
-
-    Distances are ``sum((x - q) ** 2)`` computed in float64 from the given values (integers and
-    float32 are converted exactly). Items are ordered by (distance, database index). This is
-    `exact_neighbours` with ``similarity="euclidean"`` (see there and the module doc for the
-    method and memory); ``block_size``: queries per matrix product.
-
-    Args:
-        query: ``(n_queries, dim)`` real array (``xq``).
-        database: ``(n_database, dim)`` real array (``xb``).
-        k: neighbours per query, 1 <= k <= n_database.
-        block_size: queries per matrix product; default 1024, or a worker's share if fewer.
-
-    Returns:
-        ``(n_queries, k)`` int64 database indices, nearest first.
-    """
+    """`exact_neighbours` with ``similarity="euclidean"``: ``(n_queries, k)`` int64 ids."""
     return exact_neighbours(query, database, k, "euclidean", block_size=block_size)
 
-
-def chunked_euclidean_neighbours(query: np.ndarray, database, k: int,
-                                 chunk_rows: int | None = None) -> np.ndarray:
-    """`exact_neighbours` by Euclidean distance (the name earlier code and tests use)."""
-    return exact_neighbours(query, database, k, "euclidean", chunk_rows)

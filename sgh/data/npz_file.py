@@ -118,15 +118,6 @@ def refuse_mixed_layouts(path: Path, layout: str, keys) -> None:
 _LAYOUT_NAMES = {"labelled": "labelled", "ann": "ANN", "pooled": "pooled"}
 
 
-def detect_layout(path: Path, arrays: dict[str, np.ndarray]) -> str:
-    layout = match_layout(arrays)
-    if layout is None:
-        found = ", ".join(sorted(arrays)) or "none"
-        raise UserInputError(f"{path}: keys found: {found}; expected {ACCEPTED_LAYOUTS}")
-    refuse_mixed_layouts(path, layout, arrays)
-    return layout
-
-
 def features(path: Path, key: str, array: np.ndarray, dim: int | None = None):
     """Validate one feature matrix and convert it to float32; return (features, conversion)."""
     if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0:

@@ -6,12 +6,9 @@ every consumer reads it in one of two ways:
 
 - `chunks()`: consecutive row ranges of `CHUNK_BYTES` as float32 (statistics, hashing,
   loading), one read system call per chunk;
-- `take(ids)`: rows at arbitrary indices (training batches, validation samples), gathered
-  through a memory map of the file (`reader="mmap"`, the default: `sgh.data.mapped_rows`) or
-  with one positioned read per run of consecutive rows (`reader="pread"`, for limits on
-  resident memory: `sgh.data.positioned_reads`). `dataset.stream_reader` chooses; both give the
-  same rows. HDF5 and Fortran-order `.npy` files have no fixed row stride to map and are read
-  by their own `take` with either reader.
+- `take(ids)`: rows at arbitrary indices (training batches, validation samples), through a
+  memory map (`sgh.data.mapped_rows`) or positioned reads (`sgh.data.positioned_reads`), as
+  `dataset.stream_reader` chooses; the same rows either way.
 
 Rows are converted exactly as loading the file whole converts them (`as_float32_features`,
 NaN/Inf refused with the row's position; with `unit_normalise`, dataset.similarity=angular,

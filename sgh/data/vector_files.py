@@ -62,16 +62,20 @@ def _positioned_read(path: Path, where: str, dtype: np.dtype, offset: int, count
     return values
 
 
+def _npy_header(handle) -> tuple:
+    """(shape, fortran_order, dtype) of the .npy array whose bytes start at `handle`."""
+    version = np.lib.format.read_magic(handle)
+    # Version 3.0 differs from 2.0 only by a UTF-8 header, which numpy writes only for
+    # structured dtypes with non-Latin-1 field names, refused anyway.
+    return (np.lib.format.read_array_header_1_0 if version == (1, 0)
+            else np.lib.format.read_array_header_2_0)(handle)
+
+
 class NpyVectors(VectorFile):
     def __init__(self, path: Path):
         try:
             with open(path, "rb") as handle:
-                version = np.lib.format.read_magic(handle)
-                # Version 3.0 differs from 2.0 only by a UTF-8 header, which numpy writes only
-                # for structured dtypes with non-Latin-1 field names, refused below anyway.
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
-                shape, self.fortran_order, dtype = read_header(handle)
+                shape, self.fortran_order, dtype = _npy_header(handle)
                 self.data_offset = handle.tell()
         except MALFORMED_FILE_ERRORS as error:
             raise UserInputError(f"{path}: not a valid .npy file ({one_line(error)})") from None
@@ -95,17 +99,13 @@ class NpyVectors(VectorFile):
         return taken
 
     def _read(self, start, stop):
-        n, d = self.shape
-        if not self.fortran_order:
-            rows = _positioned_read(self.path, self.where, self.dtype,
-                                    self.data_offset + start * d * self.dtype.itemsize,
-                                    (stop - start) * d)
-            return rows.reshape(stop - start, d)
-        # Column-major: a row range is strided, so map the file only for this call.
-        mapped = np.memmap(self.path, self.dtype, "r", self.data_offset, (n, d), order="F")
-        rows = np.array(mapped[start:stop], order="C")
-        del mapped  # unmaps now: the copy is all that stays resident
-        return rows
+        if self.fortran_order:  # a row range is strided
+            return self._take_unstrided(slice(start, stop))
+        d = self.shape[1]
+        rows = _positioned_read(self.path, self.where, self.dtype,
+                                self.data_offset + start * d * self.dtype.itemsize,
+                                (stop - start) * d)
+        return rows.reshape(stop - start, d)
 
 
 class TexmexVectors(VectorFile):
@@ -210,10 +210,7 @@ class NpzVectors(WholeArrayVectors):
         try:
             with zipfile.ZipFile(path) as archive:
                 with archive.open(key + ".npy") as member:
-                    version = np.lib.format.read_magic(member)
-                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0)
-                    shape, _, dtype = read_header(member)
+                    shape, _, dtype = _npy_header(member)
         except MALFORMED_FILE_ERRORS as error:
             raise UserInputError(f"{path}: corrupt or truncated .npz file ({one_line(error)})"
                                  ) from None

@@ -1,16 +1,6 @@
 """Retrieval metrics of Hamming rankings: pure functions on packed codes, explicit conventions.
 
-Modules, by concept:
-
-* :mod:`~sgh.metrics.conventions` — tie / denominator / empty-query policies and their text;
-* :mod:`~sgh.metrics.histograms` — the engine: per-query per-distance histograms on threads
-  (memory bound stated there); :mod:`~sgh.metrics.kernels` — its compiled (numba) kernels;
-* :mod:`~sgh.metrics.tie_aware` — closed-form tie-aware metrics from those histograms;
-* :mod:`~sgh.metrics.ranking` — mAP@all, mAP@K, precision@K, recall@K (label relevance);
-* :mod:`~sgh.metrics.radius` — hash lookup within a Hamming radius, PR curve;
-* :mod:`~sgh.metrics.neighbour_recall` — Recall K@N against Euclidean ground truth;
-* :mod:`~sgh.metrics.labels` — :func:`evaluate_labels`, all label metrics from one scan.
-
+Its modules, one line each: docs/development.md.
 Relevance (1-D labels, 2-D multi-label matrices, ground-truth ids) is :mod:`sgh.metrics.relevance`.
 :data:`CONVENTIONS` and :func:`conventions` give the conventions as text, to be written next to
 every reported number.
@@ -49,29 +39,11 @@ from sgh.metrics.tie_aware import (
 )
 
 __all__ = [
-    "CONVENTIONS",
-    "DEFAULT_DENOMINATOR",
-    "DEFAULT_WORKERS",
-    "DENOMINATORS",
-    "NO_RELEVANT_POLICIES",
-    "TIES",
-    "DistanceHistograms",
-    "average_over_queries",
-    "average_precisions",
-    "conventions",
-    "distance_histograms",
-    "evaluate_labels",
-    "expected_average_precision",
-    "expected_relevant_retrieved",
-    "harmonic_numbers",
-    "hash_lookup",
-    "label_histograms",
-    "mean_average_precision",
-    "per_query_average_precision",
-    "per_query_lookup",
-    "per_query_relevant_retrieved",
-    "pr_curve",
-    "precision_at_k",
-    "recall_at_k",
-    "recall_at_n",
+    "CONVENTIONS", "DEFAULT_DENOMINATOR", "DEFAULT_WORKERS", "DENOMINATORS",
+    "NO_RELEVANT_POLICIES", "TIES", "DistanceHistograms", "average_over_queries",
+    "average_precisions", "conventions", "distance_histograms", "evaluate_labels",
+    "expected_average_precision", "expected_relevant_retrieved", "harmonic_numbers",
+    "hash_lookup", "label_histograms", "mean_average_precision", "per_query_average_precision",
+    "per_query_lookup", "per_query_relevant_retrieved", "pr_curve", "precision_at_k",
+    "recall_at_k", "recall_at_n",
 ]

@@ -55,12 +55,8 @@ def check_policies(**policies: object) -> None:
 def check_cutoffs(values: int | Iterable[int], name: str = "k_values") -> list[int]:
     """Positive integer cut-offs as python ints, in the order given."""
     array = np.atleast_1d(np.asarray(values if not isinstance(values, range) else list(values)))
-    if (
-        array.ndim != 1
-        or array.size == 0
-        or not np.issubdtype(array.dtype, np.integer)
-        or array.min() < 1
-    ):
+    if array.ndim != 1 or array.size == 0 or not np.issubdtype(array.dtype, np.integer) \
+            or array.min() < 1:
         raise ValueError(f"{name} must be positive integers, got {values!r}")
     return [int(value) for value in array]
 
@@ -69,9 +65,7 @@ def conventions(
     ties: str = "expected", no_relevant: str = "skip", denominator: str = DEFAULT_DENOMINATOR
 ) -> dict[str, str]:
     """The conventions behind the numbers of :mod:`sgh.metrics`, as text for results files."""
-    check_choice("ties", ties, TIES)
-    check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
-    check_choice("denominator", denominator, DENOMINATORS)
+    check_policies(ties=ties, no_relevant=no_relevant, denominator=denominator)
     return {
         "distance": "Hamming distance = popcount(query XOR item); database ranked by increasing "
         "distance",

@@ -1,4 +1,5 @@
-"""SGH's building blocks as Keras 3 layers, for use in anyone's Keras model.
+"""SGH's building blocks as Keras 3 layers, for use in anyone's Keras model (usage:
+docs/guide/python-api.md).
 
     DoublySN              logits -> binary codes h in {0, 1}: sampled in training, the mode at
                           inference; backward: the neuron's reparametrised gradient
@@ -8,14 +9,6 @@
 Each is a thin layer over the op of `sgh.model.ops` (one implementation of each gradient): the
 project's own SGH model calls the same `DoublySN`. All three are registered as serializable
 (package `sgh`), so models that use them survive a `.keras` save and load.
-
-    import keras
-    from sgh.layers import DoublySN
-
-    inputs = keras.Input((784,))
-    codes = DoublySN(seed=0)(keras.layers.Dense(32)(inputs))
-    autoencoder = keras.Model(inputs, keras.layers.Dense(784)(codes))
-    autoencoder.compile(optimizer="adam", loss="mse")
 """
 
 from __future__ import annotations

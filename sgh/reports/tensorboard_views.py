@@ -13,11 +13,6 @@ TensorBoard tab:
 * Images: ``images/inputs_and_reconstructions``, ``images/decoder_templates``.
 * PR Curves: ``pr_curve/hamming_lookup``.
 * HParams: one session per run (:func:`write_hparams`).
-
-Conventions (also in each function's docstring): a bit's *balance* is the fraction of codes with
-that bit set (0.5 ideal); *code entropy* is the empirical entropy, in bits, of the distribution of
-whole codes over the sample, ``-sum_c f_c log2 f_c`` (at most ``min(bits, log2 n)``); code-health
-formulas are :func:`sgh.codes.code_health`'s, the ones ``metrics.json`` reports.
 """
 
 from __future__ import annotations
@@ -62,23 +57,11 @@ CODE_HEALTH_DESCRIPTIONS = {  # shown in TensorBoard next to each scalar
 }
 
 
-def write_code_health(bits: np.ndarray, step: int, prefix: str = "code_health") -> dict:
-    """Code health of a sample's codes, as scalars and a histogram of per-bit balance.
-
-    Args:
-        bits: ``(n, bits)`` 0/1 (or bool) codes of a fixed sample, e.g. ``model.encode_bits(x)``.
-        step: the training step.
-        prefix: tag prefix.
-
-    Scalars ``<prefix>/<name>`` for each name of :data:`CODE_HEALTH_DESCRIPTIONS` (the
-    definitions are there and in TensorBoard), computed by :func:`sgh.codes.code_health` (the
-    ``metrics.json`` formulas); ``balance_deviation`` and ``bit_entropy_sum`` summarise its
-    per-bit lists.
-    Histogram ``<prefix>/bit_balance``: the ``bits`` values p_j.
-
-    Returns:
-        The scalars written, by name (empty when nothing is recorded).
-    """
+def write_code_health(bits: np.ndarray, step: int) -> dict:
+    """Scalars ``code_health/<name>`` of :data:`CODE_HEALTH_DESCRIPTIONS` (by
+    :func:`sgh.codes.code_health`, the ``metrics.json`` formulas) and the histogram
+    ``code_health/bit_balance`` of a fixed sample's ``(n, bits)`` 0/1 codes; returns the scalars
+    written (empty when nothing is recorded)."""
     if not events.recording():
         return {}
     bits = np.asarray(bits)
@@ -98,9 +81,9 @@ def write_code_health(bits: np.ndarray, step: int, prefix: str = "code_health") 
         "bit_balance_max": float(balance.max()),
     }
     for name, value in scalars.items():
-        events.scalar(f"{prefix}/{name}", value, step=step,
+        events.scalar(f"code_health/{name}", value, step=step,
                       description=CODE_HEALTH_DESCRIPTIONS[name])
-    events.histogram(f"{prefix}/bit_balance", balance, step=step,
+    events.histogram("code_health/bit_balance", balance, step=step,
                      description="fraction of the sample's codes with bit j set, per bit")
     return scalars
 
@@ -135,24 +118,12 @@ def infer_image_shape(dim: int) -> tuple[int, int, int] | None:
 def write_images(model: SGH, x_sample: np.ndarray, step: int,
                  image_shape: tuple[int, ...] | None = None,
                  max_items: int = IMAGES_SHOWN) -> bool:
-    """Inputs beside their reconstructions, and the decoder's templates, for image data.
-
-    ``images/inputs_and_reconstructions``: the first ``max_items`` sample items (a fixed sample
-    shows the same items at every step), inputs on the top row and their deterministic
-    reconstructions ``model.reconstruct(x)`` (code h = 1[p >= 1/2]) below, in the input space;
-    both are mapped to the display range by the same affine map, [min, max] of the sample's
-    inputs -> [0, 1], and clipped, so a reconstruction is shown on its input's scale.
-
-    ``images/decoder_templates``: row k of ``model.decoder_templates()`` (what bit k adds to the
-    reconstruction), each scaled on its own, mid-grey = 0: ``1/2 + t / (2 max|t|)``.
-
-    Args:
-        image_shape: ``(height, width)`` or ``(height, width, channels)`` with channels 1 or 3,
-            row-major ("HWC"); None infers a square grey image (:func:`infer_image_shape`).
-
-    Returns:
-        Whether images were written: False when the features are not images or nothing is
-        recorded.
+    """Inputs beside their reconstructions (``images/inputs_and_reconstructions``: the first
+    ``max_items`` sample items over ``model.reconstruct``, both on the inputs' [min, max] scale)
+    and the decoder's templates (``images/decoder_templates``: ``1/2 + t / (2 max|t|)`` per row),
+    as docs/guide/monitoring.md shows them. ``image_shape``: ``(height, width[, 1 or 3])``,
+    row-major; None infers a square grey image (:func:`infer_image_shape`). Returns whether
+    images were written (not for non-image features, nor when nothing is recorded).
     """
     x_sample = np.asarray(x_sample, np.float32)
     if x_sample.ndim != 2 or x_sample.shape[0] == 0:

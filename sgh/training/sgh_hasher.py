@@ -1,22 +1,8 @@
-"""`SGHHasher`: SGH as a scikit-learn estimator, with `sgh-train`'s defaults and training core.
-
-    from sgh import SGHHasher
-
-    hasher = SGHHasher(n_bits=32, random_state=0).fit(x_train)    # x: (n, d) float features
-    codes = hasher.encode(x_base)          # (n, 4) uint8 packed, the layout of codes.npz
-    bits = hasher.transform(x_query)       # (n, 32) bool, column j = code bit j
-    hasher.save("my_hasher"); SGHHasher.load("my_hasher")
-    SGHHasher.from_preset("search", n_bits=32)   # configs/experiment/search.yaml's settings
-
-Every parameter is a key of `sgh-train`'s configuration (`model.*`, `trainer.*`,
-`validation.*`, `eval.recall_k`), and every default is that configuration's default: the
-training core is the same (`sgh.training.train_sgh`: held-out validation split, the
-compiled loop, model selection), so `SGHHasher(n_bits=32, random_state=0).fit(x_train)` on MNIST
-encodes exactly as `sgh-train` with no overrides does. Without a run directory there are no
-checkpoints and no TensorBoard events; Ctrl-C raises `KeyboardInterrupt` as anywhere in Python.
-`verbose=True` prints sgh-train's progress lines on stderr during `fit`.
-It shares the interface of the baselines (`sgh.hasher.BinaryHasher`): `fit`, `transform`,
-`encode`.
+"""`SGHHasher`: SGH as a scikit-learn estimator, with `sgh-train`'s defaults and training core
+(`sgh.training.train_sgh`), so `SGHHasher(n_bits=32, random_state=0).fit(x_train)` encodes
+exactly as `sgh-train` with no overrides does; without a run directory, so no checkpoints nor
+TensorBoard events. Every parameter is a key of `sgh-train`'s configuration. Usage:
+docs/guide/python-api.md.
 """
 
 from __future__ import annotations
@@ -57,22 +43,14 @@ from sgh.training.verbose import progress_on_stderr
 
 # (parameter, configuration section, key in it): every parameter but n_bits and random_state.
 _KEYS = {
-    "objective": ("model", "objective"),
-    "gradient_estimator": ("model", "gradient_estimator"),
-    "noise": ("model", "noise"), "normalization": ("model", "normalization"),
-    "init": ("model", "init"), "alpha": ("model", "alpha"), "beta": ("model", "beta"),
-    "encoder": ("model", "encoder"), "encoder_hidden": ("model", "encoder_hidden"),
-    "encoder_activation": ("model", "encoder_activation"), "decoder": ("model", "decoder"),
-    "decoder_hidden": ("model", "decoder_hidden"),
-    "decoder_activation": ("model", "decoder_activation"),
-    "steps": ("trainer", "steps"), "batch_size": ("trainer", "batch_size"),
-    "learning_rate": ("trainer", "learning_rate"), "schedule": ("trainer", "schedule"),
-    "decay_every": ("trainer", "decay_every"), "decay_rate": ("trainer", "decay_rate"),
-    "steps_per_call": ("trainer", "steps_per_call"), "jit_compile": ("trainer", "jit_compile"),
-    "validation_every": ("validation", "every"), "validation_queries": ("validation", "queries"),
-    "validation_database": ("validation", "database"),
-    "validation_metric": ("validation", "metric"), "patience": ("validation", "patience"),
-    "recall_k": ("eval", "recall_k"),
+    **{field.name: ("model", field.name) for field in dataclasses.fields(ModelConfig)
+       if field.name not in ("name", "bits")},
+    **{key: ("trainer", key) for key in ("steps", "batch_size", "learning_rate", "schedule",
+                                         "decay_every", "decay_rate", "steps_per_call",
+                                         "jit_compile")},
+    **{f"validation_{key}": ("validation", key) for key in ("every", "queries", "database",
+                                                            "metric")},
+    "patience": ("validation", "patience"), "recall_k": ("eval", "recall_k"),
 }
 _PARAMS_FILE, _WEIGHTS_FILE, _SCORES_FILE = "hasher.json", "weights.npz", "scores.npz"
 # Layer sizes are tuples here (scikit-learn wants immutable defaults), lists in the config.
@@ -139,36 +117,8 @@ class SGHHasher(BinaryHasher):
                  validation_metric: str = ValidationConfig.metric,
                  patience: int = ValidationConfig.patience,
                  recall_k: int = EvalConfig.recall_k, verbose: bool = False):
-        self.n_bits = n_bits
-        self.random_state = random_state
-        self.objective = objective
-        self.gradient_estimator = gradient_estimator
-        self.noise = noise
-        self.normalization = normalization
-        self.init = init
-        self.alpha = alpha
-        self.beta = beta
-        self.encoder = encoder
-        self.encoder_hidden = encoder_hidden
-        self.encoder_activation = encoder_activation
-        self.decoder = decoder
-        self.decoder_hidden = decoder_hidden
-        self.decoder_activation = decoder_activation
-        self.steps = steps
-        self.batch_size = batch_size
-        self.learning_rate = learning_rate
-        self.schedule = schedule
-        self.decay_every = decay_every
-        self.decay_rate = decay_rate
-        self.steps_per_call = steps_per_call
-        self.jit_compile = jit_compile
-        self.validation_every = validation_every
-        self.validation_queries = validation_queries
-        self.validation_database = validation_database
-        self.validation_metric = validation_metric
-        self.patience = patience
-        self.recall_k = recall_k
-        self.verbose = verbose
+        # Every parameter stored untouched, under its own name (scikit-learn's contract).
+        self.__dict__.update({name: value for name, value in locals().items() if name != "self"})
 
     @classmethod
     def from_preset(cls, name: str, **params) -> SGHHasher:

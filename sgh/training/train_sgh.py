@@ -1,4 +1,4 @@
-"""Training SGH: one core (`_Training`) behind `sgh-train` (`train_sgh`) and `SGHHasher`.
+"""Training SGH: one core (`SGHFit`) behind `sgh-train` (`train_sgh`) and `SGHHasher`.
 
 The core builds the model from the training set's statistics, runs the compiled loop with the
 after-each-call steps (`sgh.training.progress`), keeps the best weights on the validation split

@@ -67,7 +67,7 @@ def test_float32_inputs_are_ranked_exactly_despite_float32_approximations(offset
     database = (offset + rng.normal(scale=0.05, size=(600, 16))).astype(np.float32)
     database[300:] = database[:300] + np.float32(1e-3)  # near-ties
     query = (offset + rng.normal(scale=0.05, size=(25, 16))).astype(np.float32)
-    chunked = sgh.data.neighbours.chunked_euclidean_neighbours
+    chunked = sgh.data.neighbours.exact_neighbours
     for ids in (euclidean_neighbours(query, database, 12),
                 chunked(query, database, 12, chunk_rows=77)):
         np.testing.assert_array_equal(ids, brute_force(query, database, 12))

@@ -14,7 +14,7 @@ from sgh.artifacts.ground_truth_cache import features_digest
 from sgh.data.feature_conversion import read_float32
 from sgh.data.feature_statistics import feature_statistics
 from sgh.data.mapped_rows import MappedRows
-from sgh.data.neighbours import chunked_euclidean_neighbours, euclidean_neighbours
+from sgh.data.neighbours import euclidean_neighbours, exact_neighbours
 from sgh.data.streamed_features import (
     StreamedFeatures,
     choose_streaming,
@@ -120,7 +120,7 @@ def test_neighbours_over_database_chunks_are_exact_with_ties():
         query = rng.integers(0, 4, (40, 6)).astype(np.float32)
         for k in (1, 10, 33):
             np.testing.assert_array_equal(
-                chunked_euclidean_neighbours(query, database, k, chunk_rows=chunk_rows),
+                exact_neighbours(query, database, k, chunk_rows=chunk_rows),
                 euclidean_neighbours(query, database, k))
 
 

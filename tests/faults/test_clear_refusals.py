@@ -19,7 +19,7 @@ import shutil
 import numpy as np
 import pytest
 
-from sgh.cli.boundary import check_writable_place, disk_error_line
+from sgh.artifacts.output_places import check_writable_place, disk_error_line
 from sgh.errors import UserInputError
 from sgh.search.two_stage import TwoStageSearch
 from tests.helpers import damage

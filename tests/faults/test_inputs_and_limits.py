@@ -296,7 +296,7 @@ def test_too_few_file_descriptors_is_one_line_naming_the_limit(tmp_path):
     assert result.returncode == 2, result.stderr[-3000:]
     assert "too many open files" in line and "(ulimit -n: " in line and "raise it" in line, line
     # TensorFlow's own error for it (ResourceExhaustedError) carries the text only.
-    from sgh.cli.boundary import resource_limit_line
+    from sgh.errors import resource_limit_line
 
     tensorflow_error = type("ResourceExhaustedError", (Exception,),
                             {"__module__": "tensorflow.python.framework.errors_impl"})

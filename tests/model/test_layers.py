@@ -12,8 +12,8 @@ from sgh.model.sgh_model import SGH
 
 
 def test_reference_gradient_through_the_layer():
-    # custom_gradients.md, case 1: z = 10, e = 10, both outputs summed (upstream 1 and 1):
-    # outputs (0, sigmoid(10)), dz = p (1 - p) (1 + 1) = 9.083335e-05 in float32, de = 1.
+    # Reference case 1 (tests/model/test_ops.py): z = 10, e = 10, both outputs summed (upstream
+    # 1 and 1): outputs (0, sigmoid(10)), dz = p (1 - p) (1 + 1) = 9.083335e-05 in float32, de = 1.
     logits, epsilon = tf.Variable([10.0]), tf.Variable([10.0])
     layer = DoublySN(return_probabilities=True)
     with tf.GradientTape() as tape:
@@ -61,7 +61,7 @@ def test_bad_arguments_are_named(arguments, message):
 
 
 def test_straight_through_sign_and_gradient_reversal_reference_values():
-    # custom_gradients.md, cases 2 and 6.
+    # Reference cases 2 and 6 (tests/model/test_ops.py), through the layers.
     x = tf.Variable([10.0, 0.0, -10.0, -0.05, 0.05])
     with tf.GradientTape() as tape:
         y = StraightThroughSign()(10.0 * x)
