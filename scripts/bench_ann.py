@@ -23,8 +23,9 @@ it, its dominated settings drawn as crosses):
   `from_run(run, decoder="bytes")`: one 256-entry table per code byte fitted on the run's
   training features, the database encoded by its posterior mode, scanned by SGH's lookup-table
   kernel (the reconstruction's norm in one more byte per item: B + 1 bytes, counted so); and
-  the byte decoder in the same inverted lists, `from_run(run, decoder="bytes", nlist=N)`,
-  over nprobe.
+  the byte decoder in inverted lists of the same sizes, `from_run(run, decoder="bytes",
+  nlist=N)` (its decoder fitted on, and the items coded as, residuals to their list's
+  centroid), over nprobe.
 - faiss anchors at B bytes per item (index_factory strings), each trained on the run's
   training features only: `PQ{B}np` (IndexPQ, 8-bit sub-quantizers, without the polysemous
   training that only faiss's Hamming-filtered search uses), `PQ{2B}x4fs` (4-bit fast scan),

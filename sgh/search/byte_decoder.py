@@ -18,6 +18,14 @@ encodes: each round moves one byte of every item's code to another value, runs I
 there, and keeps the new code where its error is lower. Fitting is hard EM on training features:
 codes by ICM, tables by least squares given the codes, `FIT_ITERATIONS` times.
 
+Subspace: the tables live in the span of the training features' top ``r`` principal directions
+(``r = min(dim, SUBSPACE_DIMS_PER_BIT * bits)``; ``C_j[v] = U c_j[v]``, ``U`` the ``(dim, r)``
+orthonormal basis). A 32-bit code reconstructs little outside them, and the rest of a vector,
+its part orthogonal to ``U``, adds the same to its error against every code: fitting, encoding
+(ICM in ``r`` coordinates) and each query's tables (``<x, U c> = <U^T x, c>``) cost ``r / dim``
+of the full-dimension work, at a validation recall within noise of the full tables
+(docs/results.md).
+
 Search: ``||x - x^(h)||^2 = ||x||^2 - 2 sum_j <x, C'_j[h_j]> + ||x^(h)||^2`` (``C'_0`` holding
 ``t``): one 256-entry lookup table per byte per query (`lookup_tables`) and one number per item
 (`item_norms`), the form `sgh.search.asymmetric_index.AsymmetricIndex` scans. faiss's own
@@ -53,6 +61,10 @@ FIT_ROWS = 100_000
 # Items whose errors against one table are computed at a time ((rows, 256) float32 plus the
 # residuals (rows, dim)).
 _BLOCK_ROWS = 1 << 14
+# The tables' subspace: the top SUBSPACE_DIMS_PER_BIT * bits principal directions (module doc).
+# On validation splits at 32 bits, 4 per bit (128 of MNIST's 784 dimensions) kept Recall10@100
+# within 0.0013 of the full tables on MNIST and within noise on CIFAR-10 GIST (docs/results.md).
+SUBSPACE_DIMS_PER_BIT = 4
 # Ridge on the least-squares fit, relative to the mean count per table entry: keeps entries no
 # item uses at zero (the last byte's values with padding bits set) and the system definite.
 _RIDGE = 1e-3
@@ -60,17 +72,20 @@ _RIDGE = 1e-3
 
 @dataclass(frozen=True)
 class ByteDecoder:
-    """The decoder ``x^(h) = offset + sum_j tables[j, h_j]`` (module doc).
+    """The decoder ``x^(h) = offset + basis @ sum_j tables[j, h_j]`` (module doc).
 
     Attributes:
         bits: code length.
         offset: ``t``, ``(dim,)`` float32.
-        tables: ``C``, ``(ceil(bits / 8), 256, dim)`` float32.
+        tables: ``c``, ``(ceil(bits / 8), 256, r)`` float32, in the basis' coordinates.
+        basis: ``U``, ``(dim, r)`` float32 orthonormal columns; None: the features' own
+            coordinates (``r = dim``).
     """
 
     bits: int
     offset: np.ndarray
     tables: np.ndarray
+    basis: np.ndarray | None = None
 
     @property
     def dim(self) -> int:
@@ -80,13 +95,14 @@ class ByteDecoder:
     def fingerprint(self) -> str:
         """sha256 (16 hex digits) of the tables: codes are this decoder's posterior modes."""
         digest = hashlib.sha256()
-        for array in (np.int64(self.bits), self.offset, self.tables):
+        for array in (np.int64(self.bits), self.offset, self.tables,
+                      *(() if self.basis is None else (self.basis,))):
             digest.update(np.ascontiguousarray(array).tobytes())
         return digest.hexdigest()[:16]
 
     def __repr__(self) -> str:
         return (f"ByteDecoder({self.bits} bits, {self.dim} features, {len(self.tables)} tables "
-                f"of 256, decoder {self.fingerprint})")
+                f"of 256 in {self.tables.shape[2]} dimensions, decoder {self.fingerprint})")
 
     @classmethod
     def fit(cls, features: np.ndarray, start_codes: np.ndarray, bits: int,
@@ -103,14 +119,15 @@ class ByteDecoder:
             features, start_codes = features[rows], start_codes[rows]
         x = np.asarray(features, np.float32)
         offset = x.mean(axis=0, dtype=np.float64).astype(np.float32)
-        centred = x - offset
+        basis = _principal_directions(x - offset, SUBSPACE_DIMS_PER_BIT * bits)
+        centred = _coordinates(x, offset, basis)
         codes = start_codes.copy()
         valid = _valid_values(bits)
         tables = _least_squares(centred, codes, valid)
         for _ in range(iterations):
             codes = _posterior_modes(centred, codes, tables, valid, sweeps=1)
             tables = _least_squares(centred, codes, valid)
-        return cls(bits, offset, tables)
+        return cls(bits, offset, tables, basis)
 
     def encode(self, features: np.ndarray, start_codes: np.ndarray,
                sweeps: int = ENCODE_SWEEPS, rounds: int = LOCAL_SEARCH_ROUNDS) -> np.ndarray:
@@ -118,7 +135,7 @@ class ByteDecoder:
         search), from its encoder code ``start_codes``. An item's code depends on its own
         features and start code only, so the same items give the same codes in any batches."""
         start_codes = validate_codes(start_codes, self.bits, "start_codes")
-        centred = np.asarray(features, np.float32) - self.offset
+        centred = _coordinates(features, self.offset, self.basis)
         valid = _valid_values(self.bits)
         codes = _posterior_modes(centred, start_codes, self.tables, valid, sweeps)
         for start in range(0, len(codes), _BLOCK_ROWS):
@@ -130,11 +147,15 @@ class ByteDecoder:
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """``(n, dim)`` float32 reconstructions ``x^(h)`` of packed codes."""
         codes = validate_codes(codes, self.bits, "codes")
-        return self.offset + _reconstruct(codes, self.tables)
+        return self.offset + self._in_features(_reconstruct(codes, self.tables))
 
     def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
-        """``(nq, bytes, 256)`` float32: ``-2 <x, C'_j[v]>`` (module doc), float64 products."""
-        products = np.asarray(queries, np.float64) @ self._books64.T
+        """``(nq, bytes, 256)`` float32: ``-2 <x, C'_j[v]>`` (module doc), float64 products,
+        taken in the tables' subspace: ``<x, U c> = <U^T x, c>``."""
+        queries = np.asarray(queries, np.float64)
+        within = queries if self.basis is None else queries @ self._basis64
+        products = within @ self._tables64.T
+        products[:, :256] += (queries @ self.offset.astype(np.float64))[:, None]
         return (-2.0 * products).astype(np.float32).reshape(len(products), -1, 256)
 
     def item_norms(self, codes: np.ndarray) -> np.ndarray:
@@ -144,48 +165,81 @@ class ByteDecoder:
         norms = np.empty(len(codes), np.float32)
         for start in range(0, len(codes), _BLOCK_ROWS):
             block = codes[start : start + _BLOCK_ROWS]
-            decoded = (self.offset + _reconstruct(block, self.tables)).astype(np.float64)
+            decoded = (self.offset + self._in_features(_reconstruct(block, self.tables))
+                       ).astype(np.float64)
             norms[start : start + len(block)] = np.einsum("ij,ij->i", decoded, decoded)
         return norms
 
+    def _in_features(self, coordinates: np.ndarray) -> np.ndarray:
+        """Points in the tables' coordinates, in the features' (``U c``)."""
+        return coordinates if self.basis is None else coordinates @ self.basis.T
+
     def _books(self) -> np.ndarray:
-        """The tables with the offset in the first: ``x^ = sum_j C'_j[h_j]``."""
-        books = self.tables.astype(np.float32, copy=True)
+        """The tables in the features' coordinates with the offset in the first:
+        ``x^ = sum_j C'_j[h_j]``."""
+        books = self._in_features(self.tables).astype(np.float32)
         books[0] += self.offset
         return books
 
     @functools.cached_property
-    def _books64(self) -> np.ndarray:
-        """`_books` as ``(bytes * 256, dim)`` float64, built once: every search's tables."""
-        return self._books().reshape(-1, self.dim).astype(np.float64)
+    def _tables64(self) -> np.ndarray:
+        """The tables as ``(bytes * 256, r)`` float64, built once: every search's tables."""
+        return self.tables.reshape(-1, self.tables.shape[2]).astype(np.float64)
 
-    def faiss_index(self, codes: np.ndarray):
-        """A `faiss.IndexLocalSearchQuantizer` holding ``codes``, searched by
-        ``||x - x^(h)||^2`` (module doc): this decoder's tables are its codebooks."""
+    @functools.cached_property
+    def _basis64(self) -> np.ndarray:
+        return self.basis.astype(np.float64)
+
+    def faiss_index(self, codes: np.ndarray, lists: np.ndarray | None = None,
+                    centroids: np.ndarray | None = None):
+        """A faiss additive-quantizer index holding ``codes``, searched by ``||x - x^(h)||^2``
+        (module doc), this decoder's tables as its codebooks: `faiss.IndexLocalSearchQuantizer`,
+        or with ``lists`` and their ``centroids`` `faiss.IndexIVFLocalSearchQuantizer`, the
+        codes being of the residuals to each item's list centroid (faiss's ``by_residual``)."""
         import faiss  # on first use: `import sgh.search` stays light
 
         codes = validate_codes(codes, self.bits, "codes")
         books = self._books()
-        index = faiss.IndexLocalSearchQuantizer(self.dim, len(books), 8, faiss.METRIC_L2,
-                                                faiss.AdditiveQuantizer.ST_norm_qint8)
+        norm_type = faiss.AdditiveQuantizer.ST_norm_qint8
+        if lists is None:
+            index = faiss.IndexLocalSearchQuantizer(self.dim, len(books), 8, faiss.METRIC_L2,
+                                                    norm_type)
+        else:
+            quantizer = faiss.IndexFlatL2(self.dim)
+            quantizer.add(np.ascontiguousarray(centroids, np.float32))
+            index = faiss.IndexIVFLocalSearchQuantizer(quantizer, self.dim, len(centroids),
+                                                       len(books), 8, faiss.METRIC_L2,
+                                                       norm_type)
+            index.own_fields = True
+            quantizer.this.disown()
         faiss.copy_array_to_vector(np.ascontiguousarray(books).ravel(), index.aq.codebooks)
         index.aq.is_trained = index.is_trained = True
         if len(codes) == 0:
             return index
         norms = self.item_norms(codes)
         index.aq.train_norm(len(norms), faiss.swig_ptr(norms))
-        index.add_sa_codes(np.ascontiguousarray(np.concatenate(
-            [codes, norm_levels(norms, index.aq.norm_min, index.aq.norm_max)[:, None]], axis=1)))
+        stored = np.concatenate(
+            [codes, norm_levels(norms, index.aq.norm_min, index.aq.norm_max)[:, None]], axis=1)
+        if lists is not None:  # IVF codes: each item's list number first, little-endian
+            width = index.coarse_code_size()
+            prefix = (np.asarray(lists, np.int64)[:, None] >> (8 * np.arange(width))
+                      ).astype(np.uint8)
+            stored = np.concatenate([prefix, stored], axis=1)
+        index.add_sa_codes(np.ascontiguousarray(stored))
         return index
 
     def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
-        return {prefix + "bits": np.int64(self.bits), prefix + "offset": self.offset,
-                prefix + "tables": self.tables}
+        arrays = {prefix + "bits": np.int64(self.bits), prefix + "offset": self.offset,
+                  prefix + "tables": self.tables}
+        if self.basis is not None:
+            arrays[prefix + "basis"] = self.basis
+        return arrays
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], where: str,
                     prefix: str = "") -> ByteDecoder:
-        """The decoder `arrays` wrote; ValueError naming ``where`` and the key if malformed."""
+        """The decoder `arrays` wrote (``basis`` optional: absent, the tables are in the
+        features' coordinates); ValueError naming ``where`` and the key if malformed."""
         missing = [prefix + key for key in ("bits", "offset", "tables")
                    if prefix + key not in arrays]
         if missing:
@@ -194,15 +248,25 @@ class ByteDecoder:
         bits = stored_bits(arrays, where, prefix + "bits")
         offset = np.asarray(arrays[prefix + "offset"])
         tables = np.asarray(arrays[prefix + "tables"])
-        expected = (-(-bits // 8), 256, offset.shape[0] if offset.ndim == 1 else -1)
+        basis = arrays.get(prefix + "basis")
+        dim = offset.shape[0] if offset.ndim == 1 else -1
+        if basis is not None:
+            basis = np.asarray(basis)
+            if basis.dtype.kind != "f" or basis.ndim != 2 or basis.shape[0] != dim \
+                    or not 0 < basis.shape[1] < dim:
+                raise ValueError(f"{where}: key {prefix + 'basis'!r} must be float (dim, r) "
+                                 f"with dim = {dim} and 0 < r < dim; got {basis.shape}")
+        expected = (-(-bits // 8), 256, dim if basis is None else basis.shape[1])
         if offset.ndim != 1 or tables.shape != expected or tables.dtype.kind != "f" \
                 or offset.dtype.kind != "f":
             raise ValueError(f"{where}: key {prefix + 'tables'!r} must be float {expected} and "
                              f"{prefix + 'offset'!r} float (dim,); got {tables.shape} and "
                              f"{offset.shape}")
-        if not (np.isfinite(tables).all() and np.isfinite(offset).all()):
+        arrays_read = [tables, offset] + ([] if basis is None else [basis])
+        if not all(np.isfinite(array).all() for array in arrays_read):
             raise ValueError(f"{where}: the byte decoder's tables hold NaN or infinite values")
-        return cls(bits, offset.astype(np.float32), tables.astype(np.float32))
+        return cls(bits, offset.astype(np.float32), tables.astype(np.float32),
+                   None if basis is None else basis.astype(np.float32))
 
 
 def norm_levels(norms: np.ndarray, low: float, high: float) -> np.ndarray:
@@ -210,6 +274,23 @@ def norm_levels(norms: np.ndarray, low: float, high: float) -> np.ndarray:
     ``floor(256 (norm - low) / (high - low))`` clipped to 0 .. 255."""
     span = high - low if high > low else 1.0
     return np.clip(np.floor((norms - low) / span * 256.0), 0, 255).astype(np.uint8)
+
+
+def _principal_directions(centred: np.ndarray, count: int) -> np.ndarray | None:
+    """``(dim, count)`` float32: the ``count`` leading principal directions of centred rows
+    (float64 covariance, largest first); None where ``count >= dim`` (no subspace)."""
+    if count >= centred.shape[1]:
+        return None
+    covariance = centred.T.astype(np.float64) @ centred
+    _, vectors = np.linalg.eigh(covariance)  # ascending eigenvalues
+    return np.ascontiguousarray(vectors[:, ::-1][:, :count], np.float32)
+
+
+def _coordinates(features: np.ndarray, offset: np.ndarray, basis: np.ndarray | None
+                 ) -> np.ndarray:
+    """Features minus the offset, in the tables' coordinates (float32)."""
+    centred = np.asarray(features, np.float32) - offset
+    return centred if basis is None else centred @ basis
 
 
 def _valid_values(bits: int) -> np.ndarray:

@@ -1,11 +1,16 @@
-"""`InvertedTableScan`: codes grouped by inverted list, scored by a lookup-table score in the
-lists a query probes only.
+"""`InvertedTableScan`: codes of residuals grouped by inverted list, scored by a lookup-table
+score in the lists a query probes only.
 
 The byte decoder's search over inverted lists (`sgh.search.sgh_index.SGHIndex` with
-``decoder="bytes"`` and ``nlist``): the same per-byte tables and per-item norm as the flat scan
-(`sgh.search.asymmetric_index.AsymmetricIndex`), the same float32 sums, so an item's score is
-the flat scan's bit for bit; only the items scanned differ. The codes are stored in list order,
-so that each probed list is one contiguous run of memory.
+``decoder="bytes"`` and ``nlist``), as faiss's IVF-PQ: each item is coded as its residual to its
+list's centroid ``c_l``, so its reconstruction is ``c_l + x^(h)``, and a query's squared
+distance to it is
+
+    ||q - c_l||^2 - 2 <q - c_l, x^(h)> + ||x^(h)||^2
+
+one constant per probed list, the query's lookup tables minus the centroid's (``-2 <c_l, C_j>``,
+computed once per list), and the item's norm: the flat scan's sums, with a list's table. The
+codes are stored in list order, so that each probed list is one contiguous run of memory.
 """
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
@@ -18,30 +23,46 @@ from sgh.search.lookup_kernels import scan_lists_top_k, sorted_heaps
 
 
 class InvertedTableScan:
-    """Packed ``codes`` in ``nlist`` lists (``lists``: each row's), scored by ``score``: an
-    object with ``lookup_tables(queries)`` and ``item_norms(codes)`` (a `ByteDecoder`)."""
+    """Packed residual ``codes`` in the lists of ``centroids`` (``lists``: each row's), scored
+    by ``score``: an object with ``lookup_tables(queries)`` and ``item_norms(codes)`` (a
+    `ByteDecoder`)."""
 
-    def __init__(self, score, codes: np.ndarray, lists: np.ndarray, nlist: int) -> None:
+    def __init__(self, score, codes: np.ndarray, lists: np.ndarray, centroids: np.ndarray
+                 ) -> None:
         self.score = score
+        self.centroids = np.asarray(centroids, np.float32)
         order = np.argsort(lists, kind="stable")
         self.rows = order.astype(np.int64)
         self.codes = np.ascontiguousarray(codes[order])
         self.norms = score.item_norms(self.codes)
-        self.starts = np.searchsorted(lists[order], np.arange(nlist + 1)).astype(np.int64)
+        self.starts = np.searchsorted(lists[order], np.arange(len(centroids) + 1)
+                                      ).astype(np.int64)
+        self.list_tables = score.lookup_tables(self.centroids)
 
     def search(self, queries: np.ndarray, k: int, probes: np.ndarray, workers: int
                ) -> tuple[np.ndarray, np.ndarray]:
-        """The k best rows of each query among its ``probes`` lists: ``(D, I)`` sorted by
-        (score, row), padding ``inf`` / ``-1``."""
+        """The k nearest rows of each query among its ``probes`` lists: ``(D, I)``, ``D`` the
+        squared distance to each reconstruction, sorted by (D, row), padding ``inf`` / ``-1``."""
         tables = self.score.lookup_tables(queries)
         probes = np.ascontiguousarray(probes, np.int64)
+        constants = self._squared_distances(queries, probes)
         D = np.full((len(tables), k), np.inf, np.float32)
         I = np.full((len(tables), k), -1, np.int64)
 
         def scan(start: int) -> None:
             stop = start + QUERY_BLOCK
-            scan_lists_top_k(tables[start:stop], self.codes, self.norms, self.rows, self.starts,
-                             probes[start:stop], D[start:stop], I[start:stop])
+            scan_lists_top_k(tables[start:stop], self.list_tables, constants[start:stop],
+                             self.codes, self.norms, self.rows, self.starts, probes[start:stop],
+                             D[start:stop], I[start:stop])
 
         run_query_blocks(scan, len(tables), workers)
         return sorted_heaps(D, I)
+
+    def _squared_distances(self, queries: np.ndarray, probes: np.ndarray) -> np.ndarray:
+        """``(nq, nprobe)`` float32 ``||q - c_l||^2`` of each probed list (float64 sums)."""
+        queries = np.asarray(queries, np.float64)
+        centroids = self.centroids.astype(np.float64)
+        products = np.take_along_axis(queries @ centroids.T, np.maximum(probes, 0), axis=1)
+        squared = (np.einsum("qd,qd->q", queries, queries)[:, None] - 2.0 * products
+                   + np.einsum("ld,ld->l", centroids, centroids)[np.maximum(probes, 0)])
+        return squared.astype(np.float32)

@@ -211,32 +211,46 @@ def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
 
 
 @compiled
-def scan_lists_top_k(tables, codes, norms, rows, starts, probes, heap_scores, heap_ids):
-    """Each query's k best ``(score, row)`` among the codes of the inverted lists it probes.
+def scan_lists_top_k(tables, list_tables, constants, codes, norms, rows, starts, probes,
+                     heap_scores, heap_ids):
+    """Each query's k best ``(score, row)`` among the codes of the inverted lists it probes,
+    codes of residuals to their list's centroid.
 
     Args:
-        tables: as `scan_top_k`.
+        tables: as `scan_top_k`, the query's.
+        list_tables: ``(nlist, code_bytes, 256)`` float32, each list's centroid's tables: a
+            probed list is scanned with ``tables[q] - list_tables[l]``.
+        constants: ``(nq, nprobe)`` float32, added to the score of each probed list's items.
         codes, norms: ``(n, code_bytes)`` uint8 / ``(n,)`` float32 in list order: list ``l``
             holds positions ``starts[l] .. starts[l + 1] - 1``.
         rows: ``(n,)`` int64, each position's row (its id in the caller's order).
         probes: ``(nq, nprobe)`` int64 lists per query, ``-1`` skipped.
         heap_scores, heap_ids: as `scan_top_k` (ids are ``rows``).
 
-    Scores are summed as in `scan_top_k`. The lists come in any row order, so a score equal to
-    the heap's root displaces it when its row is smaller: ties by row, as the flat scan's.
+    Every score is ``(norm + t[0, c0] + t[1, c1] + ...) + constant`` in float32, ``t`` the
+    list's table: an item's score does not depend on which other lists are probed. The lists
+    come in any row order, so a score equal to the heap's root displaces it when its row is
+    smaller: ties by row.
     """
     nq, code_bytes = tables.shape[0], tables.shape[1]
     k = heap_scores.shape[1]
+    width = code_bytes * 256
+    table = np.empty(width, np.float32)
     for q in range(nq):
-        table = tables[q].reshape(-1)
+        query_table = tables[q].reshape(-1)
         worst = heap_scores[q, 0]
         for p in range(probes.shape[1]):
             chosen = probes[q, p]
             if chosen < 0:
                 continue
+            shift = list_tables[chosen].reshape(-1)
+            for a in range(width):
+                table[a] = query_table[a] - shift[a]
+            constant = constants[q, p]
             for i in range(starts[chosen], starts[chosen + 1]):
                 s = norms[i]
                 for j in range(code_bytes):
                     s += table[j * 256 + codes[i, j]]
+                s += constant
                 if s < worst or (s == worst and rows[i] < heap_ids[q, 0]):
                     worst = _offer(heap_scores[q], heap_ids[q], s, rows[i], k)

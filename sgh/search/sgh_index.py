@@ -18,19 +18,18 @@ Modes (`index.mode`, settable):
 * ``"hamming"``: the query's own code against every code by Hamming distance (ties by id).
 
 With ``decoder="bytes"`` the index keeps its own decoder, one 256-entry table per code byte
-(:mod:`sgh.search.byte_decoder`), fitted by `train` on training features: each added item's
-code is that decoder's posterior mode (from the encoder's code), and ``"scan"`` (its only
-mode) ranks by the squared distance to each code's reconstruction, ``D``: a lookup table per
-code byte and the reconstruction's squared norm per item, on the compiled table scan
-(`AsymmetricIndex`, on faiss's thread count). It reaches recall the model's own per-bit scores
-do not (docs/results.md). The saved ``codes.faiss`` is faiss's additive quantizer of the same
-tables and codes (`ByteDecoder.faiss_index`: the norm rounded to one byte).
+(:mod:`sgh.search.byte_decoder`), fitted by `train`: each added item's code is that decoder's
+posterior mode (from the encoder's code), and ``"scan"`` (its only mode) ranks by the squared
+distance to each code's reconstruction (lookup tables, on the compiled table scan,
+`AsymmetricIndex`, on faiss's thread count). The saved ``codes.faiss`` is faiss's additive
+quantizer of the same tables and codes (`ByteDecoder.faiss_index`: the norm in one byte).
 
 With ``nlist`` the database is partitioned by a k-means of its features (faiss IVF): `train`
 learns the lists, each added item goes to the list of its nearest centroid, and a search scans
-the ``index.nprobe`` lists nearest the query (a coarse step on the features, the fine step on
-the codes by the per-bit score, through faiss's ``search_preassigned``; with the byte decoder,
-its tables over the probed lists, `sgh.search.inverted_table_scan`).
+the ``index.nprobe`` lists nearest the query (the coarse step on the features, the fine step
+on the codes by the per-bit score, through faiss's ``search_preassigned``). With the byte
+decoder, as in faiss's IVF-PQ, the decoder is fitted on, and each item coded as, its residual
+to its list's centroid (`sgh.search.inverted_table_scan`; validated in docs/results.md).
 
 The index encodes features by the encoder's own score: a code bit is 1 where the bit's encoder
 weight is <= 0 (``-log q(h|x)`` falls when the bit agrees with the logit's sign), computed in
@@ -151,17 +150,27 @@ class SGHIndex:
     # ---- building -------------------------------------------------------------------------
     def encode(self, x: np.ndarray) -> np.ndarray:
         """Packed codes of features ``x`` (module doc: the encoder score's signs, or the byte
-        decoder's posterior modes)."""
-        if self.decoder == "bytes":  # inverted lists play no part in the codes
-            self._require_training()
-        return self._stored_codes(self._features(x))
+        decoder's posterior modes, of the residuals to their lists' centroids with ``nlist``)."""
+        features = self._features(x)
+        if self.decoder == "model":
+            return self._codes_of(features)
+        self._require_training()
+        return self._stored_codes(features, self._lists_of(features))
 
-    def _stored_codes(self, features: np.ndarray) -> np.ndarray:
-        """The codes this index stores for features as the model saw them."""
+    def _stored_codes(self, features: np.ndarray, lists: np.ndarray | None) -> np.ndarray:
+        """The codes this index stores for features as the model saw them, in ``lists``."""
         codes = self._codes_of(features)
         if self.byte_decoder is not None:
-            codes = self.byte_decoder.encode(features, codes)
+            codes = self.byte_decoder.encode(self._residuals(features, lists), codes)
         return codes
+
+    def _residuals(self, features: np.ndarray, lists: np.ndarray | None) -> np.ndarray:
+        """What the byte decoder codes: the features, or with inverted lists their residuals to
+        their lists' centroids."""
+        return features if lists is None else features - self._centroids[lists]
+
+    def _lists_of(self, features: np.ndarray) -> np.ndarray | None:
+        return None if self.nlist is None else self._assign(features, 1)[:, 0]
 
     def _codes_of(self, features: np.ndarray) -> np.ndarray:
         """`encode` of features already as the model saw them (`_features`)."""
@@ -178,16 +187,16 @@ class SGHIndex:
             raise ValueError(f"train: {len(x)} points for nlist={self.nlist} lists; accepted: "
                              "at least one point per list")
         self._engines.clear()
-        if self.decoder == "bytes":
-            self.byte_decoder = ByteDecoder.fit(x, self._codes_of(x), self.bits, seed=seed)
-        if self.nlist is None:
-            return
-        import faiss
+        if self.nlist is not None:
+            import faiss
 
-        kmeans = faiss.Kmeans(self.dim, self.nlist, niter=20, seed=seed,
-                              max_points_per_centroid=_KMEANS_POINTS_PER_LIST)
-        kmeans.train(np.ascontiguousarray(x, np.float32))
-        self._centroids = kmeans.centroids
+            kmeans = faiss.Kmeans(self.dim, self.nlist, niter=20, seed=seed,
+                                  max_points_per_centroid=_KMEANS_POINTS_PER_LIST)
+            kmeans.train(np.ascontiguousarray(x, np.float32))
+            self._centroids = kmeans.centroids
+        if self.decoder == "bytes":
+            self.byte_decoder = ByteDecoder.fit(self._residuals(x, self._lists_of(x)),
+                                                self._codes_of(x), self.bits, seed=seed)
 
     def add(self, x: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Encode features ``x`` and add them (``ids``: int64 per row; default ``ntotal ..``)."""
@@ -196,8 +205,9 @@ class SGHIndex:
         ids = self._new_ids(len(x), ids)
         for start in range(0, len(x), _ADD_ROWS):
             block = self._features(x[start : start + _ADD_ROWS])
-            self._append(self._stored_codes(block), ids[start : start + len(block)],
-                         self._assign(block, 1)[:, 0] if self.nlist is not None else None)
+            lists = self._lists_of(block)
+            self._append(self._stored_codes(block, lists), ids[start : start + len(block)],
+                         lists)
 
     def add_codes(self, codes, ids: np.ndarray | None = None) -> None:
         """Add packed codes: an ``(n, ceil(bits/8))`` uint8 array, or a ``codes.npz`` path whose
@@ -243,11 +253,11 @@ class SGHIndex:
                 # faiss's thread count, so that one setting governs every mode's threads.
                 if probes is None:
                     D, rows = self._engine("bytes").search(queries, k, workers=_faiss_threads())
+                    # The scan's score lacks the query's own ||x||^2: added, D is a distance.
+                    D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 else:
                     D, rows = self._engine("bytes_lists").search(queries, k, probes,
                                                                  _faiss_threads())
-                # The scan's score lacks the query's own ||x||^2: added, D is a distance.
-                D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 D, rows = padded(D, rows, k)
             elif self.mode == "scan":
                 D, rows = self._engine("scan").search(queries, k, probes)
@@ -278,7 +288,8 @@ class SGHIndex:
             engine.add(self._codes)
             return engine
         if name == "bytes_lists":
-            return InvertedTableScan(self.byte_decoder, self._codes, self._lists, self.nlist)
+            return InvertedTableScan(self.byte_decoder, self._codes, self._lists,
+                                     self._centroids)
         if name == "hamming":
             engine = HammingIndex(self.bits)
             engine.add(self._codes)
@@ -403,7 +414,8 @@ class SGHIndex:
         """The faiss index that `save` writes as ``codes.faiss``: the one the mode searches, or
         for the byte decoder faiss's additive quantizer of the same tables and codes."""
         if self.decoder == "bytes":
-            return self.byte_decoder.faiss_index(self._codes)
+            return self.byte_decoder.faiss_index(
+                self._codes, *(() if self.nlist is None else (self._lists, self._centroids)))
         return self._engine("scan" if self.mode == "scan" else "shortlist")._index()
 
     def _features(self, x: np.ndarray) -> np.ndarray:

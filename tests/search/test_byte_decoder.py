@@ -3,6 +3,8 @@ item away from its features, faiss's additive-quantizer scan over its tables (no
 own 8-bit code), padding bits never set, and its arrays read back exactly or refused."""
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+import dataclasses
+
 import faiss
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from sklearn.datasets import load_digits
 from threadpoolctl import threadpool_limits
 
 from sgh.codes import pack_bits
-from sgh.search.byte_decoder import ByteDecoder, norm_levels
+from sgh.search.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder, norm_levels
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -172,7 +174,7 @@ def test_padding_bits_are_never_set_and_their_table_entries_stay_zero(digits, bi
     decoder = ByteDecoder.fit(x, codes, bits, iterations=2)
     padding = (1 << (8 - bits % 8)) - 1  # the low bits of the last byte
     unused = (np.arange(256) & padding) != 0
-    assert decoder.tables.shape == (-(-bits // 8), 256, 64)
+    assert decoder.tables.shape == (-(-bits // 8), 256, min(64, SUBSPACE_DIMS_PER_BIT * bits))
     assert not decoder.tables[-1][unused].any()
     assert decoder.tables[-1][~unused].any()
     for start in (codes, decoder.encode(x, codes)):
@@ -182,7 +184,7 @@ def test_padding_bits_are_never_set_and_their_table_entries_stay_zero(digits, bi
     # Unused entries that would fit better than every used one are still never chosen.
     tempting = decoder.tables.copy()
     tempting[-1][~unused] *= 100.0
-    greedy = ByteDecoder(bits, decoder.offset, tempting)
+    greedy = dataclasses.replace(decoder, tables=tempting)
     assert not (greedy.encode(x, codes, sweeps=4)[:, -1] & padding).any()
 
 
@@ -239,3 +241,34 @@ def test_the_fingerprint_follows_every_table_entry(digits):
     offset[0] += 1
     assert ByteDecoder(16, offset, fitted.tables).fingerprint != fitted.fingerprint
     assert fitted.fingerprint in repr(fitted)
+
+
+def test_a_subspace_decoder_scores_as_its_tables_in_full_coordinates(digits):
+    # 8 bits: the tables live in the top 32 of the 64 principal directions. Lookup tables,
+    # norms and reconstructions are those of the same tables written out in the features'
+    # coordinates (U c), and encoding in the subspace picks the codes that would minimise the
+    # full error (the part of x outside the subspace is the same for every code).
+    x, _, _ = digits
+    codes = _sign_codes(x, 8)
+    subspace = ByteDecoder.fit(x, codes, 8, iterations=2)
+    r = SUBSPACE_DIMS_PER_BIT * 8
+    assert subspace.tables.shape == (1, 256, r) and subspace.basis.shape == (64, r)
+    np.testing.assert_allclose(subspace.basis.T @ subspace.basis, np.eye(r), atol=1e-5)
+    full = ByteDecoder(8, subspace.offset, subspace.tables @ subspace.basis.T)
+    queries = x[:50]
+    np.testing.assert_allclose(subspace.lookup_tables(queries), full.lookup_tables(queries),
+                               rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(subspace.item_norms(codes), full.item_norms(codes), rtol=1e-5)
+    np.testing.assert_allclose(subspace.decode(codes), full.decode(codes), atol=1e-4)
+    encoded = subspace.encode(x, codes, rounds=0)
+    best = np.argmin(((x[:, None] - full.decode(np.arange(256, dtype=np.uint8)[:, None])[None])
+                      ** 2).sum(-1), axis=1)
+    # One byte: ICM's single step is exact, so the codes are each item's nearest table entry.
+    assert (encoded[:, 0] == best).mean() > 0.99
+    # The basis is saved, read back and part of the fingerprint.
+    again = ByteDecoder.from_arrays(subspace.arrays("d."), "where.npz", "d.")
+    np.testing.assert_array_equal(again.basis, subspace.basis)
+    assert again.fingerprint == subspace.fingerprint != full.fingerprint
+    for bad in (subspace.basis[:-1], subspace.basis[:, :0], np.eye(64, dtype=np.float32)):
+        with pytest.raises(ValueError, match="key 'd.basis' must be float"):
+            ByteDecoder.from_arrays({**subspace.arrays("d."), "d.basis": bad}, "where.npz", "d.")

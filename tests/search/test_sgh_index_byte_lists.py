@@ -1,8 +1,10 @@
-"""`SGHIndex(decoder="bytes", nlist=N)`: the byte decoder's codes in inverted lists. The lists
-change which items are scanned, never an item's code or score: probing every list gives the flat
-index's results bit for bit, probing fewer gives each returned item its flat score."""
+"""`SGHIndex(decoder="bytes", nlist=N)`: the byte decoder's codes of residuals in inverted lists.
+Each item is coded as its residual to its list's centroid and ranked by its squared distance to
+``centroid + reconstruction``; an item's distance does not depend on which other lists are
+probed; faiss opens the saved codes as its IVF additive quantizer."""
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
+import faiss
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
@@ -24,8 +26,9 @@ def _one_blas_thread():
 
 @pytest.fixture(scope="module")
 def indexes():
-    """sklearn's digits: a flat byte-decoder index and one with NLIST lists, both trained on the
-    same 1697 items (the same decoder) and holding them with ids ``7 * row``; 100 queries."""
+    """sklearn's digits: a flat byte-decoder index and one with NLIST lists (its decoder fitted
+    on the residuals), both trained on the same 1697 items and holding them with ids
+    ``7 * row``; 100 queries."""
     x = load_digits().data.astype(np.float32)
     order = np.random.default_rng(0).permutation(len(x))
     queries, base = x[order[:100]], x[order[100:]]
@@ -39,30 +42,49 @@ def indexes():
     return base, queries, *built
 
 
-def test_the_lists_change_no_code_and_probing_all_of_them_is_the_flat_search(indexes):
+def _reconstructions(listed):
+    """Each database item's reconstruction, ``centroid + x^(h)``, in row order."""
+    lists = listed._lists[np.argsort(listed._ids)]
+    codes = listed._codes[np.argsort(listed._ids)]
+    return listed._centroids[lists] + listed.byte_decoder.decode(codes)
+
+
+def test_items_are_coded_as_residuals_and_ranked_by_distance_to_their_reconstruction(indexes):
     base, queries, flat, listed = indexes
-    assert listed.byte_decoder.fingerprint == flat.byte_decoder.fingerprint
-    np.testing.assert_array_equal(listed.encode(base), flat.encode(base))
+    lists = listed._assign(listed._features(base), 1)[:, 0]
+    np.testing.assert_array_equal(
+        listed.encode(base),
+        listed.byte_decoder.encode(base - listed._centroids[lists], flat._codes_of(base)))
     listed.nprobe = NLIST
-    for got, want in zip(listed.search(queries, 20), flat.search(queries, 20), strict=True):
-        np.testing.assert_array_equal(got, want)
+    D, I = listed.search(queries, 20)
+    exact = ((queries[:, None, :].astype(np.float64)
+              - _reconstructions(listed)[None].astype(np.float64)) ** 2).sum(-1)
+    tolerance = 1e-5 * exact.max()
+    np.testing.assert_allclose(D, np.take_along_axis(exact, I // 7, axis=1), rtol=0,
+                               atol=tolerance)
+    assert (np.sort(exact, axis=1)[:, 19] >= D[:, -1] - tolerance).all()
+    # Codes of residuals find more true neighbours than the flat decoder's codes of the
+    # vectors, all lists probed (the lists' centroids are extra, free information).
+    truth = np.argsort(((queries[:, None] - base[None]) ** 2).sum(-1), axis=1)[:, :10]
+    found = [np.isin(truth[q], I[q] // 7).mean() for q in range(len(queries))]
+    flat_found = [np.isin(truth[q], flat.search(queries, 20)[1][q] // 7).mean()
+                  for q in range(len(queries))]
+    assert np.mean(found) > np.mean(flat_found)
 
 
-def test_fewer_lists_scan_only_theirs_and_score_each_item_as_the_flat_index(indexes):
-    base, queries, flat, listed = indexes
+def test_fewer_lists_scan_only_theirs_and_give_each_item_its_distance_to_the_bit(indexes):
+    base, queries, _, listed = indexes
+    listed.nprobe = NLIST
+    all_D, everything = listed.search(queries, len(base))
     listed.nprobe = 2
     D, I = listed.search(queries, 20)
     probed = listed._assign(listed._features(queries), 2)
     item_lists = listed._assign(listed._features(base), 1)[:, 0]
-    _, everything = flat.search(queries, len(base))
-    flat_D, _ = flat.search(queries, len(base))
     for q in range(len(queries)):
         found = I[q][I[q] >= 0]
         assert np.isin(item_lists[found // 7], probed[q]).all()
-        # Each found item's distance is the flat index's, to the bit; sorted by (D, id).
-        flat_of = dict(zip(everything[q], flat_D[q], strict=True))
-        np.testing.assert_array_equal(D[q][: len(found)], [flat_of[i] for i in found])
-        assert (np.diff(D[q][: len(found)]) >= 0).all()
+        distance_of = dict(zip(everything[q], all_D[q], strict=True))
+        np.testing.assert_array_equal(D[q][: len(found)], [distance_of[i] for i in found])
         in_probed = np.isin(item_lists[everything[q] // 7], probed[q])
         np.testing.assert_array_equal(found, everything[q][in_probed][: len(found)])
 
@@ -73,8 +95,18 @@ def test_a_saved_index_with_lists_searches_identically(indexes, tmp_path):
     loaded = SGHIndex.load(listed.save(tmp_path / "listed.sghindex"))
     assert (loaded.decoder, loaded.nlist, loaded.nprobe) == ("bytes", NLIST, 3)
     assert "decoder='bytes'" in repr(loaded) and f"nlist={NLIST}" in repr(loaded)
-    for got, want in zip(loaded.search(queries, 10), listed.search(queries, 10), strict=True):
+    D, I = listed.search(queries, 10)
+    for got, want in zip(loaded.search(queries, 10), (D, I), strict=True):
         np.testing.assert_array_equal(got, want)
+    # faiss opens the codes as its IVF additive quantizer over the same centroids and tables
+    # (norms rounded to one byte): the same items, distances within that rounding.
+    opened = faiss.read_index(str(tmp_path / "listed.sghindex" / "codes.faiss"))
+    assert isinstance(opened, faiss.IndexIVFLocalSearchQuantizer) and opened.nlist == NLIST
+    opened.nprobe = 3
+    D0, rows = opened.search(queries, 10)
+    step = (opened.aq.norm_max - opened.aq.norm_min) / 256
+    np.testing.assert_allclose(D0, D, rtol=0, atol=2 * step + 1e-4 * D.max())
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(7 * rows, I, strict=True)]) > 0.9
 
 
 def test_an_untrained_index_with_lists_refuses_items_and_queries(indexes):

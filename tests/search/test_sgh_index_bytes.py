@@ -174,7 +174,7 @@ def test_repr_padding_and_removal(digits, tmp_path):
     assert small.search(base[:1], 1)[1][0, 0] in (kept.max() + 1, ID_OFFSET)
 
 
-def test_angular_features_are_searched_by_their_direction():
+def test_angular_features_are_searched_by_their_direction(tmp_path):
     x = load_digits().data.astype(np.float32)[:800] + 0.5
     unit = unit_normalised(x, "digits")
     hasher = ITQ(n_bits=8, random_state=0).fit(unit)  # one byte: a quick fit
@@ -196,3 +196,9 @@ def test_angular_features_are_searched_by_their_direction():
     np.testing.assert_allclose(D, np.take_along_axis(exact, I, axis=1), rtol=0, atol=1e-4)
     assert D.max() < 1.0  # squared distances between (near) unit vectors of one dataset
     assert _recall_10_at_50(unit[100:], unit[:100], index.search(x[:100], 50)[1]) > 0.5
+    # 8 bits: the tables live in 32 of the 64 dimensions (a basis), saved and read back.
+    assert index.byte_decoder.basis.shape == (64, 32)
+    loaded = SGHIndex.load(index.save(tmp_path / "angular"))
+    np.testing.assert_array_equal(loaded.byte_decoder.basis, index.byte_decoder.basis)
+    for before, after in zip((D, I), loaded.search(x[:100], 10), strict=True):
+        np.testing.assert_array_equal(before, after)
