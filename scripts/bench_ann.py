@@ -36,7 +36,8 @@ it, its dominated settings drawn as crosses):
   `IVF{N},PQ{2B}x4fs`
   (codes of the vectors) and `IVF{N},PQ{2B}x4fsr` (codes of their residuals to the list's
   centroid) over nprobe 1 .. 64, N = round(4 sqrt(n_database)), their lists a k-means of the
-  training features;
+  training features; `IVF{N},RQ{B}x8_Nqint8` and `IVF{N},LSQ{B}x8_Nqint8` in the same lists
+  (codes of the residuals, B + 1 bytes: the byte decoder's inverted lists, faiss's way);
   and `RaBitQ` at its own size (d/8 bytes of signs plus two float factors; faiss's default of
   4-bit quantised queries). `PQ{2B}x4fs,RFlat` is left out: its refine step re-ranks by
   the raw float vectors, 4d more bytes per item. Dimensions that are no multiple of 2B sub-vectors
@@ -65,7 +66,9 @@ anchors (every anchor but a RaBitQ of another size) over the recalls a user woul
 from 0.8 x the highest any of them reached upwards. A curve's queries/s at recall r is the most
 queries/s of its points with Recall10@100 >= r (the Pareto frontier, as ann-benchmarks plots it);
 SGH's curve is every point of the run (scan, two-stage and inverted lists). Compared at every
-recall of a point in that range, without a noise margin.
+recall of a point in that range, without a noise margin. The byte decoder's points store B + 1
+bytes, so a second verdict compares them alone against every anchor of at most B + 1 bytes
+(RQ and LSQ, flat and in inverted lists, included; RaBitQ not), the same way.
 
 The inverted lists' target (issue 33): an IVF point at >= 0.95 x the Recall10@100 of the flat
 scan (mode="scan" at SGHIndex's default refine factor) with >= 10 x its queries/s. Reported per
@@ -330,6 +333,16 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
         index.train(pq_train)
         index.add(pq_database)
         built[key] = index
+    # The byte decoder's structure in inverted lists: codes of residuals, B + 1 bytes.
+    inverted_additive = [f"IVF{nlist},RQ{B}x8_Nqint8", f"IVF{nlist},LSQ{B}x8_Nqint8"]
+    coarse = built[inverted[0]].quantizer.reconstruct_n(0, nlist)[:, :dim]
+    for key in inverted_additive:
+        index = faiss.index_factory(dim, key, metric)
+        index.quantizer.add(np.ascontiguousarray(coarse))
+        index.train(train[:FIT_ROWS])
+        index.add(database)
+        built[key] = index
+    inverted += inverted_additive
     rabitq = faiss.index_factory(dim, "RaBitQ", metric)
     rabitq.train(train)
     rabitq.add(database)
@@ -345,10 +358,13 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
             points.append(Point(f"faiss {key}", dict(padding), search=faiss_search(
                 index, pq_queries), is_sgh=False, **sizes))
             continue
+        whole = key in inverted_additive  # whole-vector codebooks: no padding
         for nprobe in settings.nprobes:
-            points.append(Point(f"faiss {key}", {"nlist": nlist, "nprobe": nprobe, **padding},
-                                search=faiss_search(index, pq_queries, faiss.SearchParametersIVF(
-                                    nprobe=nprobe)), is_sgh=False, **sizes))
+            points.append(Point(f"faiss {key}", {"nlist": nlist, "nprobe": nprobe,
+                                                 **({} if whole else padding)},
+                                search=faiss_search(index, queries if whole else pq_queries,
+                                                    faiss.SearchParametersIVF(nprobe=nprobe)),
+                                is_sgh=False, **sizes))
     points.append(Point("faiss RaBitQ", {"query_bits": rabitq.qb},
                         bytes_per_item=code_bytes(rabitq),
                         index_bytes_per_item=index_bytes(rabitq),
@@ -526,14 +542,15 @@ def print_inverted_lists_verdict(group: Group, run: str, decoder: str, verdict: 
           f"{verdict['speedup']:.1f} x its queries/s.")
 
 
-def print_target(group: Group, run: str, anchors: list[Point], verdict: dict) -> None:
+def print_target(group: Group, run: str, anchors: list[Point], verdict: dict,
+                 size: str) -> None:
     low, high = verdict["recall_range"]
-    print(f"\nUpper envelope of the faiss anchors at {group.bytes_per_item} bytes per item "
+    print(f"\nUpper envelope of the faiss anchors at {size} "
           f"({group.dataset}; Recall10@100 -> queries/s):")
     for point in envelope(anchors):
         m = point.measured
         print(f"  {m['recall10@100']:.4f}  {m['queries_per_second']:>10,.0f}  {describe(point)}")
-    where = f"SGH ({run}) on {group.dataset} at {group.bytes_per_item} bytes per item"
+    where = f"SGH ({run}) on {group.dataset} at {size}"
     span = f"Recall10@100 {low:.4f} .. {high:.4f} ({TARGET_RECALL_SHARE} x the highest reached " \
            "and up, " \
            f"{verdict['levels_compared']} recall levels compared)"
@@ -618,7 +635,15 @@ def benchmark(group: Group, settings: Settings, thread_count: int, with_anchors:
         verdict = {"dataset": group.dataset, "bits": group.bits, "run": run}
         if with_anchors:
             verdict.update(target(run_points, equal_bytes))
-            print_target(group, run, equal_bytes, verdict)
+            print_target(group, run, equal_bytes, verdict, f"{group.bytes_per_item} bytes per item")
+            # The byte decoder's points store one byte more: against every anchor up to that.
+            plus_one = group.bytes_per_item + 1
+            decoded = [point for point in run_points if point.bytes_per_item == plus_one]
+            up_to = [point for point in anchors
+                     if point.bytes_per_item <= plus_one and point.method != "faiss RaBitQ"]
+            verdict["byte_decoder_at_equal_bytes"] = target(decoded, up_to)
+            print_target(group, run, up_to, verdict["byte_decoder_at_equal_bytes"],
+                         f"up to {plus_one} bytes per item (the byte decoder's points only)")
         verdict["inverted_lists"] = inverted_lists_verdicts(run_points)
         for decoder, inverted in verdict["inverted_lists"].items():
             print_inverted_lists_verdict(group, run, decoder, inverted)

@@ -45,12 +45,14 @@ def test_every_curve_is_measured_at_the_codes_bytes_per_item(benchmarked):
                        "faiss PQ2np", "faiss PQ4x4fs",
                        "faiss OPQ2,PQ2np", "faiss OPQ4,PQ4x4fs", "faiss RQ2x8_Nqint8",
                        "faiss LSQ2x8_Nqint8", f"faiss IVF{lists},PQ4x4fs",
-                       f"faiss IVF{lists},PQ4x4fsr", "faiss RaBitQ"}
+                       f"faiss IVF{lists},PQ4x4fsr", f"faiss IVF{lists},RQ2x8_Nqint8",
+                       f"faiss IVF{lists},LSQ2x8_Nqint8", "faiss RaBitQ"}
     # The codes' 2 bytes; with the reconstruction's norm in one more byte (the byte decoder,
     # faiss's additive quantizers); RaBitQ at its own size, a bit per dimension (32) plus its
     # float factors.
     sizes = {"faiss RaBitQ": 12, "SGH byte decoder scan": 3, "faiss RQ2x8_Nqint8": 3,
-             "faiss LSQ2x8_Nqint8": 3, f"SGH IVF{lists} byte decoder scan": 3}
+             "faiss LSQ2x8_Nqint8": 3, f"SGH IVF{lists} byte decoder scan": 3,
+             f"faiss IVF{lists},RQ2x8_Nqint8": 3, f"faiss IVF{lists},LSQ2x8_Nqint8": 3}
     for point in points:
         assert (point["dataset"], point["bits"], point["threads"]) == ("synthetic", 16, 1)
         assert point["queries_per_second"] > 0
@@ -80,6 +82,12 @@ def test_the_plot_and_the_targets_verdict_are_written(benchmarked):
     (verdict,) = result["targets"]
     assert verdict["run"] == str(run_dir)
     assert ("TARGET MET" if verdict["at_or_above"] else "TARGET NOT MET") in stdout
+    # The byte decoder's B + 1 bytes judged again against every anchor up to B + 1 bytes.
+    plus_one = verdict["byte_decoder_at_equal_bytes"]
+    assert "at up to 3 bytes per item (the byte decoder's points only)" in stdout
+    assert plus_one["levels_compared"] >= 1 and plus_one["recall_range"][1] <= 1
+    assert not any(level["anchor_point"].startswith("faiss RaBitQ")
+                   for level in plus_one["below_at"])
     assert "1 thread(s)" in stdout
     flats = {"model": "SGH scan (", "bytes": "SGH byte decoder scan ("}
     for decoder, inverted in verdict["inverted_lists"].items():

@@ -28,7 +28,7 @@ from sgh.codes import validate_codes
 from sgh.data.npz_file import read_npz_arrays
 from sgh.errors import UserInputError, check_int
 from sgh.search.asymmetric import AsymmetricScore
-from sgh.search.lookup_kernels import scan_scores, scan_top_k, sorted_heaps
+from sgh.search.lookup_kernels import scan_scores, scan_top_k, sort_heaps, sorted_heaps
 
 # A top k of at least 1 / DENSE_TOP_SHARE of the database comes from every score, partitioned:
 # the heap would take in most items.
@@ -126,9 +126,10 @@ class AsymmetricIndex:
         def scan(start: int) -> None:
             stop = start + QUERY_BLOCK
             scan_top_k(tables[start:stop], codes, norms, 0, D[start:stop], I[start:stop])
+            sort_heaps(D[start:stop], I[start:stop])
 
         run_query_blocks(scan, len(tables), workers)
-        return sorted_heaps(D, I)
+        return D, I
 
     def _dense_search(self, queries: np.ndarray, k: int, workers: int | None
                       ) -> tuple[np.ndarray, np.ndarray]:

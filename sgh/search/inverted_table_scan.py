@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgh.search.asymmetric_index import QUERY_BLOCK, run_query_blocks
-from sgh.search.lookup_kernels import scan_lists_top_k, sorted_heaps
+from sgh.search.lookup_kernels import scan_lists_top_k, sort_heaps
 
 
 class InvertedTableScan:
@@ -39,13 +39,15 @@ class InvertedTableScan:
                                       ).astype(np.int64)
         self.list_tables = score.lookup_tables(self.centroids)
 
-    def search(self, queries: np.ndarray, k: int, probes: np.ndarray, workers: int
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, probes: np.ndarray, distances: np.ndarray,
+               workers: int) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest rows of each query among its ``probes`` lists: ``(D, I)``, ``D`` the
-        squared distance to each reconstruction, sorted by (D, row), padding ``inf`` / ``-1``."""
+        squared distance to each reconstruction, sorted by (D, row), padding ``inf`` / ``-1``.
+        ``distances``: ``(nq, nprobe)`` each probed list's ``||q - c_l||^2``, as the coarse
+        step that chose the lists computed them (not computed twice)."""
         tables = self.score.lookup_tables(queries)
         probes = np.ascontiguousarray(probes, np.int64)
-        constants = self._squared_distances(queries, probes)
+        constants = np.ascontiguousarray(distances, np.float32)
         D = np.full((len(tables), k), np.inf, np.float32)
         I = np.full((len(tables), k), -1, np.int64)
 
@@ -54,15 +56,7 @@ class InvertedTableScan:
             scan_lists_top_k(tables[start:stop], self.list_tables, constants[start:stop],
                              self.codes, self.norms, self.rows, self.starts, probes[start:stop],
                              D[start:stop], I[start:stop])
+            sort_heaps(D[start:stop], I[start:stop])
 
         run_query_blocks(scan, len(tables), workers)
-        return sorted_heaps(D, I)
-
-    def _squared_distances(self, queries: np.ndarray, probes: np.ndarray) -> np.ndarray:
-        """``(nq, nprobe)`` float32 ``||q - c_l||^2`` of each probed list (float64 sums)."""
-        queries = np.asarray(queries, np.float64)
-        centroids = self.centroids.astype(np.float64)
-        products = np.take_along_axis(queries @ centroids.T, np.maximum(probes, 0), axis=1)
-        squared = (np.einsum("qd,qd->q", queries, queries)[:, None] - 2.0 * products
-                   + np.einsum("ld,ld->l", centroids, centroids)[np.maximum(probes, 0)])
-        return squared.astype(np.float32)
+        return D, I

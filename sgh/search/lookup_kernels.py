@@ -157,8 +157,22 @@ def scan_scores(tables, codes, norms, out):
                 out[rest, i] = s
 
 
+@compiled
+def sort_heaps(heap_scores, heap_ids):
+    """Sort each row's max-heap on ``(score, id)`` (as the scans leave them) in place, by
+    ``(score, id)`` ascending: a heapsort, ``k log k`` per row where a sort of arbitrary rows
+    (`sorted_heaps`) costs several times more. Empty slots (``+inf``, -1) end up last."""
+    k = heap_scores.shape[1]
+    for q in range(heap_scores.shape[0]):
+        scores, ids = heap_scores[q], heap_ids[q]
+        for end in range(k - 1, 0, -1):
+            scores[0], scores[end] = scores[end], scores[0]
+            ids[0], ids[end] = ids[end], ids[0]
+            _sift_down(scores, ids, 0, end)
+
+
 def sorted_heaps(heap_scores: np.ndarray, heap_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Heaps as rows sorted by (score, id); empty slots (``-1``) last."""
+    """Rows in any order sorted by (score, id); empty slots (``+inf``, -1) last."""
     order = np.lexsort((heap_ids, heap_scores), axis=-1)
     return (np.take_along_axis(heap_scores, order, axis=1),
             np.take_along_axis(heap_ids, order, axis=1))

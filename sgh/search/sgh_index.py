@@ -247,7 +247,7 @@ class SGHIndex:
             D, rows = self._engine("hamming").search(self._codes_of(queries), k)
         else:
             self._require_training()
-            probes = None if self.nlist is None else self._assign(
+            distances, probes = (None, None) if self.nlist is None else self._coarse(
                 queries, check_int("nprobe", self.nprobe, 1))
             if self.decoder == "bytes":
                 # faiss's thread count, so that one setting governs every mode's threads.
@@ -256,7 +256,7 @@ class SGHIndex:
                     # The scan's score lacks the query's own ||x||^2: added, D is a distance.
                     D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 else:
-                    D, rows = self._engine("bytes_lists").search(queries, k, probes,
+                    D, rows = self._engine("bytes_lists").search(queries, k, probes, distances,
                                                                  _faiss_threads())
                 D, rows = padded(D, rows, k)
             elif self.mode == "scan":
@@ -427,13 +427,18 @@ class SGHIndex:
 
     def _assign(self, x: np.ndarray, nearest: int) -> np.ndarray:
         """``(n, nearest)`` the lists of the centroids nearest each row of ``x``."""
+        return self._coarse(x, nearest)[1]
+
+    def _coarse(self, x: np.ndarray, nearest: int) -> tuple[np.ndarray, np.ndarray]:
+        """The coarse step: ``(n, nearest)`` squared distances to the centroids nearest each row
+        of ``x`` (faiss's float32), and their lists."""
         if "coarse" not in self._engines:
             import faiss
 
             self._engines["coarse"] = faiss.IndexFlatL2(self.dim)
             self._engines["coarse"].add(self._centroids)
         nearest = min(nearest, self.nlist)
-        return self._engines["coarse"].search(np.ascontiguousarray(x, np.float32), nearest)[1]
+        return self._engines["coarse"].search(np.ascontiguousarray(x, np.float32), nearest)
 
     def _require_training(self) -> None:
         if not self.is_trained and self.decoder == "bytes":

@@ -13,6 +13,7 @@ from sgh.search.asymmetric import (
     projection_score,
 )
 from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.lookup_kernels import scan_top_k, sort_heaps, sorted_heaps
 from sgh.search.score_set import ScoreSet
 
 
@@ -227,3 +228,20 @@ def test_the_joint_score_states_the_decoders_whole_formula_and_prints_short(simi
     assert repr(scores).startswith("ScoreSet(encoder, decoder, joint; 'joint' for a scan, "
                                    "'decoder' for rescoring")
     assert scores.rescorer("auto", pack_bits(rng.integers(0, 2, (3, 8)))) is decoder
+
+
+def test_heaps_sorted_in_place_match_a_sort_of_the_rows():
+    # The scans' max-heaps, with equal scores and empty slots (k above the items), come out of
+    # the in-place heapsort exactly as from a lexsort by (score, id).
+    rng = np.random.default_rng(5)
+    tables = rng.integers(0, 4, (9, 2, 256)).astype(np.float32)  # few values: many ties
+    codes = rng.integers(0, 256, (30, 2)).astype(np.uint8)
+    norms = np.zeros(30, np.float32)
+    for k in (7, 30, 41):
+        D = np.full((9, k), np.inf, np.float32)
+        I = np.full((9, k), -1, np.int64)
+        scan_top_k(tables, codes, norms, 0, D, I)
+        expected = sorted_heaps(D, I)
+        sort_heaps(D, I)
+        for got, want in zip((D, I), expected, strict=True):
+            np.testing.assert_array_equal(got, want)
