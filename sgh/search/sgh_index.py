@@ -32,10 +32,10 @@ decoder, as in faiss's IVF-PQ, the decoder is fitted on, and each item coded as,
 to its list's centroid (`sgh.search.inverted_table_scan`; validated in docs/results.md).
 
 The index encodes features by the encoder's own score: a code bit is 1 where the bit's encoder
-weight is <= 0 (``-log q(h|x)`` falls when the bit agrees with the logit's sign), computed in
-float64; a bit whose logit lies within float32 rounding of 0 may come out unlike the
-TensorFlow encoder's. Codes carry the model's fingerprint (`sgh.codes.model_fingerprint`):
-codes, scores and saved indexes of different models are refused, never searched together.
+weight is <= 0 (``-log q(h|x)`` falls when the bit agrees with the logit's sign), in float64; a
+bit whose logit is within float32 rounding of 0 may come out unlike the TensorFlow encoder's.
+Codes carry the model's fingerprint (`sgh.codes.model_fingerprint`): codes, scores and saved
+indexes of different models are refused, never searched together.
 """
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
@@ -170,7 +170,7 @@ class SGHIndex:
         return features if lists is None else features - self._centroids[lists]
 
     def _lists_of(self, features: np.ndarray) -> np.ndarray | None:
-        return None if self.nlist is None else self._assign(features, 1)[:, 0]
+        return None if self.nlist is None else self._coarse(features, 1)[1][:, 0]
 
     def _codes_of(self, features: np.ndarray) -> np.ndarray:
         """`encode` of features already as the model saw them (`_features`)."""
@@ -404,7 +404,7 @@ class SGHIndex:
             index.add(database, ids)
             return index
         index.train(database)
-        lists = np.concatenate([index._assign(database[start : start + _ADD_ROWS], 1)[:, 0]
+        lists = np.concatenate([index._lists_of(database[start : start + _ADD_ROWS])
                                 for start in range(0, len(database), _ADD_ROWS)])
         index._append(codes.database, ids, lists)
         return index
@@ -425,13 +425,8 @@ class SGHIndex:
             x = unit_normalised(x, "the features (angular: divided by their length)")
         return x
 
-    def _assign(self, x: np.ndarray, nearest: int) -> np.ndarray:
-        """``(n, nearest)`` the lists of the centroids nearest each row of ``x``."""
-        return self._coarse(x, nearest)[1]
-
     def _coarse(self, x: np.ndarray, nearest: int) -> tuple[np.ndarray, np.ndarray]:
-        """The coarse step: ``(n, nearest)`` squared distances to the centroids nearest each row
-        of ``x`` (faiss's float32), and their lists."""
+        """``(n, nearest)`` squared distances (float32) to the nearest centroids, their lists."""
         if "coarse" not in self._engines:
             import faiss
 
