@@ -30,14 +30,13 @@ class InvertedTableScan:
     def __init__(self, score, codes: np.ndarray, lists: np.ndarray, centroids: np.ndarray
                  ) -> None:
         self.score = score
-        self.centroids = np.asarray(centroids, np.float32)
         order = np.argsort(lists, kind="stable")
         self.rows = order.astype(np.int64)
         self.codes = np.ascontiguousarray(codes[order])
         self.norms = score.item_norms(self.codes)
         self.starts = np.searchsorted(lists[order], np.arange(len(centroids) + 1)
                                       ).astype(np.int64)
-        self.list_tables = score.lookup_tables(self.centroids)
+        self.list_tables = score.lookup_tables(np.asarray(centroids, np.float32))
 
     def search(self, queries: np.ndarray, k: int, probes: np.ndarray, distances: np.ndarray,
                workers: int) -> tuple[np.ndarray, np.ndarray]:
