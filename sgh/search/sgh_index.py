@@ -66,7 +66,7 @@ MODES = ("hamming", "scan", "two_stage")
 DECODERS = ("model", "bytes")
 # The files of a saved index (a directory): faiss opens CODES_FILE with faiss.read_index.
 INDEX_FILE, SCORES_FILE, CODES_FILE = "index.npz", "scores.npz", "codes.faiss"
-_FORMAT = "sgh-index 1"
+_FORMAT = "sgh-index 2"  # 2: a byte decoder's inverted lists hold codes of residuals
 # What `save` may replace: an index saved before, nothing else (atomic_directory refuses).
 SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CODES_FILE})",
                        required=frozenset({INDEX_FILE, SCORES_FILE, CODES_FILE}))
@@ -346,7 +346,7 @@ class SGHIndex:
         arrays = read_npz_arrays(path / INDEX_FILE)
         if str(arrays.get("format", "")) != _FORMAT:
             raise UserInputError(f"{path / INDEX_FILE}: key 'format' is not {_FORMAT!r}; "
-                                 "expected a file SGHIndex.save wrote")
+                                 "expected a file this sgh's SGHIndex.save wrote (build it again)")
         try:
             scores = ScoreSet.load(path / SCORES_FILE)
         except ValueError as error:

@@ -11,6 +11,7 @@ from sklearn.datasets import load_digits
 from threadpoolctl import threadpool_limits
 
 from sgh import ITQ
+from sgh.errors import UserInputError
 from sgh.search.sgh_index import SGHIndex
 
 NLIST = 8
@@ -117,3 +118,15 @@ def test_an_untrained_index_with_lists_refuses_items_and_queries(indexes):
             call()
     with pytest.raises(ValueError, match=f"train: 5 points for nlist={NLIST} lists"):
         fresh.train(base[:5])
+
+
+def test_an_index_saved_before_residual_codes_is_refused_in_one_line(indexes, tmp_path):
+    # Format 1's byte-decoder lists held codes of the vectors: read as residuals they would be
+    # scored wrongly, silently; they are refused instead.
+    _, _, _, listed = indexes
+    saved = listed.save(tmp_path / "old.sghindex")
+    with np.load(saved / "index.npz") as arrays:
+        old = {**arrays, "format": np.str_("sgh-index 1")}
+    np.savez(saved / "index.npz", **old)
+    with pytest.raises(UserInputError, match="key 'format' is not 'sgh-index 2'.*build it again"):
+        SGHIndex.load(saved)
