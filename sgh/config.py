@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +134,10 @@ class ValidationConfig:
     # for the encoder score's ranking (codes searched asymmetrically) | map: mAP@all (labels)
     metric: str = "recall"
     patience: int = 0  # stop after this many validation points without improvement; 0 = never
+    # Recipes to choose among on this split, each {model: {...}, trainer: {...}} over the run's
+    # settings: every one is trained, the best for the run's search (eval.ranking) is kept
+    # (sgh/training/recipe_choice.py). Empty: the run's settings are the recipe.
+    candidates: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -320,6 +325,8 @@ def validate_training(config: Config) -> Config:
     check_int("trainer.seed", trainer.seed, 0, MAX_SEED)
     validate_eval(config.eval)
     _validate_validation(config.validation)
+    if config.validation.candidates:
+        _validate_candidates(config)
     return config
 
 
@@ -348,6 +355,60 @@ def _validate_validation(config: ValidationConfig) -> None:
         raise UserInputError(f"validation.patience={config.patience} is impossible with "
                              "validation.every=0 (no validation points to count); accepted: "
                              "validation.every >= 1, or validation.patience=0")
+
+
+# What a candidate recipe may set: the model and its training, not the code length or method.
+CANDIDATE_SECTIONS = ("model", "trainer")
+_FIXED_FOR_CANDIDATES = ("model.name", "model.bits")
+
+
+def candidate_config(config: Config, name: str) -> Config:
+    """The configuration the candidate `name` of `validation.candidates` trains: its settings
+    over the run's, with no candidates of its own. UserInputError naming the key for a setting
+    that is not one."""
+    where = f"validation.candidates.{name}"
+    settings = config.validation.candidates[name]
+    if not isinstance(settings, Mapping) or not settings \
+            or not set(settings) <= set(CANDIDATE_SECTIONS):
+        raise UserInputError(f"{where}={settings!r} is not a recipe; accepted: a mapping of "
+                             "model and/or trainer settings, e.g. {model: {encoder: mlp}, "
+                             "trainer: {steps: 10000}}")
+    sections = {}
+    for section, values in settings.items():
+        current = getattr(config, section)
+        known = [entry.name for entry in dataclasses.fields(current)]
+        if not isinstance(values, Mapping):
+            raise UserInputError(f"{where}.{section}={values!r} is not a mapping; accepted: "
+                                 f"{section} settings, e.g. {{{known[1]}: ...}}")
+        for key in values:
+            if key not in known or f"{section}.{key}" in _FIXED_FOR_CANDIDATES:
+                raise UserInputError(
+                    f"{where}.{section}.{key} cannot be set by a candidate; accepted: "
+                    + ", ".join(k for k in known if f"{section}.{k}" not in _FIXED_FOR_CANDIDATES))
+        sections[section] = dataclasses.replace(current, **values)
+    return dataclasses.replace(config, **sections, validation=dataclasses.replace(
+        config.validation, candidates={}))
+
+
+def _validate_candidates(config: Config) -> None:
+    """Each candidate recipe is a valid SGH configuration, chosen on a validation split."""
+    if not isinstance(config.model, ModelConfig):
+        raise UserInputError(f"validation.candidates are recipes of SGH's training, and "
+                             f"model={config.model.name} trains none; accepted: model=sgh, or "
+                             "validation.candidates={}")
+    if config.validation.every == 0:
+        raise UserInputError("validation.candidates are chosen on the validation split, and "
+                             "validation.every=0 turns it off; accepted: validation.every >= 1")
+    for name in config.validation.candidates:
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", str(name)):
+            raise UserInputError(f"validation.candidates.{name}: the name names folders of the "
+                                 "run; accepted: letters, digits, _ and -")
+        try:
+            validate_training(candidate_config(config, name))
+        except UserInputError as error:
+            if str(error).startswith("validation.candidates."):
+                raise
+            raise UserInputError(f"validation.candidates.{name}: {error}") from None
 
 
 def validate_eval(config: EvalConfig) -> EvalConfig:

@@ -3,16 +3,23 @@
 A checkpoint is its index (`<prefix>.index`) and data files (`<prefix>.data-*`). It is intact
 when every tensor its index lists reads back with the checksum it was saved with
 (`checkpoint_damage`); a run resumes from, and takes its weights from, the first intact one of
-those it would use (`first_intact`), never from a damaged one.
+those it would use (`first_intact`), never from a damaged one. A state file TensorFlow cannot
+parse is rebuilt from the checkpoints on disk (`rebuild_unreadable_state`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 Prefix = str | os.PathLike  # a checkpoint's path without its suffixes: `.../ckpt-100`
+CHECKPOINT_PREFIX = "ckpt"  # tf.train.CheckpointManager's: ckpt-<step>.index, .data-*
+CHECKPOINT_STATE = "checkpoint"  # TF's list of the kept checkpoints, written last
+
+logger = logging.getLogger(__name__)
 
 
 def checkpoint_files(prefix: Path) -> list[Path]:
@@ -54,3 +61,24 @@ def first_intact(prefixes: Iterable[Prefix]) -> tuple[Prefix | None, list[tuple[
             return prefix, damaged
         damaged.append((prefix, problem))
     return None, damaged
+
+
+def rebuild_unreadable_state(directory: Path, kept: int) -> None:
+    """A state file TensorFlow cannot parse (it would ignore it and start from step 0): list
+    the newest checkpoints found on disk instead, with a warning."""
+    import tensorflow as tf
+
+    state = directory / CHECKPOINT_STATE
+    if not state.is_file() or tf.train.get_checkpoint_state(str(directory)) is not None:
+        return
+    found = sorted((int(match.group(1)), str(directory / f"{CHECKPOINT_PREFIX}-{match.group(1)}"))
+                   for path in directory.glob(f"{CHECKPOINT_PREFIX}-*.index")
+                   if (match := re.fullmatch(rf"{CHECKPOINT_PREFIX}-(\d+)\.index", path.name)))
+    newest = [prefix for _, prefix in found[-kept:]]
+    logger.warning("%s is unreadable; listing the checkpoints found beside it instead: %s", state,
+                   ", ".join(Path(prefix).name for prefix in newest) or "none")
+    if newest:
+        tf.compat.v1.train.update_checkpoint_state(str(directory), newest[-1],
+                                                   all_model_checkpoint_paths=newest)
+    else:
+        state.unlink()

@@ -8,6 +8,8 @@
     <run_dir>/tensorboard/        TensorBoard event files (losses, rate, validation, code health)
     <run_dir>/checkpoints/        TF checkpoints: model (with its normaliser), optimizer, step
     <run_dir>/checkpoints/best/   the best validated weights (they make codes.npz)
+    <run_dir>/checkpoints/candidates/<name>/, <run_dir>/tensorboard/<name>/
+                                  validation.candidates: each candidate recipe's (metrics.json)
     <run_dir>/encoder/            the trained encoder as a SavedModel (sgh.model.export)
     <run_dir>/codes.npz           packed codes + relevance data (sgh.artifacts.codes_file)
     <run_dir>/asymmetric.npz      the method's asymmetric score, if any (sgh.search.asymmetric)
@@ -22,6 +24,7 @@ its own (`refuse_unless_ours`), and no other command's output replaces a run's f
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -36,7 +39,13 @@ from omegaconf import OmegaConf
 
 from sgh.artifacts import tensorboard_events
 from sgh.artifacts.atomic import atomic_file, remove_abandoned_staging, write_bytes, write_json
-from sgh.artifacts.checkpoint_integrity import checkpoint_files, first_intact
+from sgh.artifacts.checkpoint_integrity import (
+    CHECKPOINT_PREFIX,
+    CHECKPOINT_STATE,
+    checkpoint_files,
+    first_intact,
+    rebuild_unreadable_state,
+)
 from sgh.artifacts.codes_file import write_codes
 from sgh.artifacts.run_inputs import InputFile, inputs_from_json
 from sgh.errors import UserInputError, first_few
@@ -60,9 +69,9 @@ HYDRA_DIR = ".hydra"  # Hydra's record of the job: its configuration and overrid
 TENSORBOARD_DIR = "tensorboard"
 CHECKPOINTS_DIR = "checkpoints"
 BEST_DIR = "best"
+CANDIDATES_DIR = "candidates"  # under checkpoints/: one folder per candidate recipe
+CHOSEN_KEY = "recipe_chosen"  # metrics.json: the candidate whose weights made the codes
 ENCODER_DIR = "encoder"
-CHECKPOINT_PREFIX = "ckpt"  # tf.train.CheckpointManager's: ckpt-<step>.index, .data-*
-CHECKPOINT_STATE = "checkpoint"  # TF's list of the kept checkpoints, written last
 # What a run writes atomically (`sgh.artifacts.atomic`; the lock: its write probe), and so may
 # leave as `.<name>.*.tmp*` when killed. Not eval.json: sgh-eval writes it without owning the
 # directory, and its next write of eval.json clears what a killed one left
@@ -85,7 +94,6 @@ _MARKER_TEXT = "an sgh-train run directory: sgh writes and replaces the files in
 # TensorFlow's own temporaries in a checkpoint directory: a checkpoint's shards before they are
 # merged into place (`ckpt-<step>_temp/`), and the state file before its rename.
 _TF_TEMPORARY = re.compile(rf"^({CHECKPOINT_PREFIX}-\d+_temp|{CHECKPOINT_STATE}\.tmp[0-9a-f]+)$")
-# What to do when no intact checkpoint is left.
 _START_OVER = "delete {checkpoints} to train the run again, or choose a new hydra.run.dir"
 
 
@@ -97,8 +105,15 @@ class RunDirectory:
     def __init__(self, path: str | os.PathLike, create: bool = True):
         self.path = Path(path)
         self._identity: tuple[int, int] | None = None  # (device, inode) once claimed
+        self._candidate: str | None = None
         if create:
             self.claim()
+
+    def candidate(self, name: str) -> RunDirectory:
+        """The run, with candidate recipe `name`'s own checkpoint and TensorBoard folders."""
+        part = copy.copy(self)
+        part._candidate = name
+        return part
 
     @classmethod
     def existing(cls, path: str | os.PathLike, key: str = "run") -> RunDirectory:
@@ -236,10 +251,12 @@ class RunDirectory:
 
     @property
     def tensorboard(self) -> Path:
-        return self.path / TENSORBOARD_DIR
+        return self.path / TENSORBOARD_DIR / (self._candidate or "")
 
     @property
     def checkpoints(self) -> Path:
+        if self._candidate:
+            return self.path / CHECKPOINTS_DIR / CANDIDATES_DIR / self._candidate
         return self.path / CHECKPOINTS_DIR
 
     @property
@@ -283,13 +300,27 @@ class RunDirectory:
     def has_checkpoint(self) -> bool:
         # TF writes a checkpoint's data files first and its index ("checkpoint") last, so a
         # checkpoint is only listed once it is complete.
-        return (self.checkpoints / "checkpoint").is_file()
+        return any((folder / CHECKPOINT_STATE).is_file() for folder in self._training_folders())
+
+    def _training_folders(self) -> list[Path]:
+        """The folders of training checkpoints: this one's, and each candidate recipe's."""
+        candidates = self.path / CHECKPOINTS_DIR / CANDIDATES_DIR
+        return [self.checkpoints, *(sorted(candidates.iterdir()) if candidates.is_dir() else [])]
 
     def model_section(self) -> dict:
-        """The `model` section of the run's configuration."""
+        """The `model` section of the run's configuration, and a candidate's (`candidate`)."""
         if not self.config_file.is_file():
             return {}
-        return OmegaConf.to_container(OmegaConf.load(self.config_file)).get("model") or {}
+        settings = OmegaConf.to_container(OmegaConf.load(self.config_file))
+        candidates = (settings.get("validation") or {}).get("candidates") or {}
+        return {**(settings.get("model") or {}),
+                **((candidates.get(self._candidate) or {}).get("model") or {})}
+
+    def chosen(self) -> RunDirectory:
+        """The part of the finished run whose weights made its codes: with candidate recipes,
+        the chosen one (metrics.json names it); otherwise the run itself."""
+        chosen = self.read_metrics().get(CHOSEN_KEY)
+        return self.candidate(chosen) if isinstance(chosen, str) else self
 
     def read_metrics(self) -> dict:
         if not self.metrics.is_file():
@@ -317,16 +348,15 @@ class RunDirectory:
         the directory's owner (`sgh.artifacts.run_lock`): another writer's are in flight."""
         stray = [path for name in ATOMICALLY_WRITTEN
                  for path in remove_abandoned_staging(self.path / name)]
-        for directory in (self.checkpoints, self.best_checkpoints):
-            if directory.is_dir():
-                temporaries = [path for path in directory.iterdir()
-                               if _TF_TEMPORARY.match(path.name)]
-                for path in temporaries:
-                    if path.is_dir() and not path.is_symlink():
-                        shutil.rmtree(path)
-                    else:
-                        path.unlink(missing_ok=True)
-                stray += temporaries
+        for directory in [folder for training in self._training_folders()
+                          for folder in (training, training / BEST_DIR) if folder.is_dir()]:
+            temporaries = [path for path in directory.iterdir() if _TF_TEMPORARY.match(path.name)]
+            for path in temporaries:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+            stray += temporaries
         if stray:
             logger.info("removed what an interrupted writer left half-written in %s: %s",
                         self.path, ", ".join(str(path.relative_to(self.path)) for path in stray))
@@ -373,7 +403,7 @@ class RunDirectory:
         self._mark()
         directory = self.best_checkpoints if best else self.checkpoints
         kept = 1 if best else CHECKPOINTS_KEPT
-        _rebuild_unreadable_state(directory, kept)
+        rebuild_unreadable_state(directory, kept)
         # Its state file never names a deleted checkpoint, whenever the process is killed.
         return StateFirstCheckpointManager(checkpoint, str(directory), max_to_keep=kept,
                                            checkpoint_name=CHECKPOINT_PREFIX,
@@ -430,7 +460,8 @@ class RunDirectory:
         """The checkpoint whose weights gave the run's `codes.npz` (`weights_of_step`).
 
         With validation, the best validated weights (step `best_step` in metrics.json, which is
-        the last step when no validation point was reached); otherwise the last step's.
+        the last step when no validation point was reached); otherwise the last step's (of the
+        candidate recipe this is, `chosen`).
         """
         metrics = self.read_metrics()
         step = metrics.get("best_step", metrics.get("steps"))
@@ -467,24 +498,3 @@ def _named_in(name: str, names: frozenset[str]) -> bool:
     """`name` is one of `names`, or an atomic write's temporary of one (`.<name>.*.tmp*`)."""
     return name in names or (name.startswith(".") and ".tmp" in name and any(
         name.startswith(f".{known}.") for known in names))
-
-
-def _rebuild_unreadable_state(directory: Path, kept: int) -> None:
-    """A state file TensorFlow cannot parse (it would ignore it and start from step 0): list
-    the newest checkpoints found on disk instead, with a warning."""
-    import tensorflow as tf
-
-    state = directory / CHECKPOINT_STATE
-    if not state.is_file() or tf.train.get_checkpoint_state(str(directory)) is not None:
-        return
-    found = sorted((int(match.group(1)), str(directory / f"{CHECKPOINT_PREFIX}-{match.group(1)}"))
-                   for path in directory.glob(f"{CHECKPOINT_PREFIX}-*.index")
-                   if (match := re.fullmatch(rf"{CHECKPOINT_PREFIX}-(\d+)\.index", path.name)))
-    newest = [prefix for _, prefix in found[-kept:]]
-    logger.warning("%s is unreadable; listing the checkpoints found beside it instead: %s", state,
-                   ", ".join(Path(prefix).name for prefix in newest) or "none")
-    if newest:
-        tf.compat.v1.train.update_checkpoint_state(str(directory), newest[-1],
-                                                   all_model_checkpoint_paths=newest)
-    else:
-        state.unlink()

@@ -199,7 +199,7 @@ def run_encoder_path(run_dir: str | os.PathLike) -> Path:
 # ---- exporting a finished run after the fact ------------------------------------------------
 def restore_run_model(run_dir: str | os.PathLike) -> SGH:
     """The trained SGH model of a finished run: `config.yaml` + the final checkpoint."""
-    run = _trained_run(run_dir)
+    run = _trained_run(run_dir).chosen()  # with candidate recipes, the chosen one's model
     checkpoint = run.final_checkpoint()
     config = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig),
                                                  run.model_section()))

@@ -70,10 +70,16 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
                  f"{metrics['distinct_database_codes']} / {metrics['n_database']}"))
     rows.append(("dead bits (constant over the database)", f"{metrics['dead_bits']}"))
     if "ms_per_step" in metrics:
-        rows.append(("training time; median time per step",
+        rows.append(("training time" + (" (every candidate)" if "recipe_chosen" in metrics
+                                         else "") + "; median time per step",
                      f"{metrics['train_seconds']:.1f} s; {metrics['ms_per_step']:.2f} ms"))
     elif "train_seconds" in metrics:
         rows.append(("training (fitting) time", f"{metrics['train_seconds']:.1f} s"))
+    if "recipe_chosen" in metrics:
+        rows.append((f"recipe chosen ({metrics['recipe_figure']})",
+                     f"{metrics['recipe_chosen']} (" + ", ".join(
+                         f"{name} {entry['validation']:.4f}"
+                         for name, entry in metrics["recipe_candidates"].items()) + ")"))
     if "validation_metric" in metrics:
         metric = metrics["validation_metric"]
         rows.append((f"codes from step (best validation {metric})",

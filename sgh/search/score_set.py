@@ -96,6 +96,10 @@ class ScoreSet:
                                self.scores["encoder"] if kind == "joint" else None,
                                self.joint_weight)
 
+    def validation_figure(self, kind: str) -> float:
+        """The validation figure of ``kind`` (a decoded one's, for an mlp decoder's kinds)."""
+        return self.validation.get(kind, self.validation.get(f"{kind} (decoded)", float("nan")))
+
     def kind_for(self, requested: str | None, use: str, where: str = "the run") -> str:
         """The kind ``eval.score=requested`` means for ``use`` (``asymmetric``: a scan;
         ``rerank``: rescoring a shortlist, where decoded kinds are allowed); ValueError naming

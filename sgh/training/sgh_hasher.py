@@ -19,6 +19,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from sgh.artifacts.atomic import DirectoryKind, atomic_directory
+from sgh.artifacts.run_directory import CHOSEN_KEY
 from sgh.config import (
     MAX_SEED,
     RECALL_CUTOFF,
@@ -27,6 +28,7 @@ from sgh.config import (
     ModelConfig,
     TrainerConfig,
     ValidationConfig,
+    candidate_config,
     validate_training,
 )
 from sgh.data.npz_file import read_npz_arrays
@@ -37,6 +39,7 @@ from sgh.model.sgh_model import SGH
 from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore, joint_score
 from sgh.search.score_set import ScoreSet
 from sgh.training.holdout import MAX_HELD_OUT_SHARE
+from sgh.training.recipe_choice import choose_recipe
 from sgh.training.score_selection import select_scores
 from sgh.training.train_sgh import fit_in_memory, hold_out
 from sgh.training.verbose import progress_on_stderr
@@ -50,7 +53,8 @@ _KEYS = {
                                          "jit_compile")},
     **{f"validation_{key}": ("validation", key) for key in ("every", "queries", "database",
                                                             "metric")},
-    "patience": ("validation", "patience"), "recall_k": ("eval", "recall_k"),
+    "patience": ("validation", "patience"), "candidates": ("validation", "candidates"),
+    "recall_k": ("eval", "recall_k"),
 }
 _PARAMS_FILE, _WEIGHTS_FILE, _SCORES_FILE = "hasher.json", "weights.npz", "scores.npz"
 # Layer sizes are tuples here (scikit-learn wants immutable defaults), lists in the config.
@@ -80,6 +84,10 @@ class SGHHasher(BinaryHasher):
         validation_every, validation_queries, validation_database, validation_metric,
         patience: `validation.every`, ... (`validation_every=0`: no held-out split, the final
         codes are the last step's; `validation_metric="map"` needs `y` in `fit`).
+        candidates: `validation.candidates`, recipes to choose among on the validation split,
+        `{name: {"model": {...}, "trainer": {...}}}` over these settings: each is trained and
+        the one whose scan's validation Recall K@100 is highest is kept (`fit_info_` reports
+        them; `sgh.training.recipe_choice`). None: these settings are the recipe.
         recall_k: `eval.recall_k`, the K of the validation Recall K@100.
         verbose: print sgh-train's progress lines on stderr during `fit` (about every tenth of
             the run: step, loss terms, validation score, steps/s, ETA); no effect on the codes.
@@ -116,6 +124,7 @@ class SGHHasher(BinaryHasher):
                  validation_database: int = ValidationConfig.database,
                  validation_metric: str = ValidationConfig.metric,
                  patience: int = ValidationConfig.patience,
+                 candidates: dict | None = None,
                  recall_k: int = EvalConfig.recall_k, verbose: bool = False):
         # Every parameter stored untouched, under its own name (scikit-learn's contract).
         self.__dict__.update({name: value for name, value in locals().items() if name != "self"})
@@ -159,7 +168,8 @@ class SGHHasher(BinaryHasher):
                     "validation": {}, "eval": {}}
         for parameter, (section, key) in _KEYS.items():
             value = getattr(self, parameter)
-            sections[section][key] = list(value) if isinstance(value, tuple) else value
+            sections[section][key] = (list(value) if isinstance(value, tuple)
+                                      else dict(value or {}) if key == "candidates" else value)
         config = Config(dataset=None, model=ModelConfig(**sections["model"]),
                         trainer=TrainerConfig(**sections["trainer"]),
                         validation=ValidationConfig(**sections["validation"]),
@@ -192,8 +202,13 @@ class SGHHasher(BinaryHasher):
                 and config.validation.metric != "map":
             # Too few items for a validation database beyond the recall cut-off: every score
             # would be 1.0. scikit-learn's way: fit anyway, say so.
+            first = next(iter(config.validation.candidates), None)
             warnings.warn(f"X has {len(X)} items, too few to validate Recall@{RECALL_CUTOFF} "
-                          "on; training without validation (validation_every=0)", stacklevel=3)
+                          "on; training without validation (validation_every=0)"
+                          + (f", the first of candidates ({first!r})" if first else ""),
+                          stacklevel=3)
+            if first:
+                config = candidate_config(config, first)
             config = dataclasses.replace(config, validation=dataclasses.replace(
                 config.validation, every=0))
         try:
@@ -207,11 +222,20 @@ class SGHHasher(BinaryHasher):
                           stacklevel=3)
             config = dataclasses.replace(config, trainer=dataclasses.replace(
                 config.trainer, batch_size=len(train_items)))
-        trained = fit_in_memory(config, train_items, validation)
-        self.model_ = trained.model
-        self.scores_ = select_scores(trained.model, validation, train_items, "euclidean",
+
+        def fit(recipe: Config, name: str | None = None) -> tuple[SGH, dict]:
+            trained = fit_in_memory(recipe, train_items, validation)
+            return trained.model, trained.fields
+
+        if config.validation.candidates:
+            # Judged by the scan: what `asymmetric_score()` and SGHIndex's scan search by.
+            choice = choose_recipe(config, train_items, validation, "euclidean", "scan", fit)
+            self.model_, self.scores_, self.fit_info_ = choice.model, choice.scores, choice.fields
+            return
+        self.model_, self.fit_info_ = fit(config)
+        self.scores_ = select_scores(self.model_, validation, train_items, "euclidean",
                                      config.eval.recall_k)
-        self.fit_info_ = {**trained.fields, **self.scores_.metrics_fields(config.eval.recall_k)}
+        self.fit_info_.update(self.scores_.metrics_fields(config.eval.recall_k))
 
     # Codes come from `sgh.model.encoding`, as for sgh-train's codes.npz: float32 features in
     # the model's own chunks (not the baselines' float64 row blocks).
@@ -308,6 +332,8 @@ class SGHHasher(BinaryHasher):
 
     def _restore(self, n_features: int, weights: dict, fit_info: dict, scores: ScoreSet) -> None:
         config = self.training_config()
+        if fit_info.get(CHOSEN_KEY):  # the weights are the chosen candidate's model
+            config = candidate_config(config, fit_info[CHOSEN_KEY])
         self.model_ = SGH.skeleton(config.model, n_features)
         self.model_.assign_weights(weights)
         self.n_features_in_, self.n_bits_, self.fit_info_ = n_features, config.model.bits, fit_info

@@ -43,6 +43,7 @@ from sgh.training.progress import (
     TrainingScalars,
     ValidationPoints,
 )
+from sgh.training.recipe_choice import choose_recipe, search_of
 from sgh.training.score_selection import select_scores
 from sgh.training.signals import stop_on_signals
 
@@ -64,17 +65,26 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     keras.backend.clear_session(free_memory=keras.backend.get_uid("adam") > 1)
     train_items, validation = hold_out(config, split.train, split_training_labels(split),
                                        repr(split.name), split.similarity)
-    trained = fit_in_run_directory(config, train_items, validation, strategy, run_directory)
-    _keep_training_record(trained.fields, run_directory)
+
+    def fit(candidate: Config, directory: RunDirectory) -> tuple[SGH, dict]:
+        trained = fit_in_run_directory(candidate, train_items, validation, strategy, directory)
+        _keep_training_record(trained.fields, directory)
+        return trained.model, trained.fields
+
+    if config.validation.candidates:
+        choice = choose_recipe(config, train_items, validation, split.similarity,
+                               search_of(config),
+                               lambda recipe, name: fit(recipe, run_directory.candidate(name)))
+        model, scores, fields = choice.model, choice.scores, choice.fields
+    else:
+        model, fields = fit(config, run_directory)
+        scores = select_scores(model, validation, train_items, split.similarity,
+                               config.eval.recall_k)
+        fields.update(scores.metrics_fields(config.eval.recall_k))
     # The encoder that made the final codes, for sgh-encode and TF Serving (sgh.model.export).
-    export_encoder(trained.model, run_directory.encoder,
-                   unit_normalise=split.similarity == "angular")
-    database = encode_packed(trained.model, split.database)
-    scores = select_scores(trained.model, validation, train_items, split.similarity,
-                           config.eval.recall_k)
-    return EncodedSplit(database=database, query=encode_packed(trained.model, split.query),
-                        fields={**trained.fields, **scores.metrics_fields(config.eval.recall_k)},
-                        scores=scores)
+    export_encoder(model, run_directory.encoder, unit_normalise=split.similarity == "angular")
+    return EncodedSplit(database=encode_packed(model, split.database),
+                        query=encode_packed(model, split.query), fields=fields, scores=scores)
 
 
 # The fields that describe how a run trained, and where they are kept beside its checkpoints.

@@ -33,6 +33,8 @@ def test_every_default_is_sgh_trains_default():
     for parameter, (section, key) in _KEYS.items():
         value = getattr(hasher, parameter)
         value = list(value) if isinstance(value, tuple) else value  # layer sizes
+        if parameter == "candidates":  # None, scikit-learn's immutable default, is no candidate
+            value = {} if value is None else value
         assert value == getattr(getattr(config, section), key), parameter
 
 
@@ -231,6 +233,33 @@ def test_verbose_prints_sgh_trains_progress_on_stderr_and_leaves_the_codes_alone
     np.testing.assert_array_equal(quiet.encode(x), codes)
 
 
+def test_candidates_are_chosen_on_validation_and_the_chosen_model_is_saved(tmp_path):
+    candidates = {"linear": {"trainer": {"steps": 6}},
+                  "deep": {"model": {"encoder": "mlp", "encoder_hidden": [8]}}}
+    hasher = SGHHasher(**{**TINY, "validation_every": 2, "validation_queries": 20,
+                          "validation_database": 200, "candidates": candidates}).fit(_blobs())
+    info = hasher.fit_info_
+    assert set(info["recipe_candidates"]) == {"linear", "deep"}
+    figures = {name: entry["validation"] for name, entry in info["recipe_candidates"].items()}
+    assert info["recipe_chosen"] == max(figures, key=figures.get)  # ties: the earlier, linear
+    assert info["best_validation_asymmetric_recall10@100"] == figures[info["recipe_chosen"]]
+    assert info["recipe_budget_steps"] == 6 + TINY["steps"]
+    # The chosen candidate's architecture is rebuilt on load (not the hasher's own settings).
+    hasher.save(tmp_path / "hasher")
+    loaded = SGHHasher.load(tmp_path / "hasher")
+    np.testing.assert_array_equal(loaded.encode(_blobs(seed=1)), hasher.encode(_blobs(seed=1)))
+    assert loaded.candidates == candidates
+    with pytest.raises(UserInputError,
+                       match=r"^candidates.deep.model.encoderr cannot be set.*accepted: "):
+        SGHHasher(**{**TINY, "validation_every": 2,
+                     "candidates": {"deep": {"model": {"encoderr": "mlp"}}}}).fit(_blobs())
+    # Too few items to validate on: the first candidate is trained, and the warning says so.
+    with pytest.warns(UserWarning, match=r"the first of candidates \('linear'\)"):
+        small = SGHHasher(**{**TINY, "validation_every": 2, "candidates": candidates}).fit(
+            _blobs(n=60))
+    assert small.fit_info_["steps"] == 6 and "recipe_chosen" not in small.fit_info_
+
+
 def test_presets_come_from_sgh_trains_experiment_files(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
@@ -240,11 +269,7 @@ def test_presets_come_from_sgh_trains_experiment_files(tmp_path, monkeypatch):
     assert sgh_hasher._experiment_dir() == CONFIG_DIR / "experiment"
     search = OmegaConf.load(CONFIG_DIR / "experiment" / "search.yaml")
     hasher = SGHHasher.from_preset("search")
-    assert (hasher.encoder, hasher.decoder) == (search.model.encoder, search.model.decoder)
-    assert hasher.encoder_hidden == tuple(search.model.encoder_hidden)
-    assert hasher.decoder_hidden == tuple(search.model.decoder_hidden)
-    assert hasher.steps == search.trainer.steps
-    assert hasher.learning_rate == search.trainer.learning_rate
+    assert hasher.candidates == OmegaConf.to_container(search.validation.candidates)
     assert hasher.patience == search.validation.patience
     assert hasher.validation_metric == search.validation.metric
     assert hasher.n_bits == SGHHasher().n_bits  # what the preset leaves alone is the default

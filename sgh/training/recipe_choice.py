@@ -1,0 +1,116 @@
+"""Choosing the training recipe on the validation split: `validation.candidates`.
+
+A recipe chosen on one dataset need not transfer to another (`experiment=search`'s deep model
+ranks best on MNIST, the linear one on glove-50-angular: docs/results.md). With candidates, a
+run trains each of them, its model and trainer settings over the run's
+(`sgh.config.candidate_config`), on the same training items and validation split, each stopped
+early by `validation.patience`; and keeps the one whose validation figure for the search the
+codes are made for is highest (`search_figure`): a scan's, a rescoring's or a Hamming ranking's.
+Ties go to the earlier candidate. The training budget is the sum of the candidates'
+`trainer.steps`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sgh.artifacts.run_directory import CHOSEN_KEY
+from sgh.config import Config, candidate_config
+from sgh.data.streamed_features import Features
+from sgh.errors import UserInputError
+from sgh.model.sgh_model import SGH
+from sgh.search.score_set import ScoreSet
+from sgh.training.holdout import ValidationSet
+from sgh.training.score_selection import select_scores
+
+logger = logging.getLogger(__name__)
+
+SEARCHES = ("scan", "rescoring", "hamming")
+
+
+@dataclass
+class Choice:
+    """The chosen candidate's model (with its best validated weights) and scores, and the
+    run's SGH fields of metrics.json with the choice reported."""
+
+    model: SGH
+    scores: ScoreSet
+    fields: dict
+
+
+def search_of(config: Config) -> str:
+    """The search a run's codes are scored by (`eval.ranking`), as `SEARCHES` names it: a
+    shortlist rescored by a score is judged by that score, one rescored exactly by its scan."""
+    if config.eval.ranking == "hamming":
+        return "hamming"
+    return "rescoring" if config.eval.ranking == "rerank" and config.eval.rescore == "score" \
+        else "scan"
+
+
+def search_figure(config: Config, search: str, scores: ScoreSet, trained: dict) -> float:
+    """A trained candidate's validation figure for `search`: the validation Recall K@100 of the
+    score it would scan or rescore with (`eval.score`; `auto`: its validated choice), ranking the
+    held-out queries against every training item (`sgh.training.score_selection`); for Hamming
+    ranking, the best figure of `validation.metric`, which selected its weights."""
+    if search == "hamming":
+        return trained[f"best_validation_{trained['validation_metric']}"]
+    try:
+        kind = scores.kind_for(config.eval.score, "asymmetric" if search == "scan" else "rerank")
+    except ValueError as error:
+        raise UserInputError(str(error)) from None
+    return scores.validation_figure(kind)
+
+
+def describe_figure(config: Config, search: str) -> str:
+    """`search_figure` in words, for metrics.json and the results table."""
+    if search == "hamming":
+        return f"best validation {config.validation.metric} (Hamming ranking)"
+    return (f"validation Recall{config.eval.recall_k}@100 of its {search} score, "
+            f"eval.score={config.eval.score}")
+
+
+def choose_recipe(config: Config, train_items: Features, validation: ValidationSet,
+                  similarity: str, search: str,
+                  fit_candidate: Callable[[Config, str], tuple[SGH, dict]]) -> Choice:
+    """Train each candidate of `config.validation.candidates` in order (`fit_candidate(its
+    config, its name)`: the trained model and its fields of metrics.json) and keep the best by
+    its validation figure for `search` (one of `SEARCHES`)."""
+    recall_k = config.eval.recall_k
+    names = list(config.validation.candidates)
+    best: tuple[str, SGH, dict, ScoreSet] | None = None
+    report, seconds, budget = {}, 0.0, 0
+    for number, name in enumerate(names, 1):
+        candidate = candidate_config(config, name)
+        budget += candidate.trainer.steps
+        logger.info("candidate recipe %d of %d, %r: %s", number, len(names), name,
+                    config.validation.candidates[name])
+        model, trained = fit_candidate(candidate, name)
+        scores = select_scores(model, validation, train_items, similarity, recall_k)
+        figure = search_figure(candidate, search, scores, trained)
+        report[name] = {"validation": figure, "steps": trained["steps"],
+                        "best_step": trained.get("best_step"),
+                        "train_seconds": trained["train_seconds"]}
+        seconds += trained["train_seconds"]
+        # A NaN figure (no scorable validation query) never beats another.
+        if best is None or figure > report[best[0]]["validation"] \
+                or math.isnan(report[best[0]]["validation"]):
+            best = (name, model, trained, scores)
+    chosen, model, trained, scores = best
+    described = describe_figure(config, search)
+    logger.info("recipe: %r chosen, %s: %s", chosen, described,
+                ", ".join(f"{name} {entry['validation']:.4f}" for name, entry in report.items()))
+    fields = {**trained, **scores.metrics_fields(recall_k),
+              "train_seconds": seconds,  # every candidate's, this process's part
+              CHOSEN_KEY: chosen,
+              "recipe_candidates": report,
+              "recipe_figure": described,
+              "recipe_budget_steps": budget,
+              "recipe_convention": (
+                  "each candidate trained on the same split, early-stopped by "
+                  f"validation.patience={config.validation.patience}; chosen by the highest "
+                  f"{described} (ties: the earlier candidate); steps, best_step and the other "
+                  "training fields are the chosen one's, train_seconds every candidate's")}
+    return Choice(model, scores, fields)
