@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from sgh.artifacts.atomic import ANY_FILE, refuse_to_replace
-from sgh.artifacts.run_directory import RunDirectory, are_sgh_train_settings
+from sgh.artifacts.run_directory import RunDirectory
 from sgh.errors import UserInputError, causes, first_few
 
 # The errors of a place that are the user's to fix: what each means and what to do ("write
@@ -134,7 +134,7 @@ def _hydras_record_of_an_sgh_sweep(entry: Path) -> bool:
         return False
     if entry.name == "optimization_results.yaml":
         return isinstance(recorded, dict) and recorded.get("name") == "optuna"
-    return are_sgh_train_settings(recorded) and isinstance(recorded.get("hydra"), dict)
+    return _are_sgh_train_settings(recorded) and isinstance(recorded.get("hydra"), dict)
 
 
 def refuse_a_folder_that_holds_no_sweep(directory: Path,
@@ -158,3 +158,13 @@ def refuse_a_folder_that_holds_no_sweep(directory: Path,
             f"hydra.sweep.dir={directory} is not a sweep directory (it holds "
             f"{first_few(entries)}), and sgh never writes over what it did not write; accepted: "
             "a new or empty directory, or an earlier sweep's to resume it")
+
+
+def _are_sgh_train_settings(settings) -> bool:
+    """Whether `settings` (a configuration read back as mappings) are sgh-train's: a `model`
+    with its `name` and `bits`, a `dataset` and a `trainer` section. What tells Hydra's
+    record of an sgh sweep from another tool's file of that name."""
+    model = settings.get("model") if isinstance(settings, dict) else None
+    return (isinstance(model, dict) and isinstance(model.get("name"), str)
+            and isinstance(model.get("bits"), int) and not isinstance(model.get("bits"), bool)
+            and all(isinstance(settings.get(section), dict) for section in ("dataset", "trainer")))

@@ -86,10 +86,6 @@ RUN_ENTRIES = frozenset({RUN_MARKER, LOCK_FILE, HYDRA_DIR, CONFIG_FILE, INPUTS_F
 # creates it and writes its record and log there before sgh-train's code runs, and the lock is
 # taken next (`sgh.artifacts.run_lock`).
 _BEFORE_THE_RUN = frozenset({HYDRA_DIR, LOG_FILE, LOCK_FILE})
-# What only a started run leaves beside its config.yaml: with one of them, sgh's settings in
-# config.yaml and nothing outside RUN_ENTRIES, a directory is a run from before the marker. A
-# config.yaml alone, or beside codes or an encoder, may be a user's copy: not enough.
-_TRACES_OF_A_RUN = frozenset({INPUTS_FILE, CHECKPOINTS_DIR, METRICS_FILE})
 _MARKER_TEXT = "an sgh-train run directory: sgh writes and replaces the files in it\n"
 # TensorFlow's own temporaries in a checkpoint directory: a checkpoint's shards before they are
 # merged into place (`ckpt-<step>_temp/`), and the state file before its rename.
@@ -150,8 +146,7 @@ class RunDirectory:
     def _mark(self) -> None:
         """Every writer of the run's files calls this first: once the run has a file, the
         marker is there, and later commands know the directory for a run's whatever it holds.
-        Not in `claim`: a finished run opened again changes no file (not even an older run
-        from before the marker)."""
+        Not in `claim`: a finished run opened again changes no file."""
         self.require_in_place()
         if not self.marker.is_file():
             write_bytes(self.marker, _MARKER_TEXT.encode())
@@ -159,8 +154,8 @@ class RunDirectory:
     def refuse_unless_ours(self, key: str | None = None) -> None:
         """Refuse to write into a directory the product did not make: accepted are a path that
         does not exist, a new directory (empty, or holding only what Hydra and the lock write
-        before a run starts), one with the marker, and a run from before the marker
-        (`holds_a_run`). `key`: the setting that chose it, for the message (`hydra.run.dir`).
+        before a run starts) and one with the marker (`holds_a_run`). `key`: the setting that
+        chose it, for the message (`hydra.run.dir`).
 
         Raises:
             UserInputError: one line naming the directory and what it holds; also for an
@@ -174,8 +169,7 @@ class RunDirectory:
             return
         self.previous_config()  # a damaged config.yaml: its own line, "restore it"
         names = _entries(self.path)
-        if self.marker.is_file() or all(_named_in(name, _BEFORE_THE_RUN) for name in names) \
-                or self._from_before_the_marker(names):
+        if self.marker.is_file() or all(_named_in(name, _BEFORE_THE_RUN) for name in names):
             return
         held = sorted(name for name in names if not _named_in(name, _BEFORE_THE_RUN))
         raise UserInputError(
@@ -195,22 +189,11 @@ class RunDirectory:
                                                for name in names)
 
     def holds_a_run(self) -> bool:
-        """Whether the directory is a run: it carries the marker, or is a run from before the
-        marker (sgh's settings in config.yaml, a trace of training, nothing but a run's
-        files)."""
+        """Whether the directory is a run: it carries the marker."""
         try:
-            if not self.path.is_dir():
-                return False
-            return self.marker.is_file() or self._from_before_the_marker(_entries(self.path))
-        # An unreadable config.yaml or directory: not recognisably a run.
-        except (UserInputError, OSError):
+            return self.marker.is_file()
+        except OSError:  # an unreadable directory: not recognisably a run
             return False
-
-    def _from_before_the_marker(self, names: list[str]) -> bool:
-        if CONFIG_FILE not in names or not _TRACES_OF_A_RUN.intersection(names) \
-                or not all(_named_in(name, RUN_ENTRIES) for name in names):
-            return False
-        return are_sgh_train_settings(self.previous_config())
 
     # ---- names ------------------------------------------------------------------------------
     @property
@@ -469,16 +452,6 @@ class RunDirectory:
             raise UserInputError(f"run={self.path}: {METRICS_FILE} has no integer 'steps'; "
                                  "expected the metrics of an SGH run")
         return self.weights_of_step(step)
-
-
-def are_sgh_train_settings(settings) -> bool:
-    """Whether `settings` (a configuration read back as mappings) are sgh-train's: a `model`
-    with its `name` and `bits`, a `dataset` and a `trainer` section. What tells a run's
-    config.yaml, or Hydra's record of an sgh sweep, from another tool's file of that name."""
-    model = settings.get("model") if isinstance(settings, dict) else None
-    return (isinstance(model, dict) and isinstance(model.get("name"), str)
-            and isinstance(model.get("bits"), int) and not isinstance(model.get("bits"), bool)
-            and all(isinstance(settings.get(section), dict) for section in ("dataset", "trainer")))
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

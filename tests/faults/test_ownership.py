@@ -15,7 +15,6 @@ most of it TensorFlow's import and two tiny trainings, and two `sgh-eval` proces
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -128,20 +127,6 @@ def test_sgh_train_into_a_users_folder_is_refused_before_anything_is_written(
     with pytest.raises(UserInputError, match=f"{folder} is not an sgh run directory"):
         run(compose_config(*BASELINE), folder)
     assert files_below(folder) == before  # not even the lock file
-
-
-def test_a_run_from_before_the_marker_still_resumes(tmp_path, caplog):
-    # A run made before runs carried .sgh-run: sgh's settings in config.yaml, its checkpoints
-    # and inputs.json, nothing else. Interrupted after its last checkpoint (no codes yet).
-    run_dir = tmp_path / "run"
-    run(compose_config(*SGH_QUICK), run_dir)
-    (run_dir / ".sgh-run").unlink()
-    (run_dir / "codes.npz").unlink()
-    (run_dir / "metrics.json").unlink()
-    with caplog.at_level(logging.INFO, logger="sgh"):
-        run(compose_config(*SGH_QUICK), run_dir)
-    assert "resuming from step 60" in caplog.text
-    assert (run_dir / ".sgh-run").is_file() and (run_dir / "codes.npz").is_file()
 
 
 # ---- Lost 3 and 4: SGHHasher.save and export_encoder ------------------------------------------
