@@ -28,9 +28,6 @@ from sgh.training.score_selection import select_scores
 
 logger = logging.getLogger(__name__)
 
-SEARCHES = ("scan", "rescoring", "hamming")
-
-
 @dataclass
 class Choice:
     """The chosen candidate's model (with its best validated weights) and scores, and the
@@ -42,8 +39,9 @@ class Choice:
 
 
 def search_of(config: Config) -> str:
-    """The search a run's codes are scored by (`eval.ranking`), as `SEARCHES` names it: a
-    shortlist rescored by a score is judged by that score, one rescored exactly by its scan."""
+    """The search a run's codes are scored by (`eval.ranking`): "scan", "rescoring" or
+    "hamming"; a shortlist rescored by a score is judged by that score, one rescored exactly
+    by its scan."""
     if config.eval.ranking == "hamming":
         return "hamming"
     return "rescoring" if config.eval.ranking == "rerank" and config.eval.rescore == "score" \
@@ -72,13 +70,17 @@ def describe_figure(config: Config, search: str) -> str:
             f"eval.score={config.eval.score}")
 
 
-def choose_recipe(config: Config, train_items: Features, validation: ValidationSet,
+def fit_and_score(config: Config, train_items: Features, validation: ValidationSet | None,
                   similarity: str, search: str,
-                  fit_candidate: Callable[[Config, str], tuple[SGH, dict]]) -> Choice:
-    """Train each candidate of `config.validation.candidates` in order (`fit_candidate(its
-    config, its name)`: the trained model and its fields of metrics.json) and keep the best by
-    its validation figure for `search` (one of `SEARCHES`)."""
+                  fit: Callable[[Config, str | None], tuple[SGH, dict]]) -> Choice:
+    """The trained model, its validated scores and its fields of metrics.json: `fit(config,
+    None)` (the trained model and its training fields), or with `validation.candidates` the
+    best of them for `search` (`search_of`), each fitted as `fit(its config, its name)`."""
     recall_k = config.eval.recall_k
+    if not config.validation.candidates:
+        model, trained = fit(config, None)
+        scores = select_scores(model, validation, train_items, similarity, recall_k)
+        return Choice(model, scores, {**trained, **scores.metrics_fields(recall_k)})
     names = list(config.validation.candidates)
     best: tuple[str, SGH, dict, ScoreSet] | None = None
     report, seconds, budget = {}, 0.0, 0
@@ -87,7 +89,7 @@ def choose_recipe(config: Config, train_items: Features, validation: ValidationS
         budget += candidate.trainer.steps
         logger.info("candidate recipe %d of %d, %r: %s", number, len(names), name,
                     config.validation.candidates[name])
-        model, trained = fit_candidate(candidate, name)
+        model, trained = fit(candidate, name)
         scores = select_scores(model, validation, train_items, similarity, recall_k)
         figure = search_figure(candidate, search, scores, trained)
         report[name] = {"validation": figure, "steps": trained["steps"],

@@ -39,8 +39,7 @@ from sgh.model.sgh_model import SGH
 from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore, joint_score
 from sgh.search.score_set import ScoreSet
 from sgh.training.holdout import MAX_HELD_OUT_SHARE
-from sgh.training.recipe_choice import choose_recipe
-from sgh.training.score_selection import select_scores
+from sgh.training.recipe_choice import fit_and_score
 from sgh.training.train_sgh import fit_in_memory, hold_out
 from sgh.training.verbose import progress_on_stderr
 
@@ -223,19 +222,13 @@ class SGHHasher(BinaryHasher):
             config = dataclasses.replace(config, trainer=dataclasses.replace(
                 config.trainer, batch_size=len(train_items)))
 
-        def fit(recipe: Config, name: str | None = None) -> tuple[SGH, dict]:
+        def fit(recipe: Config, _candidate: str | None) -> tuple[SGH, dict]:
             trained = fit_in_memory(recipe, train_items, validation)
             return trained.model, trained.fields
 
-        if config.validation.candidates:
-            # Judged by the scan: what `asymmetric_score()` and SGHIndex's scan search by.
-            choice = choose_recipe(config, train_items, validation, "euclidean", "scan", fit)
-            self.model_, self.scores_, self.fit_info_ = choice.model, choice.scores, choice.fields
-            return
-        self.model_, self.fit_info_ = fit(config)
-        self.scores_ = select_scores(self.model_, validation, train_items, "euclidean",
-                                     config.eval.recall_k)
-        self.fit_info_.update(self.scores_.metrics_fields(config.eval.recall_k))
+        # Candidates are judged by the scan: what `asymmetric_score()` and SGHIndex search by.
+        chosen = fit_and_score(config, train_items, validation, "euclidean", "scan", fit)
+        self.model_, self.scores_, self.fit_info_ = chosen.model, chosen.scores, chosen.fields
 
     # Codes come from `sgh.model.encoding`, as for sgh-train's codes.npz: float32 features in
     # the model's own chunks (not the baselines' float64 row blocks).

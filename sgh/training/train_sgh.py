@@ -43,8 +43,7 @@ from sgh.training.progress import (
     TrainingScalars,
     ValidationPoints,
 )
-from sgh.training.recipe_choice import choose_recipe, search_of
-from sgh.training.score_selection import select_scores
+from sgh.training.recipe_choice import fit_and_score, search_of
 from sgh.training.signals import stop_on_signals
 
 logger = logging.getLogger(__name__)
@@ -66,21 +65,15 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     train_items, validation = hold_out(config, split.train, split_training_labels(split),
                                        repr(split.name), split.similarity)
 
-    def fit(candidate: Config, directory: RunDirectory) -> tuple[SGH, dict]:
-        trained = fit_in_run_directory(candidate, train_items, validation, strategy, directory)
+    def fit(recipe: Config, candidate: str | None) -> tuple[SGH, dict]:
+        directory = run_directory if candidate is None else run_directory.candidate(candidate)
+        trained = fit_in_run_directory(recipe, train_items, validation, strategy, directory)
         _keep_training_record(trained.fields, directory)
         return trained.model, trained.fields
 
-    if config.validation.candidates:
-        choice = choose_recipe(config, train_items, validation, split.similarity,
-                               search_of(config),
-                               lambda recipe, name: fit(recipe, run_directory.candidate(name)))
-        model, scores, fields = choice.model, choice.scores, choice.fields
-    else:
-        model, fields = fit(config, run_directory)
-        scores = select_scores(model, validation, train_items, split.similarity,
-                               config.eval.recall_k)
-        fields.update(scores.metrics_fields(config.eval.recall_k))
+    chosen = fit_and_score(config, train_items, validation, split.similarity, search_of(config),
+                           fit)
+    model, scores, fields = chosen.model, chosen.scores, chosen.fields
     # The encoder that made the final codes, for sgh-encode and TF Serving (sgh.model.export).
     export_encoder(model, run_directory.encoder, unit_normalise=split.similarity == "angular")
     return EncodedSplit(database=encode_packed(model, split.database),
