@@ -26,12 +26,8 @@ atexit.register(gc.freeze)
 USAGE_ERROR_EXIT_CODE, DIVERGED_EXIT_CODE, INTERRUPTED_EXIT_CODE = 2, 3, 130
 
 
-def debug_requested() -> bool:
-    return os.environ.get("SGH_DEBUG", "") not in ("", "0")
-
-
 def _report(program: str, line: str, status: int):
-    if debug_requested():
+    if os.environ.get("SGH_DEBUG", "") not in ("", "0"):
         traceback.print_exc()
     print(f"{program}: {line}", file=sys.stderr, flush=True)
     sys.exit(status)

@@ -23,7 +23,7 @@ from hydra._internal.callbacks import Callbacks
 from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, ValueType
+from hydra.core.override_parser.types import Override
 from hydra.core.utils import run_job
 from hydra.errors import HydraException, OverrideParseException
 from hydra.types import HydraContext, RunMode
@@ -105,16 +105,11 @@ def _parsed(text: str) -> Override:
 
 
 def _jobs(overrides: list[Override], multirun: bool) -> list[list[str]]:
-    """Each job's overrides: one job for a run; for a sweep, the cross product of its values, as
-    Hydra's basic sweeper makes them (an interval, which only Optuna and such sample, left out)."""
-    sweeps = [override for override in overrides if override.is_sweep_override()]
-    if sweeps and not multirun:
-        key, _, value = sweeps[0].input_line.partition("=")
-        other_readings = (f"; or write {key}=[{value}] for a list, or quote it for a string "
-                          f"('{key}=\"{value}\"')"
-                          if sweeps[0].value_type == ValueType.SIMPLE_CHOICE_SWEEP else "")
-        raise UserInputError(f"{sweeps[0].input_line} is a sweep (several values): add -m "
-                             f"(--multirun) for one job per value{other_readings}")
+    """Each job's overrides: one job for a run (where Hydra refuses a sweep, saying how to read
+    it); for a sweep, the cross product of its values, as Hydra's basic sweeper makes them (an
+    interval, which only Optuna and such sample, left out)."""
+    if not multirun:
+        return [[override.input_line for override in overrides]]
     choices = []
     for override in overrides:
         try:

@@ -14,7 +14,6 @@ from omegaconf.errors import (
     ConfigKeyError,
     MissingMandatoryValue,
     OmegaConfBaseException,
-    ValidationError,
 )
 
 # Lines of Hydra's and OmegaConf's messages that locate rather than explain.
@@ -98,12 +97,8 @@ def _key_line(cause: OmegaConfBaseException, override: str | None) -> str:
             keys = []
         return unknown_key_line(stated, full_key.rpartition(".")[0] or "the configuration", key,
                                 keys)
-    # What the key's type in the schema accepts; an item's of a typed list (eval.recall_n[1]).
-    items = typing.get_args(getattr(cause, "ref_type", None))
-    hint = (typing.get_type_hints(schema).get(key) if dataclasses.is_dataclass(schema)
-            and isinstance(key, str) else items[0] if isinstance(key, int) and items else None)
-    accepted = _describe(hint) if isinstance(cause, ValidationError) else None
-    return f"{stated}: {first}" + (f"; accepted: {accepted}" if accepted else "")
+    # OmegaConf's own line names the type the key accepts ("could not be converted to Integer").
+    return f"{stated}: {first}"
 
 
 def unknown_key_line(stated: str, section: str, key, keys: typing.Sequence[str],
@@ -113,14 +108,3 @@ def unknown_key_line(stated: str, section: str, key, keys: typing.Sequence[str],
     adding = "; a key added with + would be ignored" if added else ""
     return (f"{stated}: {section} has no key {key!r}{adding}; {accepted} (--cfg job prints "
             "every key with its value)")
-
-
-def _describe(hint) -> str | None:
-    """What a type accepts, in words (None when it does not say)."""
-    arguments = [argument for argument in typing.get_args(hint) if argument is not type(None)]
-    item = _describe(arguments[0]) if len(arguments) == 1 else None
-    if typing.get_origin(hint) is list:
-        return f"a list of {item.split(' ', 1)[-1]}s, e.g. [1,2]" if item else "a list"
-    if type(None) in typing.get_args(hint):
-        return f"{item} or null" if item else None
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint)

@@ -36,19 +36,11 @@ from sgh.reports.comparison import written_by_compare
 register_configs()
 logger = logging.getLogger(__name__)
 
-# The second this command started (`_2`, `_3` ... once `_directory` found the name taken), one
-# value for the whole command: Hydra's `now` is read again at each composition.
-_start_time: str | None = None
-
-
-def _started() -> str:
-    global _start_time
-    _start_time = _start_time or datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    return _start_time
-
-
+# The second this command started (`_2`, `_3` ... once `_directory` found the name taken), set
+# by `main`, one value for the whole command: Hydra's `now` is read again at each composition.
+_start_time = ""
 if not OmegaConf.has_resolver("sgh_start_time"):
-    OmegaConf.register_new_resolver("sgh_start_time", _started)
+    OmegaConf.register_new_resolver("sgh_start_time", lambda: _start_time)
 
 
 def _train(config: Config, existed: frozenset[Path] | None = None) -> float | None:
@@ -122,7 +114,7 @@ def _directory(config: DictConfig, key: str) -> tuple[str, frozenset[Path]]:
     if "sgh_start_time" not in str(OmegaConf.to_container(OmegaConf.select(config, section),
                                                           resolve=False)[name]):
         return directory, existing_paths(directory)
-    second = _started()
+    second = _start_time
     for count in itertools.count(1):
         _start_time = second if count == 1 else f"{second}_{count}"
         directory = OmegaConf.select(config, key)
@@ -146,7 +138,7 @@ def optimized_value(metrics: dict, key: str, warn: bool = True) -> float | None:
 
 def main() -> None:
     global _start_time
-    _start_time = None  # this command's: a process may run several (tests)
+    _start_time = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")  # a process may run several
     run_hydra_command("sgh-train", "train", _hydra_main, _claim_run_directory, _check_sweep,
                       output_key="hydra.run.dir")
 

@@ -23,11 +23,13 @@ def command_here(capsys, monkeypatch):
     # not logged. Hydra configures through the standard library's DictConfigurator.
     monkeypatch.setattr(logging.config.DictConfigurator, "configure", lambda self: None)
 
-    def call(command: str, arguments: list[str], cwd: Path):
+    def call(command: str, arguments: list[str], cwd: Path, debug: bool = False):
         program, module = PROGRAMS[command]
         main = importlib.import_module(module).main
         monkeypatch.chdir(cwd)
-        monkeypatch.delenv("SGH_DEBUG", raising=False)
+        monkeypatch.delenv("SGH_DEBUG", raising=False)  # the caller's shell is not the test's
+        if debug:
+            monkeypatch.setenv("SGH_DEBUG", "1")
         monkeypatch.setattr(sys, "argv", [program, *arguments])
         capsys.readouterr()
         try:
