@@ -29,7 +29,8 @@ it, its dominated settings drawn as crosses):
 - faiss anchors at B bytes per item (index_factory strings), each trained on the run's
   training features only: `PQ{B}np` (IndexPQ, 8-bit sub-quantizers, without the polysemous
   training that only faiss's Hamming-filtered search uses), `PQ{2B}x4fs` (4-bit fast scan),
-  `OPQ{B},PQ{B}np` and `OPQ{2B},PQ{2B}x4fs` (a learned rotation first), `RQ{B}x8_Nqint8` and
+  `OPQ{B},PQ{B}np` and `OPQ{2B},PQ{2B}x4fs` (a learned rotation first), `PQ{B+1}np` and
+  `OPQ{B+1},PQ{B+1}np` (B + 1 bytes: the byte decoder's size, spent by PQ), `RQ{B}x8_Nqint8` and
   `LSQ{B}x8_Nqint8` (additive quantizers, B codebooks of 256 over the whole vector, the
   reconstruction's norm in one more byte: the byte decoder's structure, encoded by beam search
   and by local search; trained on at most 100,000 training items, as the byte decoder),
@@ -68,7 +69,8 @@ queries/s of its points with Recall10@100 >= r (the Pareto frontier, as ann-benc
 SGH's curve is every point of the run (scan, two-stage and inverted lists). Compared at every
 recall of a point in that range, without a noise margin. The byte decoder's points store B + 1
 bytes, so a second verdict compares them alone against every anchor of at most B + 1 bytes
-(RQ and LSQ, flat and in inverted lists, included; RaBitQ not), the same way.
+(PQ and OPQ with B + 1 sub-quantizers, RQ and LSQ, flat and in inverted lists, included; RaBitQ
+not), the same way.
 
 The inverted lists' target (issue 33): an IVF point at >= 0.95 x the Recall10@100 of the flat
 scan (mode="scan" at SGHIndex's default refine factor) with >= 10 x its queries/s. Reported per
@@ -312,6 +314,10 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
     pq_train, pq_database, pq_queries = (zero_padded(rows, 2 * B)
                                          for rows in (train, database, queries))
     dim, padded_dim = train.shape[1], pq_train.shape[1]
+    # The byte decoder's B + 1 bytes as PQ and OPQ spend them: one more 8-bit sub-quantizer.
+    plus_one = [f"PQ{B + 1}np", f"OPQ{B + 1},PQ{B + 1}np"]
+    plus_one_train, plus_one_database, plus_one_queries = (zero_padded(rows, B + 1)
+                                                           for rows in (train, database, queries))
     # np: no polysemous training, which serves only faiss's Hamming-filtered search (minutes
     # of annealing; the ADC ranking measured here is the same without it).
     flat = [f"PQ{B}np", f"PQ{2 * B}x4fs", f"OPQ{B},PQ{B}np", f"OPQ{2 * B},PQ{2 * B}x4fs"]
@@ -324,14 +330,15 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
         index.train(train[:FIT_ROWS])
         index.add(database)
         built[key] = index
-    for key in flat + inverted:
-        index = faiss.index_factory(padded_dim, key, metric)
+    for key in flat + inverted + plus_one:
+        rows = (plus_one_train, plus_one_database) if key in plus_one else (pq_train, pq_database)
+        index = faiss.index_factory(rows[0].shape[1], key, metric)
         if settings.opq_iterations is not None and key.startswith("OPQ"):
             faiss.downcast_VectorTransform(index.chain.at(0)).niter = settings.opq_iterations
         if key in inverted[1:]:  # the same coarse lists as the first: k-means once
             index.quantizer.add(built[inverted[0]].quantizer.reconstruct_n(0, nlist))
-        index.train(pq_train)
-        index.add(pq_database)
+        index.train(rows[0])
+        index.add(rows[1])
         built[key] = index
     # The byte decoder's structure in inverted lists: codes of residuals, B + 1 bytes.
     inverted_additive = [f"IVF{nlist},RQ{B}x8_Nqint8", f"IVF{nlist},LSQ{B}x8_Nqint8"]
@@ -357,6 +364,12 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
         if key in flat:
             points.append(Point(f"faiss {key}", dict(padding), search=faiss_search(
                 index, pq_queries), is_sgh=False, **sizes))
+            continue
+        if key in plus_one:
+            padded = plus_one_queries.shape[1]
+            points.append(Point(f"faiss {key}", {} if padded == dim else {
+                "zero_padded_dim": padded}, search=faiss_search(index, plus_one_queries),
+                is_sgh=False, **sizes))
             continue
         whole = key in inverted_additive  # whole-vector codebooks: no padding
         for nprobe in settings.nprobes:

@@ -42,15 +42,16 @@ def test_every_curve_is_measured_at_the_codes_bytes_per_item(benchmarked):
     lists = next(point["params"]["nlist"] for point in points if "nlist" in point["params"])
     assert methods == {"SGH scan", "SGH two-stage", f"SGH IVF{lists} scan",
                        "SGH byte decoder scan", f"SGH IVF{lists} byte decoder scan",
-                       "faiss PQ2np", "faiss PQ4x4fs",
+                       "faiss PQ2np", "faiss PQ4x4fs", "faiss PQ3np", "faiss OPQ3,PQ3np",
                        "faiss OPQ2,PQ2np", "faiss OPQ4,PQ4x4fs", "faiss RQ2x8_Nqint8",
                        "faiss LSQ2x8_Nqint8", f"faiss IVF{lists},PQ4x4fs",
                        f"faiss IVF{lists},PQ4x4fsr", f"faiss IVF{lists},RQ2x8_Nqint8",
                        f"faiss IVF{lists},LSQ2x8_Nqint8", "faiss RaBitQ"}
     # The codes' 2 bytes; with the reconstruction's norm in one more byte (the byte decoder,
-    # faiss's additive quantizers); RaBitQ at its own size, a bit per dimension (32) plus its
-    # float factors.
+    # faiss's additive quantizers), and PQ/OPQ with one more sub-quantizer at those 3 bytes;
+    # RaBitQ at its own size, a bit per dimension (32) plus its float factors.
     sizes = {"faiss RaBitQ": 12, "SGH byte decoder scan": 3, "faiss RQ2x8_Nqint8": 3,
+             "faiss PQ3np": 3, "faiss OPQ3,PQ3np": 3,
              "faiss LSQ2x8_Nqint8": 3, f"SGH IVF{lists} byte decoder scan": 3,
              f"faiss IVF{lists},RQ2x8_Nqint8": 3, f"faiss IVF{lists},LSQ2x8_Nqint8": 3}
     for point in points:
