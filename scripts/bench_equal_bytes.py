@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 
 from sgh.config import dataset_config_from
 from sgh.data import load_split
+from sgh.data.neighbours import exact_neighbours
 from sgh.data.similarity import unit_normalised
 from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import SGHIndex
@@ -93,9 +94,7 @@ def main() -> None:
         if bits % 8:
             raise SystemExit(f"{run_dir}: {bits} bits; accepted: a multiple of 8")
         queries, database, fit = validation_split(run_dir, scores.similarity == "angular")
-        distances = ((queries ** 2).sum(1)[:, None] - 2 * queries @ database.T
-                     + (database ** 2).sum(1)[None])
-        truth = np.argsort(distances, axis=1, kind="stable")[:, :10]
+        truth = exact_neighbours(queries, database, 10, "euclidean")
         result = {"run": run_dir, "bits": bits, "queries": len(queries),
                   "database": len(database), "fitted_on": len(fit),
                   "figure": "validation Recall10@100, ties by row",
