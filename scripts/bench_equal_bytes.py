@@ -1,23 +1,23 @@
-"""The byte decoder against faiss PQ and OPQ at equal bytes, on a validation split carved from a
-run's training rows (no test query is read).
+"""The byte decoder against faiss PQ, OPQ and LSQ at equal bytes, on a validation split carved
+from a run's training rows (no test query is read).
 
     SGH_DATA_DIR=/path/to/data python scripts/bench_equal_bytes.py --runs RUN [RUN ...]
         [--json bench_equal_bytes.json]
 
-RUN: a finished `sgh-train` run of SGH at B bits (B a multiple of 8). The byte decoder stores
-B / 8 code bytes and the reconstruction's norm, one more byte (faiss's `ST_norm_qint8`), so it is
-compared with faiss's `PQ{B/8+1}` and `OPQ{B/8+1},PQ{B/8+1}` (the same B / 8 + 1 bytes) and,
-for reference, `PQ{B/8}` and `OPQ{B/8},PQ{B/8}` (one byte fewer). A 24-bit run's byte decoder
-takes 4 bytes, a 32-bit run's 5.
+RUN: a finished `sgh-train` run of SGH at B bits (B a multiple of 8). `SGHIndex(...,
+decoder="bytes")` holds B / 8 bytes per item, the codes alone (each item's norm is computed from
+its code during the scan), so it is compared with faiss's `PQ{B/8}`, `OPQ{B/8},PQ{B/8}` and
+`LSQ{B/8}x8` with its norm computed from the codes as well (faiss's `ST_norm_from_LUT`): the
+same B / 8 bytes per item.
 
 Validation split: the run's training rows as the model saw them (unit vectors for an angular
 run), shuffled with a fixed seed: the first 2,000 (a quarter of them at most) are the queries,
 the next up to 100,000 (at most half of the rest) the database, the others the rows the byte
-decoder is fitted and PQ/OPQ trained on (at most 100,000 of them). Ground truth: each query's
-10 nearest database rows by squared Euclidean distance, ties by row. Figure: Recall10@100, the
-share of those 10 among the first 100 results, averaged over the queries; for the byte decoder
-with its norm as stored in one byte (min-max over the database, 256 levels) and as a float.
-One thread (OPQ's training differs between thread counts).
+decoder is fitted and PQ, OPQ and LSQ trained on (at most 100,000 of them). Ground truth: each
+query's 10 nearest database rows by squared Euclidean distance, ties by row. Figure:
+Recall10@100, the share of those 10 among the first 100 results, averaged over the queries;
+queries/s: all queries in one call, one thread, the median of 3 interleaved rounds. One thread
+throughout (OPQ's training differs between thread counts).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 
 import faiss
 import numpy as np
@@ -37,7 +38,7 @@ from sgh.data.similarity import unit_normalised
 from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import SGHIndex
 
-QUERIES, MAX_DATABASE, MAX_FIT, SEED, K = 2_000, 100_000, 100_000, 1, 100
+QUERIES, MAX_DATABASE, MAX_FIT, SEED, K, ROUNDS = 2_000, 100_000, 100_000, 1, 100, 3
 
 
 def validation_split(run_dir: str, angular: bool) -> tuple[np.ndarray, ...]:
@@ -58,27 +59,46 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
     return float((found[:, :K, None] == truth[:, None, :]).any(axis=1).mean())
 
 
-def byte_decoder_recalls(scores: ScoreSet, queries, database, fit, truth) -> dict[str, float]:
+def timed(searches: dict[str, object], queries, truth) -> dict[str, dict[str, float]]:
+    """Each search's recall and the median queries/s of `ROUNDS` interleaved rounds; a search
+    maps the queries to their first K ids."""
+    results = {name: {"recall": recall(search(queries), truth)}
+               for name, search in searches.items()}
+    seconds = {name: [] for name in searches}
+    for _ in range(ROUNDS):
+        for name, search in searches.items():
+            start = time.perf_counter()
+            search(queries)
+            seconds[name].append(time.perf_counter() - start)
+    for name, result in results.items():
+        result["queries_per_s"] = round(len(queries) / float(np.median(seconds[name])), 1)
+    return results
+
+
+def byte_decoder_search(scores: ScoreSet, database, fit):
     index = SGHIndex(scores, decoder="bytes")
     index.train(fit)
-    decoder, codes = index.byte_decoder, index.encode(database)
-    tables = decoder.lookup_tables(queries)  # (nq, bytes, 256): -2 <q, C_j[v]>
-    products = sum(table[:, codes[:, j]] for j, table in enumerate(tables.transpose(1, 0, 2)))
-    norms = decoder.item_norms(codes)
-    low, high = float(norms.min()), float(norms.max())
-    step = (high - low) / 255 or 1.0
-    one_byte = low + step * np.round((norms - low) / step)
-    ranked = {"float norm": norms, "one-byte norm": one_byte}
-    return {name: recall(np.argsort(products + norm[None], axis=1, kind="stable"), truth)
-            for name, norm in ranked.items()}
+    index.add(database)
+    return lambda queries: index.search(queries, K)[1]
 
 
-def quantizer_recall(key: str, n_bytes: int, queries, database, fit, truth) -> float:
-    pad = lambda rows: np.pad(rows, ((0, 0), (0, -rows.shape[1] % n_bytes)))  # noqa: E731
-    index = faiss.index_factory(pad(fit).shape[1], key)
+def quantizer_search(key: str, n_bytes: int, database, fit):
+    """A faiss index of ``key`` (LSQ with its norm from the codes: ``n_bytes`` per item), the
+    rows padded with zeros to a multiple of ``n_bytes`` dimensions where PQ needs it."""
+    width = fit.shape[1] + (-fit.shape[1] % n_bytes if "PQ" in key else 0)
+    pad = lambda rows: np.pad(rows, ((0, 0), (0, width - rows.shape[1])))  # noqa: E731
+    if key.startswith("LSQ"):
+        index = faiss.IndexLocalSearchQuantizer(width, n_bytes, 8, faiss.METRIC_L2,
+                                                faiss.AdditiveQuantizer.ST_norm_from_LUT)
+    else:
+        index = faiss.index_factory(width, key)
     index.train(pad(fit))
+    if key.startswith("LSQ"):
+        index.aq.compute_codebook_tables()
+    if index.sa_code_size() != n_bytes:
+        raise AssertionError(f"{key}: {index.sa_code_size()} bytes per item, not {n_bytes}")
     index.add(pad(database))
-    return recall(index.search(pad(queries), K)[1], truth)
+    return lambda queries: index.search(pad(queries), K)[1]
 
 
 def main() -> None:
@@ -95,20 +115,19 @@ def main() -> None:
             raise SystemExit(f"{run_dir}: {bits} bits; accepted: a multiple of 8")
         queries, database, fit = validation_split(run_dir, scores.similarity == "angular")
         truth = exact_neighbours(queries, database, 10, "euclidean")
+        n_bytes = bits // 8
+        searches = {f"SGH byte decoder ({n_bytes} B)": byte_decoder_search(scores, database, fit)}
+        for key in (f"PQ{n_bytes}", f"OPQ{n_bytes},PQ{n_bytes}", f"LSQ{n_bytes}x8"):
+            searches[f"faiss {key} ({n_bytes} B)"] = quantizer_search(key, n_bytes, database, fit)
         result = {"run": run_dir, "bits": bits, "queries": len(queries),
                   "database": len(database), "fitted_on": len(fit),
-                  "figure": "validation Recall10@100, ties by row",
-                  **{f"byte decoder ({bits // 8} + 1 B, {name})": value for name, value in
-                     byte_decoder_recalls(scores, queries, database, fit, truth).items()}}
-        for n_bytes in (bits // 8, bits // 8 + 1):
-            for key in (f"PQ{n_bytes}", f"OPQ{n_bytes},PQ{n_bytes}"):
-                result[f"faiss {key} ({n_bytes} B)"] = quantizer_recall(
-                    key, n_bytes, queries, database, fit, truth)
+                  "figure": "validation Recall10@100, ties by row; queries/s, one thread",
+                  **timed(searches, queries, truth)}
         print(f"\n{run_dir} ({bits} bits; {result['figure']}, {len(queries)} training rows as "
               f"queries against {len(database)} others)")
         for name, value in result.items():
-            if isinstance(value, float):
-                print(f"  {name:<42} {value:.4f}")
+            if isinstance(value, dict):
+                print(f"  {name:<32} {value['recall']:.4f}  {value['queries_per_s']:>9,.0f} q/s")
         results.append(result)
     if args.json:
         with open(args.json, "w") as file:

@@ -1,5 +1,5 @@
-"""scripts/bench_equal_bytes.py on a small synthetic SGH run: the byte decoder and PQ/OPQ at its
-bytes and one fewer, each figure a recall, measured on training rows only."""
+"""scripts/bench_equal_bytes.py on a small synthetic SGH run: the byte decoder and PQ, OPQ and LSQ
+at its bytes, each a recall and a speed, measured on training rows only."""
 
 import json
 import subprocess
@@ -11,10 +11,10 @@ import pytest
 from tests.helpers import compose_config, quick, trained
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_equal_bytes.py"
-pytestmark = pytest.mark.slow  # a training run and faiss's OPQ: about half a minute
+pytestmark = pytest.mark.slow  # a training run, faiss's OPQ and LSQ: about half a minute
 
 
-def test_the_byte_decoder_and_pq_opq_are_measured_at_equal_bytes(tmp_path):
+def test_the_byte_decoder_and_faiss_quantizers_are_measured_at_equal_bytes(tmp_path):
     run_dir, _ = trained(tmp_path / "run", compose_config(*quick("model.bits=16")))
     finished = subprocess.run([sys.executable, str(SCRIPT), "--runs", str(run_dir), "--json",
                                str(tmp_path / "equal.json")],
@@ -22,11 +22,11 @@ def test_the_byte_decoder_and_pq_opq_are_measured_at_equal_bytes(tmp_path):
     assert finished.returncode == 0, finished.stderr
     (result,) = json.loads((tmp_path / "equal.json").read_text())
     assert result["bits"] == 16 and result["queries"] + result["database"] <= 2000
-    figures = {key: value for key, value in result.items() if isinstance(value, float)}
-    assert set(figures) == {"byte decoder (2 + 1 B, float norm)",
-                            "byte decoder (2 + 1 B, one-byte norm)", "faiss PQ2 (2 B)",
-                            "faiss OPQ2,PQ2 (2 B)", "faiss PQ3 (3 B)", "faiss OPQ3,PQ3 (3 B)"}
-    assert all(0 < value <= 1 for value in figures.values())
+    figures = {key: value for key, value in result.items() if isinstance(value, dict)}
+    assert set(figures) == {"SGH byte decoder (2 B)", "faiss PQ2 (2 B)", "faiss OPQ2,PQ2 (2 B)",
+                            "faiss LSQ2x8 (2 B)"}
+    assert all(0 < value["recall"] <= 1 and value["queries_per_s"] > 0
+               for value in figures.values())
     assert "validation Recall10@100" in finished.stdout
 
 

@@ -2,9 +2,11 @@
 
 ``AsymmetricIndex(score)`` holds packed database codes and, per item, the score's code term
 (:meth:`sgh.search.asymmetric.AsymmetricScore.item_norms`, one float32 per item: the only memory
-beyond the codes). A search builds each query's lookup tables and scans the database with the
-compiled kernels of :mod:`sgh.search.lookup_kernels`, in bounded memory: queries go in blocks
-whose tables fit in L2, the database in tiles, and only the running top k is kept.
+beyond the codes), unless the score computes that term from the codes' byte pairs (a score with
+``pair_tables``: the byte decoder), in which case the index holds the codes alone and the scans
+compute the term per tile. A search builds each query's lookup tables and scans the database
+with the compiled kernels of :mod:`sgh.search.lookup_kernels`, in bounded memory: queries go in
+blocks whose tables fit in L2, the database in tiles, and only the running top k is kept.
 
 Conventions: ``D`` holds the scores (float32, smaller = nearer; the score omits a per-query
 constant, so compare D within a query only), ``I`` the database ids in insertion order; ties by
@@ -51,6 +53,12 @@ class AsymmetricIndex:
     def __init__(self, score: AsymmetricScore) -> None:
         self.score = score
         self.bits = score.bits
+        # A score whose item term comes from the codes' byte pairs (module doc) has its
+        # (pairs, 65536) tables; for the others the kernels get none and read the held norms.
+        pair_tables = getattr(score, "pair_tables", None)
+        self._terms_from_codes = pair_tables is not None
+        self._pair_tables = (pair_tables if self._terms_from_codes
+                             else np.zeros((0, 256 * 256), np.float32))
         self.reset()
 
     def reset(self) -> None:
@@ -93,7 +101,8 @@ class AsymmetricIndex:
         codes = validate_codes(codes, self.bits, "codes")
         if len(codes):
             self._codes.append(np.ascontiguousarray(codes))
-            self._norms.append(self.score.item_norms(codes))
+            if not self._terms_from_codes:
+                self._norms.append(self.score.item_norms(codes))
 
     def codes(self) -> np.ndarray:
         """All database codes in id order."""
@@ -101,20 +110,28 @@ class AsymmetricIndex:
         return self._codes[0] if self._codes else np.zeros((0, -(-self.bits // 8)), np.uint8)
 
     def norms(self) -> np.ndarray:
-        """Each item's code term of the score, in id order."""
+        """Each item's code term of the score, in id order (computed here from the codes
+        where the score has pair tables: the index holds none)."""
+        if self._terms_from_codes:
+            return self.score.item_norms(self.codes())
+        return self._held_norms()
+
+    def _held_norms(self) -> np.ndarray:
+        """The norms held beside the codes; empty where the kernels compute them per tile."""
         self._merge()
         return self._norms[0] if self._norms else np.zeros(0, np.float32)
 
     def _merge(self) -> None:
         if len(self._codes) > 1:
             self._codes = [np.concatenate(self._codes)]
+        if len(self._norms) > 1:
             self._norms = [np.concatenate(self._norms)]
 
     def search(self, queries: np.ndarray, k: int, workers: int | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """The k best-scoring database codes of each query: ``(D, I)``, see the module doc."""
         check_int("k", k, 1)
-        codes, norms = self.codes(), self.norms()
+        codes, norms, pair_tables = self.codes(), self._held_norms(), self._pair_tables
         if DENSE_TOP_SHARE * k >= len(codes) > 0:
             return self._dense_search(queries, int(k), workers)
         tables = self.score.lookup_tables(queries)
@@ -122,13 +139,17 @@ class AsymmetricIndex:
         I = np.full((len(tables), int(k)), -1, np.int64)
         if len(codes) == 0:
             return D, I
+        block = QUERY_BLOCK
+        if self._terms_from_codes:  # item terms once per tile and call: a call per thread
+            block = max(QUERY_BLOCK, -(-len(tables) // _resolved_workers(workers)))
 
         def scan(start: int) -> None:
-            stop = start + QUERY_BLOCK
-            scan_top_k(tables[start:stop], codes, norms, 0, D[start:stop], I[start:stop])
+            stop = start + block
+            scan_top_k(tables[start:stop], codes, norms, pair_tables, 0, D[start:stop],
+                       I[start:stop])
             sort_heaps(D[start:stop], I[start:stop])
 
-        run_query_blocks(scan, len(tables), workers)
+        run_query_blocks(scan, len(tables), workers, block)
         return D, I
 
     def _dense_search(self, queries: np.ndarray, k: int, workers: int | None
@@ -148,7 +169,7 @@ class AsymmetricIndex:
         item, for blocks of queries of at most ``block_items`` scores (evaluation ranks the whole
         database; a search needs only :meth:`search`)."""
         tables = self.score.lookup_tables(queries)
-        codes, norms = self.codes(), self.norms()
+        codes, norms, pair_tables = self.codes(), self._held_norms(), self._pair_tables
         step = max(1, block_items // max(1, len(codes)))
         for q0 in range(0, len(tables), step):
             q1 = min(q0 + step, len(tables))
@@ -156,7 +177,8 @@ class AsymmetricIndex:
 
             def scan(start: int, q0=q0, q1=q1, out=out) -> None:
                 stop = min(start + QUERY_BLOCK, q1 - q0)
-                scan_scores(tables[q0 + start : q0 + stop], codes, norms, out[start:stop])
+                scan_scores(tables[q0 + start : q0 + stop], codes, norms, pair_tables,
+                            out[start:stop])
 
             run_query_blocks(scan, q1 - q0, workers)
             yield q0, q1, out
@@ -169,12 +191,13 @@ class AsymmetricIndex:
         if candidates.shape[0] != len(tables):
             raise ValueError(f"candidates must have one row per query ({len(tables)}), got "
                              f"{candidates.shape}")
-        codes, norms = self.codes(), self.norms()
+        codes = self.codes()
         valid = candidates >= 0
         safe = np.where(valid, candidates, 0)
         # norm + table[q, j, code[c, j]] over the bytes j in the kernels' order: float32 sums
         # bit-identical to a full scan's, so rescoring never reorders near ties differently.
-        D = norms[safe]
+        D = (self.score.item_norms(codes[safe.ravel()]).reshape(safe.shape)
+             if self._terms_from_codes else self._held_norms()[safe])
         for j in range(codes.shape[1]):
             D += np.take_along_axis(tables[:, j, :], codes[safe, j].astype(np.intp), axis=1)
         D[~valid] = np.inf
@@ -202,10 +225,16 @@ def smallest_by_score_then_id(scores: np.ndarray, k: int) -> tuple[np.ndarray, n
     return np.take_along_axis(values, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
-def run_query_blocks(scan, n_queries: int, workers: int | None) -> None:
-    """Run ``scan(start)`` for every block of :data:`QUERY_BLOCK` queries, on threads."""
-    starts = range(0, n_queries, QUERY_BLOCK)
-    workers = default_workers() if workers is None else max(1, int(workers))
+def _resolved_workers(workers: int | None) -> int:
+    """The threads a scan runs on: `default_workers` for None."""
+    return default_workers() if workers is None else max(1, int(workers))
+
+
+def run_query_blocks(scan, n_queries: int, workers: int | None, block: int = QUERY_BLOCK
+                     ) -> None:
+    """Run ``scan(start)`` for every ``block`` of queries, on threads."""
+    starts = range(0, n_queries, block)
+    workers = _resolved_workers(workers)
     if workers == 1 or len(starts) == 1:
         for start in starts:
             scan(start)

@@ -26,12 +26,16 @@ its part orthogonal to ``U``, adds the same to its error against every code: fit
 of the full-dimension work, at a validation recall within noise of the full tables
 (docs/results.md).
 
-Search: ``||x - x^(h)||^2 = ||x||^2 - 2 sum_j <x, C'_j[h_j]> + ||x^(h)||^2`` (``C'_0`` holding
-``t``): one 256-entry lookup table per byte per query (`lookup_tables`) and one number per item
-(`item_norms`), the form `sgh.search.asymmetric_index.AsymmetricIndex` scans. faiss's own
-additive-quantizer scan runs the same sum (`faiss_index`: `faiss.IndexLocalSearchQuantizer` with
-these tables as its codebooks and ``||x^(h)||^2`` kept in one byte, faiss's ``ST_norm_qint8``,
-as faiss's additive quantizers do at this size).
+Search: ``||x - x^(h)||^2 = ||x||^2 + sum_j (||C'_j[h_j]||^2 - 2 <x, C'_j[h_j]>)
++ 2 sum_{a<b} <C'_a[h_a], C'_b[h_b]>`` (``C'_0`` holding ``t``): one 256-entry lookup table per
+byte per query (`lookup_tables`) and a per-item term read from tables of byte pairs
+(`pair_tables`, `item_norms`): the form `sgh.search.asymmetric_index.AsymmetricIndex` scans. The
+per-item term is a function of the code, so the index holds the ``bits / 8`` code bytes per item
+and nothing more: the scan computes the term once per tile of the database for all the queries
+of a call (faiss's ``ST_norm_from_LUT`` computes the same sum for every query). faiss's own
+additive-quantizer scan runs the same distance (`faiss_index`: `faiss.IndexLocalSearchQuantizer`
+with these tables as its codebooks and ``||x^(h)||^2`` kept in one byte more, faiss's
+``ST_norm_qint8``, for `faiss.read_index`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgh.codes import stored_bits, validate_codes
+from sgh.search.lookup_kernels import pair_terms
 
 # Hard-EM rounds of `ByteDecoder.fit` (each: one posterior-mode sweep, one least-squares fit):
 # validation recall still rose a little at 8 on MNIST and SIFT10K; 10 leaves little to gain.
@@ -150,25 +155,47 @@ class ByteDecoder:
         return self.offset + self._in_features(_reconstruct(codes, self.tables))
 
     def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
-        """``(nq, bytes, 256)`` float32: ``-2 <x, C'_j[v]>`` (module doc), float64 products,
-        taken in the tables' subspace: ``<x, U c> = <U^T x, c>``."""
+        """``(nq, bytes, 256)`` float32: ``||C'_j[v]||^2 - 2 <x, C'_j[v]>`` (module doc),
+        float64 products, taken in the tables' subspace: ``<x, U c> = <U^T x, c>``."""
         queries = np.asarray(queries, np.float64)
         within = queries if self.basis is None else queries @ self._basis64
         products = within @ self._tables64.T
         products[:, :256] += (queries @ self.offset.astype(np.float64))[:, None]
-        return (-2.0 * products).astype(np.float32).reshape(len(products), -1, 256)
+        return (self._books_squared - 2.0 * products).astype(np.float32).reshape(
+            len(products), -1, 256)
 
     def item_norms(self, codes: np.ndarray) -> np.ndarray:
-        """``(n,)`` float32 ``||x^(h)||^2`` of packed codes (float64 sums): the scan's per-item
-        term."""
+        """``(n,)`` float32: the scan's per-item term, the part of ``||x^(h)||^2`` that no
+        single byte holds, ``2 sum_{a<b} <C'_a[h_a], C'_b[h_b]>``, summed as the scans sum it
+        (`sgh.search.lookup_kernels.pair_terms`)."""
+        codes = np.ascontiguousarray(validate_codes(codes, self.bits, "codes"))
+        terms = np.empty(len(codes), np.float32)
+        pair_terms(self.pair_tables, codes, 0, len(codes), terms)
+        return terms
+
+    @functools.cached_property
+    def pair_tables(self) -> np.ndarray:
+        """``(pairs, 65536)`` float32: for each byte pair ``a < b`` in `pair_terms`' order,
+        ``2 <C'_a[u], C'_b[v]>`` at ``256 u + v`` (256 KB per pair: 1.5 MB at 32 bits, 7 MB at
+        64), built once."""
+        books = self._books().astype(np.float64)
+        pairs = [2.0 * books[a] @ books[b].T for a in range(len(books))
+                 for b in range(a + 1, len(books))]
+        return np.ascontiguousarray(np.reshape(pairs, (len(pairs), 256 * 256)), np.float32)
+
+    @functools.cached_property
+    def _books_squared(self) -> np.ndarray:
+        """``(bytes * 256,)`` float64 ``||C'_j[v]||^2``: the per-byte part of the norm."""
+        books = self._books().astype(np.float64)
+        return np.einsum("jvd,jvd->jv", books, books).ravel()
+
+    def squared_norms(self, codes: np.ndarray) -> np.ndarray:
+        """``(n,)`` float32 ``||x^(h)||^2`` of packed codes: the per-byte parts and the cross
+        terms (`item_norms`)."""
         codes = validate_codes(codes, self.bits, "codes")
-        norms = np.empty(len(codes), np.float32)
-        for start in range(0, len(codes), _BLOCK_ROWS):
-            block = codes[start : start + _BLOCK_ROWS]
-            decoded = (self.offset + self._in_features(_reconstruct(block, self.tables))
-                       ).astype(np.float64)
-            norms[start : start + len(block)] = np.einsum("ij,ij->i", decoded, decoded)
-        return norms
+        per_byte = self._books_squared.reshape(-1, 256)
+        return self.item_norms(codes) + sum(per_byte[j][codes[:, j]] for j in range(len(per_byte))
+                                            ).astype(np.float32)
 
     def _in_features(self, coordinates: np.ndarray) -> np.ndarray:
         """Points in the tables' coordinates, in the features' (``U c``)."""
@@ -216,7 +243,7 @@ class ByteDecoder:
         index.aq.is_trained = index.is_trained = True
         if len(codes) == 0:
             return index
-        norms = self.item_norms(codes)
+        norms = self.squared_norms(codes)
         index.aq.train_norm(len(norms), faiss.swig_ptr(norms))
         stored = np.concatenate(
             [codes, norm_levels(norms, index.aq.norm_min, index.aq.norm_max)[:, None]], axis=1)

@@ -6,6 +6,11 @@ query (``code_bytes x 256`` float32: 4 KB at 32 bits) stay in L1 while the datab
 This is the scan of faiss's ``IndexPQ`` with 8-bit sub-quantizers, where the code bytes index
 tables of partial distances.
 
+The per-item term ``norm[i]`` comes either from an array held beside the codes or, for a score
+whose item term is a sum over pairs of code bytes (the byte decoder's ``||x^(h)||^2`` less its
+per-byte part, `pair_terms`), from the codes themselves: computed once per tile of the database
+and shared by every query of the call, so the index holds the codes and nothing per item.
+
 Two kernels, both ``nogil`` so that callers run query blocks on several threads:
 
 * :func:`scan_top_k` keeps each query's k best ``(score, id)`` in a max-heap: a pair costs the
@@ -61,13 +66,40 @@ def _offer(scores, ids, score, item_id, k):
 
 
 @compiled
-def scan_top_k(tables, codes, norms, id_offset, heap_scores, heap_ids):
+def pair_terms(pair_tables, codes, start, stop, out):
+    """``out[i - start]`` for the codes ``start .. stop - 1``: the sum over byte pairs ``a < b``
+    (in the order (0, 1), (0, 2), ..., (1, 2), ...) of ``pair_tables[p, 256 code[a] + code[b]]``,
+    in float32; 0 for one-byte codes."""
+    code_bytes = codes.shape[1]
+    for i in range(start, stop):
+        s = np.float32(0.0)
+        p = 0
+        for a in range(code_bytes):
+            row = np.int64(codes[i, a]) * 256
+            for b in range(a + 1, code_bytes):
+                s += pair_tables[p, row + codes[i, b]]
+                p += 1
+        out[i - start] = s
+
+
+@compiled
+def _tile_terms(norms, pair_tables, codes, start, stop, out):
+    """The tile's per-item terms: ``norms`` where it holds one per item, else `pair_terms`."""
+    if norms.shape[0] == codes.shape[0]:
+        out[: stop - start] = norms[start:stop]
+    else:
+        pair_terms(pair_tables, codes, start, stop, out)
+
+
+@compiled
+def scan_top_k(tables, codes, norms, pair_tables, id_offset, heap_scores, heap_ids):
     """Merge the database ``codes`` (ids ``id_offset + i``) into each query's running top k.
 
     Args:
         tables: ``(nq, code_bytes, 256)`` float32 lookup tables.
         codes: ``(n, code_bytes)`` uint8.
-        norms: ``(n,)`` float32 per-item term.
+        norms: ``(n,)`` float32 per-item term; or empty: the term is `pair_terms` of
+            ``pair_tables`` (``(pairs, 65536)`` float32), computed per tile.
         id_offset: id of ``codes[0]``; ids must grow from call to call (shards in id order).
         heap_scores, heap_ids: ``(nq, k)`` float32 / int64 max-heaps on (score, id), initially
             ``+inf`` / ``-1``; updated in place.
@@ -80,8 +112,10 @@ def scan_top_k(tables, codes, norms, id_offset, heap_scores, heap_ids):
     nq, code_bytes = tables.shape[0], tables.shape[1]
     n, k = codes.shape[0], heap_scores.shape[1]
     flat_codes = codes.reshape(-1)
+    terms = np.empty(TILE_ITEMS, np.float32)
     for start in range(0, n, TILE_ITEMS):
         stop = min(n, start + TILE_ITEMS)
+        _tile_terms(norms, pair_tables, codes, start, stop, terms)
         q = 0
         while q + 4 <= nq:
             t0 = tables[q].reshape(-1)
@@ -92,7 +126,7 @@ def scan_top_k(tables, codes, norms, id_offset, heap_scores, heap_ids):
             w2, w3 = heap_scores[q + 2, 0], heap_scores[q + 3, 0]
             for i in range(start, stop):
                 base = i * code_bytes
-                s0 = s1 = s2 = s3 = norms[i]
+                s0 = s1 = s2 = s3 = terms[i - start]
                 for j in range(code_bytes):
                     at = j * 256 + flat_codes[base + j]
                     s0 += t0[at]
@@ -114,7 +148,7 @@ def scan_top_k(tables, codes, norms, id_offset, heap_scores, heap_ids):
             worst = heap_scores[rest, 0]
             for i in range(start, stop):
                 base = i * code_bytes
-                s = norms[i]
+                s = terms[i - start]
                 for j in range(code_bytes):
                     s += table[j * 256 + flat_codes[base + j]]
                 if s < worst:
@@ -122,14 +156,16 @@ def scan_top_k(tables, codes, norms, id_offset, heap_scores, heap_ids):
 
 
 @compiled
-def scan_scores(tables, codes, norms, out):
-    """``out[q, i]`` = the score of code ``i`` for query ``q`` (summed as in `scan_top_k`);
-    ``out`` is ``(nq, n)`` float32."""
+def scan_scores(tables, codes, norms, pair_tables, out):
+    """``out[q, i]`` = the score of code ``i`` for query ``q`` (the item terms and the sums as
+    in `scan_top_k`); ``out`` is ``(nq, n)`` float32."""
     nq, code_bytes = tables.shape[0], tables.shape[1]
     n = codes.shape[0]
     flat_codes = codes.reshape(-1)
+    terms = np.empty(TILE_ITEMS, np.float32)
     for start in range(0, n, TILE_ITEMS):
         stop = min(n, start + TILE_ITEMS)
+        _tile_terms(norms, pair_tables, codes, start, stop, terms)
         q = 0
         while q + 4 <= nq:
             t0 = tables[q].reshape(-1)
@@ -138,7 +174,7 @@ def scan_scores(tables, codes, norms, out):
             t3 = tables[q + 3].reshape(-1)
             for i in range(start, stop):
                 base = i * code_bytes
-                s0 = s1 = s2 = s3 = norms[i]
+                s0 = s1 = s2 = s3 = terms[i - start]
                 for j in range(code_bytes):
                     at = j * 256 + flat_codes[base + j]
                     s0 += t0[at]
@@ -151,7 +187,7 @@ def scan_scores(tables, codes, norms, out):
             table = tables[rest].reshape(-1)
             for i in range(start, stop):
                 base = i * code_bytes
-                s = norms[i]
+                s = terms[i - start]
                 for j in range(code_bytes):
                     s += table[j * 256 + flat_codes[base + j]]
                 out[rest, i] = s
@@ -225,8 +261,8 @@ def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
 
 
 @compiled
-def scan_lists_top_k(tables, list_tables, constants, codes, norms, rows, starts, probes,
-                     heap_scores, heap_ids):
+def scan_lists_top_k(tables, list_tables, constants, codes, levels, low, step, rows, starts,
+                     probes, heap_scores, heap_ids):
     """Each query's k best ``(score, row)`` among the codes of the inverted lists it probes,
     codes of residuals to their list's centroid.
 
@@ -235,13 +271,14 @@ def scan_lists_top_k(tables, list_tables, constants, codes, norms, rows, starts,
         list_tables: ``(nlist, code_bytes, 256)`` float32, each list's centroid's tables: a
             probed list is scanned with ``tables[q] - list_tables[l]``.
         constants: ``(nq, nprobe)`` float32, added to the score of each probed list's items.
-        codes, norms: ``(n, code_bytes)`` uint8 / ``(n,)`` float32 in list order: list ``l``
-            holds positions ``starts[l] .. starts[l + 1] - 1``.
+        codes, levels: ``(n, code_bytes)`` / ``(n,)`` uint8 in list order: list ``l`` holds
+            positions ``starts[l] .. starts[l + 1] - 1``; an item's term is
+            ``low + (levels[i] + 0.5) * step`` (faiss's 8-bit norm code).
         rows: ``(n,)`` int64, each position's row (its id in the caller's order).
         probes: ``(nq, nprobe)`` int64 lists per query, ``-1`` skipped.
         heap_scores, heap_ids: as `scan_top_k` (ids are ``rows``).
 
-    Every score is ``(norm + t[0, c0] + t[1, c1] + ...) + constant`` in float32, ``t`` the
+    Every score is ``(term + t[0, c0] + t[1, c1] + ...) + constant`` in float32, ``t`` the
     list's table: an item's score does not depend on which other lists are probed. The lists
     come in any row order, so a score equal to the heap's root displaces it when its row is
     smaller: ties by row.
@@ -250,6 +287,9 @@ def scan_lists_top_k(tables, list_tables, constants, codes, norms, rows, starts,
     k = heap_scores.shape[1]
     width = code_bytes * 256
     table = np.empty(width, np.float32)
+    terms = np.empty(256, np.float32)
+    for level in range(256):
+        terms[level] = low + (level + 0.5) * step
     for q in range(nq):
         query_table = tables[q].reshape(-1)
         worst = heap_scores[q, 0]
@@ -262,7 +302,7 @@ def scan_lists_top_k(tables, list_tables, constants, codes, norms, rows, starts,
                 table[a] = query_table[a] - shift[a]
             constant = constants[q, p]
             for i in range(starts[chosen], starts[chosen + 1]):
-                s = norms[i]
+                s = terms[levels[i]]
                 for j in range(code_bytes):
                     s += table[j * 256 + codes[i, j]]
                 s += constant

@@ -240,7 +240,7 @@ def test_heaps_sorted_in_place_match_a_sort_of_the_rows():
     for k in (7, 30, 41):
         D = np.full((9, k), np.inf, np.float32)
         I = np.full((9, k), -1, np.int64)
-        scan_top_k(tables, codes, norms, 0, D, I)
+        scan_top_k(tables, codes, norms, np.zeros((0, 256 * 256), np.float32), 0, D, I)
         expected = sorted_heaps(D, I)
         sort_heaps(D, I)
         for got, want in zip((D, I), expected, strict=True):

@@ -1,6 +1,7 @@
 """`ByteDecoder`: hard EM that never fits worse than its start, posterior modes that never move an
-item away from its features, faiss's additive-quantizer scan over its tables (norms in faiss's
-own 8-bit code), padding bits never set, and its arrays read back exactly or refused."""
+item away from its features, our scan of its codes alone (the norm from byte pairs) and faiss's
+additive-quantizer scan over its tables (norms in faiss's own 8-bit code), padding bits never
+set, and its arrays read back exactly or refused."""
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 import dataclasses
@@ -12,7 +13,9 @@ from sklearn.datasets import load_digits
 from threadpoolctl import threadpool_limits
 
 from sgh.codes import pack_bits
+from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder, norm_levels
+from sgh.search.lookup_kernels import scan_top_k, sort_heaps
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -104,7 +107,7 @@ def test_norm_levels_are_faiss_own_8_bit_norm_codes(digits):
     index = fitted.faiss_index(fitted.encode(x, codes))
     low, high = index.aq.norm_min, index.aq.norm_max
     assert low < high
-    norms = fitted.item_norms(fitted.encode(x, codes))
+    norms = fitted.squared_norms(fitted.encode(x, codes))
     assert norms.min() == pytest.approx(low) and norms.max() == pytest.approx(high)
     # Every item's norm, and values on and either side of each level's edge, and outside.
     edges = (np.float32(low) + (np.float32(high) - np.float32(low))
@@ -146,6 +149,39 @@ def test_the_faiss_scan_gives_squared_distances_to_the_reconstructions(digits):
     left_out = exact.copy()
     np.put_along_axis(left_out, I, np.inf, axis=1)
     assert (left_out.min(axis=1) >= returned.max(axis=1) - tolerance).all()
+
+
+def test_the_scan_holds_the_codes_alone_and_ranks_by_distance_to_the_reconstructions():
+    # 32 bits: six byte pairs. The per-item term comes from the codes (pair tables, per tile),
+    # so the index keeps no array per item; the kernels' sums are those of a held-norm scan to
+    # the bit, and D + ||q||^2 is the squared distance to each reconstruction.
+    decoder = _random_decoder(bits=32)
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 256, (5000, 4), dtype=np.uint8)
+    queries = decoder.decode(codes[:37]) + rng.normal(0, 1, (37, 32)).astype(np.float32)
+    index = AsymmetricIndex(decoder)
+    index.add(codes[:2000])
+    index.add(codes[2000:])
+    assert index._norms == []
+    D, I = index.search(queries, 50, workers=1)
+
+    tables = decoder.lookup_tables(queries)
+    held_D = np.full((37, 50), np.inf, np.float32)
+    held_I = np.full((37, 50), -1, np.int64)
+    scan_top_k(tables, codes, decoder.item_norms(codes), np.zeros((0, 1 << 16), np.float32), 0,
+               held_D, held_I)
+    sort_heaps(held_D, held_I)
+    np.testing.assert_array_equal(D, held_D)
+    np.testing.assert_array_equal(I, held_I)
+    for got, want in zip(index.search(queries, 50, workers=2), (D, I), strict=True):
+        np.testing.assert_array_equal(got, want)  # a call per worker: the same sums
+
+    reconstructions = decoder.decode(codes).astype(np.float64)
+    exact = ((queries[:, None, :].astype(np.float64) - reconstructions[None]) ** 2).sum(-1)
+    squared = (queries.astype(np.float64) ** 2).sum(1, keepdims=True)
+    np.testing.assert_allclose(D + squared, np.take_along_axis(exact, I, axis=1), rtol=1e-4)
+    np.testing.assert_array_equal(I, np.argsort(exact, axis=1, kind="stable")[:, :50])
+    np.testing.assert_allclose(index.candidate_scores(queries, I), D, rtol=0, atol=0)
 
 
 def test_a_query_that_is_a_reconstruction_finds_its_own_code_first():
@@ -258,7 +294,8 @@ def test_a_subspace_decoder_scores_as_its_tables_in_full_coordinates(digits):
     queries = x[:50]
     np.testing.assert_allclose(subspace.lookup_tables(queries), full.lookup_tables(queries),
                                rtol=1e-4, atol=1e-2)
-    np.testing.assert_allclose(subspace.item_norms(codes), full.item_norms(codes), rtol=1e-5)
+    np.testing.assert_allclose(subspace.squared_norms(codes), full.squared_norms(codes),
+                               rtol=1e-5)
     np.testing.assert_allclose(subspace.decode(codes), full.decode(codes), atol=1e-4)
     encoded = subspace.encode(x, codes, rounds=0)
     best = np.argmin(((x[:, None] - full.decode(np.arange(256, dtype=np.uint8)[:, None])[None])
