@@ -30,6 +30,7 @@ import time
 import faiss
 import numpy as np
 from omegaconf import OmegaConf
+from threadpoolctl import threadpool_limits
 
 from sgh.config import dataset_config_from
 from sgh.data import load_split
@@ -107,31 +108,36 @@ def main() -> None:
     parser.add_argument("--json", help="write every figure here")
     args = parser.parse_args()
     faiss.omp_set_num_threads(1)  # OPQ's training differs between thread counts
-    results = []
-    for run_dir in args.runs:
-        scores = ScoreSet.load(os.path.join(run_dir, "asymmetric.npz"))
-        bits = scores.scores["encoder"].bits
-        if bits % 8:
-            raise SystemExit(f"{run_dir}: {bits} bits; accepted: a multiple of 8")
-        queries, database, fit = validation_split(run_dir, scores.similarity == "angular")
-        truth = exact_neighbours(queries, database, 10, "euclidean")
-        n_bytes = bits // 8
-        searches = {f"SGH byte decoder ({n_bytes} B)": byte_decoder_search(scores, database, fit)}
-        for key in (f"PQ{n_bytes}", f"OPQ{n_bytes},PQ{n_bytes}", f"LSQ{n_bytes}x8"):
-            searches[f"faiss {key} ({n_bytes} B)"] = quantizer_search(key, n_bytes, database, fit)
-        result = {"run": run_dir, "bits": bits, "queries": len(queries),
-                  "database": len(database), "fitted_on": len(fit),
-                  "figure": "validation Recall10@100, ties by row; queries/s, one thread",
-                  **timed(searches, queries, truth)}
-        print(f"\n{run_dir} ({bits} bits; {result['figure']}, {len(queries)} training rows as "
-              f"queries against {len(database)} others)")
-        for name, value in result.items():
-            if isinstance(value, dict):
-                print(f"  {name:<32} {value['recall']:.4f}  {value['queries_per_s']:>9,.0f} q/s")
-        results.append(result)
+    with threadpool_limits(1):  # numpy's BLAS too: the byte decoder's fit and query tables
+        results = [measured(run_dir) for run_dir in args.runs]
     if args.json:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=1)
+
+
+def measured(run_dir: str) -> dict:
+    """One run's figures (module doc), printed as they come."""
+    scores = ScoreSet.load(os.path.join(run_dir, "asymmetric.npz"))
+    bits = scores.scores["encoder"].bits
+    if bits % 8:
+        raise SystemExit(f"{run_dir}: {bits} bits; accepted: a multiple of 8")
+    queries, database, fit = validation_split(run_dir, scores.similarity == "angular")
+    truth = exact_neighbours(queries, database, 10, "euclidean")
+    n_bytes = bits // 8
+    searches = {f"SGH byte decoder ({n_bytes} B)": byte_decoder_search(scores, database, fit)}
+    for key in (f"PQ{n_bytes}", f"OPQ{n_bytes},PQ{n_bytes}", f"LSQ{n_bytes}x8"):
+        searches[f"faiss {key} ({n_bytes} B)"] = quantizer_search(key, n_bytes, database, fit)
+    result = {"run": run_dir, "bits": bits, "queries": len(queries), "database": len(database),
+              "fitted_on": len(fit),
+              "figure": "validation Recall10@100, ties by row; queries/s, one thread",
+              **timed(searches, queries, truth)}
+    print(f"\n{run_dir} ({bits} bits; {result['figure']}, {len(queries)} training rows as "
+          f"queries against {len(database)} others)", flush=True)
+    for name, value in result.items():
+        if isinstance(value, dict):
+            print(f"  {name:<32} {value['recall']:.4f}  {value['queries_per_s']:>9,.0f} q/s",
+                  flush=True)
+    return result
 
 
 if __name__ == "__main__":
