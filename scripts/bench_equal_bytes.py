@@ -25,19 +25,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import faiss
 import numpy as np
 from omegaconf import OmegaConf
 from threadpoolctl import threadpool_limits
 
-from sgh.config import dataset_config_from
-from sgh.data import load_split
-from sgh.data.neighbours import exact_neighbours
-from sgh.data.similarity import unit_normalised
-from sgh.search.score_set import ScoreSet
-from sgh.search.sgh_index import SGHIndex
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_ann import recalls, zero_padded  # noqa: E402
+
+from sgh.config import dataset_config_from  # noqa: E402
+from sgh.data import load_split  # noqa: E402
+from sgh.data.neighbours import exact_neighbours  # noqa: E402
+from sgh.data.similarity import unit_normalised  # noqa: E402
+from sgh.search.score_set import ScoreSet  # noqa: E402
+from sgh.search.sgh_index import SGHIndex  # noqa: E402
 
 QUERIES, MAX_DATABASE, MAX_FIT, SEED, K, ROUNDS = 2_000, 100_000, 100_000, 1, 100, 3
 
@@ -56,14 +62,10 @@ def validation_split(run_dir: str, angular: bool) -> tuple[np.ndarray, ...]:
     return train[rows[:n_queries]], train[database], train[fit]
 
 
-def recall(found: np.ndarray, truth: np.ndarray) -> float:
-    return float((found[:, :K, None] == truth[:, None, :]).any(axis=1).mean())
-
-
 def timed(searches: dict[str, object], queries, truth) -> dict[str, dict[str, float]]:
     """Each search's recall and the median queries/s of `ROUNDS` interleaved rounds; a search
     maps the queries to their first K ids."""
-    results = {name: {"recall": recall(search(queries), truth)}
+    results = {name: {"recall": recalls(search(queries), truth)["recall10@100"]}
                for name, search in searches.items()}
     seconds = {name: [] for name in searches}
     for _ in range(ROUNDS):
@@ -86,8 +88,10 @@ def byte_decoder_search(scores: ScoreSet, database, fit):
 def quantizer_search(key: str, n_bytes: int, database, fit):
     """A faiss index of ``key`` (LSQ with its norm from the codes: ``n_bytes`` per item), the
     rows padded with zeros to a multiple of ``n_bytes`` dimensions where PQ needs it."""
-    width = fit.shape[1] + (-fit.shape[1] % n_bytes if "PQ" in key else 0)
-    pad = lambda rows: np.pad(rows, ((0, 0), (0, width - rows.shape[1])))  # noqa: E731
+    def pad(rows: np.ndarray) -> np.ndarray:
+        return zero_padded(rows, n_bytes) if "PQ" in key else rows
+
+    width = pad(fit).shape[1]
     if key.startswith("LSQ"):
         index = faiss.IndexLocalSearchQuantizer(width, n_bytes, 8, faiss.METRIC_L2,
                                                 faiss.AdditiveQuantizer.ST_norm_from_LUT)
