@@ -7,8 +7,9 @@ from a run's training rows (no test query is read).
 RUN: a finished `sgh-train` run of SGH at B bits (B a multiple of 8). `SGHIndex(...,
 decoder="bytes")` holds B / 8 bytes per item, the codes alone (each item's norm is computed from
 its code during the scan), so it is compared with faiss's `PQ{B/8}`, `OPQ{B/8},PQ{B/8}` and
-`LSQ{B/8}x8` with its norm computed from the codes as well (faiss's `ST_norm_from_LUT`): the
-same B / 8 bytes per item.
+`LSQ{B/8}x8` with its norm computed from the codes as well (faiss's `ST_norm_from_LUT`), and
+with faiss's fast-scan forms `PQ{B/4}x4fs` and `OPQ{B/4},PQ{B/4}x4fs` (4-bit sub-quantizers
+scanned in SIMD registers, no refinement): the same B / 8 bytes per item.
 
 Validation split: the run's training rows as the model saw them (unit vectors for an angular
 run), shuffled with a fixed seed: the first 2,000 (a quarter of them at most) are the queries,
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -87,9 +89,11 @@ def byte_decoder_search(scores: ScoreSet, database, fit):
 
 def quantizer_search(key: str, n_bytes: int, database, fit):
     """A faiss index of ``key`` (LSQ with its norm from the codes: ``n_bytes`` per item), the
-    rows padded with zeros to a multiple of ``n_bytes`` dimensions where PQ needs it."""
+    rows padded with zeros to a multiple of PQ's sub-quantizer count where PQ needs it."""
+    sub_quantizers = re.search(r"PQ(\d+)", key)
+
     def pad(rows: np.ndarray) -> np.ndarray:
-        return zero_padded(rows, n_bytes) if "PQ" in key else rows
+        return zero_padded(rows, int(sub_quantizers[1])) if sub_quantizers else rows
 
     width = pad(fit).shape[1]
     if key.startswith("LSQ"):
@@ -129,7 +133,9 @@ def measured(run_dir: str) -> dict:
     truth = exact_neighbours(queries, database, 10, "euclidean")
     n_bytes = bits // 8
     searches = {f"SGH byte decoder ({n_bytes} B)": byte_decoder_search(scores, database, fit)}
-    for key in (f"PQ{n_bytes}", f"OPQ{n_bytes},PQ{n_bytes}", f"LSQ{n_bytes}x8"):
+    nibbles = 2 * n_bytes
+    for key in (f"PQ{n_bytes}", f"OPQ{n_bytes},PQ{n_bytes}", f"LSQ{n_bytes}x8",
+                f"PQ{nibbles}x4fs", f"OPQ{nibbles},PQ{nibbles}x4fs"):
         searches[f"faiss {key} ({n_bytes} B)"] = quantizer_search(key, n_bytes, database, fit)
     result = {"run": run_dir, "bits": bits, "queries": len(queries), "database": len(database),
               "fitted_on": len(fit),

@@ -1,5 +1,5 @@
-"""scripts/bench_equal_bytes.py on a small synthetic SGH run: the byte decoder and PQ, OPQ and LSQ
-at its bytes, each a recall and a speed, measured on training rows only."""
+"""scripts/bench_equal_bytes.py on a small synthetic SGH run: the byte decoder and PQ, OPQ, LSQ
+and the fast-scan forms at its bytes, each a recall and a speed, measured on training rows only."""
 
 import json
 import subprocess
@@ -24,7 +24,8 @@ def test_the_byte_decoder_and_faiss_quantizers_are_measured_at_equal_bytes(tmp_p
     assert result["bits"] == 16 and result["queries"] + result["database"] <= 2000
     figures = {key: value for key, value in result.items() if isinstance(value, dict)}
     assert set(figures) == {"SGH byte decoder (2 B)", "faiss PQ2 (2 B)", "faiss OPQ2,PQ2 (2 B)",
-                            "faiss LSQ2x8 (2 B)"}
+                            "faiss LSQ2x8 (2 B)", "faiss PQ4x4fs (2 B)",
+                            "faiss OPQ4,PQ4x4fs (2 B)"}
     assert all(0 < value["recall"] <= 1 and value["queries_per_s"] > 0
                for value in figures.values())
     assert "validation Recall10@100" in finished.stdout

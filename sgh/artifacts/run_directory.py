@@ -93,6 +93,12 @@ _TF_TEMPORARY = re.compile(rf"^({CHECKPOINT_PREFIX}-\d+_temp|{CHECKPOINT_STATE}\
 _START_OVER = "delete {checkpoints} to train the run again, or choose a new hydra.run.dir"
 
 
+
+def _run_path(name: str) -> property:
+    """The path of the run's file or folder `name` (a read-only property)."""
+    return property(lambda run: run.path / name)
+
+
 class RunDirectory:
     """One run's directory. `RunDirectory(path)` claims it for writing (`claim`);
     `RunDirectory.existing` opens a finished (or interrupted) one for reading, with one-line
@@ -196,41 +202,15 @@ class RunDirectory:
             return False
 
     # ---- names ------------------------------------------------------------------------------
-    @property
-    def marker(self) -> Path:
-        return self.path / RUN_MARKER
-
-    @property
-    def lock_file(self) -> Path:
-        return self.path / LOCK_FILE
-
-    @property
-    def config_file(self) -> Path:
-        return self.path / CONFIG_FILE
-
-    @property
-    def inputs_file(self) -> Path:
-        return self.path / INPUTS_FILE
-
-    @property
-    def codes(self) -> Path:
-        return self.path / CODES_FILE
-
-    @property
-    def asymmetric_score(self) -> Path:
-        return self.path / ASYMMETRIC_FILE
-
-    @property
-    def metrics(self) -> Path:
-        return self.path / METRICS_FILE
-
-    @property
-    def eval_file(self) -> Path:
-        return self.path / EVAL_FILE
-
-    @property
-    def log_file(self) -> Path:
-        return self.path / LOG_FILE
+    marker = _run_path(RUN_MARKER)
+    lock_file = _run_path(LOCK_FILE)
+    config_file = _run_path(CONFIG_FILE)
+    inputs_file = _run_path(INPUTS_FILE)
+    codes = _run_path(CODES_FILE)
+    asymmetric_score = _run_path(ASYMMETRIC_FILE)
+    metrics = _run_path(METRICS_FILE)
+    eval_file = _run_path(EVAL_FILE)
+    log_file = _run_path(LOG_FILE)
 
     @property
     def tensorboard(self) -> Path:
@@ -246,9 +226,7 @@ class RunDirectory:
     def best_checkpoints(self) -> Path:
         return self.checkpoints / BEST_DIR
 
-    @property
-    def encoder(self) -> Path:
-        return self.path / ENCODER_DIR
+    encoder = _run_path(ENCODER_DIR)
 
     # ---- reading ----------------------------------------------------------------------------
     def previous_config(self) -> dict | None:
