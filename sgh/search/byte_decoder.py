@@ -31,7 +31,7 @@ Search: ``||x - x^(h)||^2 = ||x||^2 + sum_j (||C'_j[h_j]||^2 - 2 <x, C'_j[h_j]>)
 byte per query (`lookup_tables`) and a per-item term read from tables of byte pairs
 (`pair_tables`, `item_norms`): the form `sgh.search.asymmetric_index.AsymmetricIndex` scans. The
 per-item term is a function of the code, so the index holds the ``bits / 8`` code bytes per item
-and nothing more: the scan computes the term once per tile of the database for all the queries
+and no norm: the scan computes the term once per tile of the database for all the queries
 of a call (faiss's ``ST_norm_from_LUT`` computes the same sum for every query). faiss's own
 additive-quantizer scan runs the same distance (`faiss_index`: `faiss.IndexLocalSearchQuantizer`
 with these tables as its codebooks and ``||x^(h)||^2`` kept in one byte more, faiss's
