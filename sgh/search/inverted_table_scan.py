@@ -10,8 +10,9 @@ distance to it is
 
 one constant per probed list, the query's lookup tables minus the centroid's (``-2 <c_l, C_j>``,
 computed once per list), and the item's cross terms of the norm (`ByteDecoder.item_norms`), held
-in one byte: the flat scan's sums, with a list's table. The codes are stored in list order, so
-that each probed list is one contiguous run of memory.
+in one byte: the flat scan's sums, with a list's table. The codes come in list order (as
+`SGHIndex` holds them), so that each probed list is one contiguous run of memory, read where
+it is.
 """
 
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
@@ -25,16 +26,16 @@ from sgh.search.lookup_kernels import scan_lists_top_k, sort_heaps
 
 
 class InvertedTableScan:
-    """Packed residual ``codes`` in the lists of ``centroids`` (``lists``: each row's), scored
-    by ``score``: an object with ``lookup_tables(queries)`` and ``item_norms(codes)`` (a
-    `ByteDecoder`)."""
+    """Packed residual ``codes`` in the lists of ``centroids`` (``lists``: each row's, in
+    non-decreasing order), scored by ``score``: an object with ``lookup_tables(queries)`` and
+    ``item_norms(codes)`` (a `ByteDecoder`)."""
 
     def __init__(self, score, codes: np.ndarray, lists: np.ndarray, centroids: np.ndarray
                  ) -> None:
+        if np.any(lists[:-1] > lists[1:]):
+            raise ValueError("InvertedTableScan: the rows must come in list order")
         self.score = score
-        order = np.argsort(lists, kind="stable")
-        self.rows = order.astype(np.int64)
-        self.codes = np.ascontiguousarray(codes[order])
+        self.codes = np.ascontiguousarray(codes)
         # Each item's term held in one byte, as faiss's additive quantizers hold their norms
         # (B / 8 + 1 bytes per item): computed from the pair tables for every probed list, as
         # the flat scan does per tile, it cost 1.6-2.5x the scan (each query probes its own
@@ -44,8 +45,7 @@ class InvertedTableScan:
         high = float(terms.max()) if len(terms) else 0.0
         self.term_step = (high - self.term_low) / 256
         self.term_levels = norm_levels(terms, self.term_low, high)
-        self.starts = np.searchsorted(lists[order], np.arange(len(centroids) + 1)
-                                      ).astype(np.int64)
+        self.starts = np.searchsorted(lists, np.arange(len(centroids) + 1)).astype(np.int64)
         # The tables are affine in the query, so the table of ``q - c`` is the query's minus
         # ``tables(c) - tables(0)``: what a list's centroid takes away.
         centroids = np.asarray(centroids, np.float32)
@@ -68,8 +68,7 @@ class InvertedTableScan:
             stop = start + QUERY_BLOCK
             scan_lists_top_k(tables[start:stop], self.list_tables, constants[start:stop],
                              self.codes, self.term_levels, self.term_low, self.term_step,
-                             self.rows, self.starts, probes[start:stop], D[start:stop],
-                             I[start:stop])
+                             self.starts, probes[start:stop], D[start:stop], I[start:stop])
             sort_heaps(D[start:stop], I[start:stop])
 
         run_query_blocks(scan, len(tables), workers)

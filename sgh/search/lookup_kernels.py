@@ -261,8 +261,8 @@ def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
 
 
 @compiled
-def scan_lists_top_k(tables, list_tables, constants, codes, levels, low, step, rows, starts,
-                     probes, heap_scores, heap_ids):
+def scan_lists_top_k(tables, list_tables, constants, codes, levels, low, step, starts, probes,
+                     heap_scores, heap_ids):
     """Each query's k best ``(score, row)`` among the codes of the inverted lists it probes,
     codes of residuals to their list's centroid.
 
@@ -272,15 +272,14 @@ def scan_lists_top_k(tables, list_tables, constants, codes, levels, low, step, r
             probed list is scanned with ``tables[q] - list_tables[l]``.
         constants: ``(nq, nprobe)`` float32, added to the score of each probed list's items.
         codes, levels: ``(n, code_bytes)`` / ``(n,)`` uint8 in list order: list ``l`` holds
-            positions ``starts[l] .. starts[l + 1] - 1``; an item's term is
+            rows ``starts[l] .. starts[l + 1] - 1``; an item's term is
             ``low + (levels[i] + 0.5) * step`` (faiss's 8-bit norm code).
-        rows: ``(n,)`` int64, each position's row (its id in the caller's order).
         probes: ``(nq, nprobe)`` int64 lists per query, ``-1`` skipped.
-        heap_scores, heap_ids: as `scan_top_k` (ids are ``rows``).
+        heap_scores, heap_ids: as `scan_top_k` (ids are the rows).
 
     Every score is ``(term + t[0, c0] + t[1, c1] + ...) + constant`` in float32, ``t`` the
     list's table: an item's score does not depend on which other lists are probed. The lists
-    come in any row order, so a score equal to the heap's root displaces it when its row is
+    are probed in any order, so a score equal to the heap's root displaces it when its row is
     smaller: ties by row.
     """
     nq, code_bytes = tables.shape[0], tables.shape[1]
@@ -306,5 +305,5 @@ def scan_lists_top_k(tables, list_tables, constants, codes, levels, low, step, r
                 for j in range(code_bytes):
                     s += table[j * 256 + codes[i, j]]
                 s += constant
-                if s < worst or (s == worst and rows[i] < heap_ids[q, 0]):
-                    worst = _offer(heap_scores[q], heap_ids[q], s, rows[i], k)
+                if s < worst or (s == worst and i < heap_ids[q, 0]):
+                    worst = _offer(heap_scores[q], heap_ids[q], s, i, k)

@@ -276,6 +276,7 @@ class SGHIndex:
     def _engine(self, name: str):
         """The structure a mode searches with, built on first use after a change."""
         if name not in self._engines:
+            self._hold_in_list_order()
             self._engines[name] = self._build_engine(name)
         engine = self._engines[name]
         if isinstance(engine, FastScanIndex):
@@ -307,6 +308,17 @@ class SGHIndex:
         engine = FastScanIndex(self.scores.scores[kind], self.nlist)
         engine.add(self._codes, self._lists if self.nlist is not None else None)
         return engine
+
+    def _hold_in_list_order(self) -> None:
+        """With inverted lists, the items in list order (stable: a list's items in the order
+        they came), so that each list is one run of the codes the byte decoder's scan reads as
+        they are, not a copy; engines built on another order are dropped."""
+        if self.nlist is None or bool(np.all(self._lists[:-1] <= self._lists[1:])):
+            return
+        order = np.argsort(self._lists, kind="stable")
+        self._codes, self._ids = self._codes[order], self._ids[order]
+        self._lists = self._lists[order]
+        self._engines.clear()
 
     def _rescore_kind(self) -> str:
         return self.scores.rescore_chosen or self.scores.chosen
