@@ -56,6 +56,17 @@ def test_the_fast_scan_returns_the_float_scans_top_k(bits, with_templates):
     np.testing.assert_array_equal(D, D0)
 
 
+def test_an_engine_built_in_one_call_keeps_its_callers_codes_not_a_copy():
+    # SGHIndex builds its fast scan from all its codes at once: they are held once.
+    score, codes, _ = _score_and_codes(32, True)
+    lists = np.zeros(len(codes), np.int64)
+    engine = FastScanIndex(score, nlist=2)
+    engine.add(codes, lists)
+    assert engine.codes is codes and engine.lists is lists
+    engine.add(codes[:5], lists[:5])  # a later add joins them into a new array
+    assert len(engine.codes) == len(codes) + 5 and not np.shares_memory(engine.codes, codes)
+
+
 def test_inverted_lists_probe_only_the_lists_asked_and_all_of_them_give_the_flat_scan():
     score, codes, queries = _score_and_codes(32, True)
     lists = np.random.default_rng(1).integers(0, 6, len(codes))
