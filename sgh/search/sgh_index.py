@@ -276,7 +276,6 @@ class SGHIndex:
     def _engine(self, name: str):
         """The structure a mode searches with, built on first use after a change."""
         if name not in self._engines:
-            self._hold_in_list_order()
             self._engines[name] = self._build_engine(name)
         engine = self._engines[name]
         if isinstance(engine, FastScanIndex):
@@ -308,17 +307,6 @@ class SGHIndex:
         engine = FastScanIndex(self.scores.scores[kind], self.nlist)
         engine.add(self._codes, self._lists if self.nlist is not None else None)
         return engine
-
-    def _hold_in_list_order(self) -> None:
-        """With inverted lists, the items in list order (stable: a list's items in the order
-        they came), so that each list is one run of the codes the byte decoder's scan reads as
-        they are, not a copy; engines built on another order are dropped."""
-        if self.nlist is None or bool(np.all(self._lists[:-1] <= self._lists[1:])):
-            return
-        order = np.argsort(self._lists, kind="stable")
-        self._codes, self._ids = self._codes[order], self._ids[order]
-        self._lists = self._lists[order]
-        self._engines.clear()
 
     def _rescore_kind(self) -> str:
         return self.scores.rescore_chosen or self.scores.chosen
@@ -466,10 +454,19 @@ class SGHIndex:
         return ids.astype(np.int64)
 
     def _append(self, codes: np.ndarray, ids: np.ndarray, lists: np.ndarray | None) -> None:
-        self._codes = np.concatenate([self._codes, codes])
-        self._ids = np.concatenate([self._ids, ids])
-        if lists is not None:
-            self._lists = np.concatenate([self._lists, lists.astype(np.int64)])
+        """Add items; with inverted lists each goes after the last item of its list, so that
+        the index holds its items in list order (each list's in the order they came) and a
+        list is one run of the codes, which the byte decoder's scan reads where they are."""
+        if lists is None:
+            self._codes = np.concatenate([self._codes, codes])
+            self._ids = np.concatenate([self._ids, ids])
+        else:
+            order = np.argsort(lists, kind="stable")
+            lists = lists[order].astype(np.int64)
+            at = np.searchsorted(self._lists, lists, side="right")
+            self._codes = np.insert(self._codes, at, codes[order], axis=0)
+            self._ids = np.insert(self._ids, at, ids[order])
+            self._lists = np.insert(self._lists, at, lists)
         self._engines.clear()
 
 
