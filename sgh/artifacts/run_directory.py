@@ -93,7 +93,6 @@ _TF_TEMPORARY = re.compile(rf"^({CHECKPOINT_PREFIX}-\d+_temp|{CHECKPOINT_STATE}\
 _START_OVER = "delete {checkpoints} to train the run again, or choose a new hydra.run.dir"
 
 
-
 def _run_path(name: str) -> property:
     """The path of the run's file or folder `name` (a read-only property)."""
     return property(lambda run: run.path / name)
