@@ -58,6 +58,24 @@ class ScoreSet:
     decoder: DecoderNetwork | None = None
 
     @classmethod
+    def of_model(cls, model) -> ScoreSet:
+        """The set of a fitted hasher (`SGHHasher`: the validated choice among its scores; ITQ,
+        PCAH, LSH: their projection's), or the set itself."""
+        if isinstance(model, ScoreSet):
+            return model
+        if hasattr(model, "scores_"):
+            return model.scores_
+        if not hasattr(model, "asymmetric_score"):
+            raise TypeError(f"SGHIndex takes a fitted hasher or a ScoreSet, got "
+                            f"{type(model).__name__}")
+        reason = getattr(model, "without_asymmetric", None)  # the hasher's own word (SH, SpH)
+        if reason is not None:
+            raise ValueError(f"{type(model).__name__} has no asymmetric score: {reason}; "
+                             "SGHIndex needs a per-bit score (SGH, ITQ, PCAH, LSH): search "
+                             "these codes with sgh.HammingIndex")
+        return cls.of_projection(model.asymmetric_score(), type(model).__name__)
+
+    @classmethod
     def of_projection(cls, score: AsymmetricScore, method: str) -> ScoreSet:
         """A projection hasher's set: its one score, the encoder's form, nothing to choose."""
         return cls({"encoder": score}, "encoder", "encoder",

@@ -97,7 +97,7 @@ class SGHIndex:
                              f"{', '.join(DECODERS)}")
         self.decoder = decoder
         self.byte_decoder: ByteDecoder | None = None
-        self.scores = _scores_of(model)
+        self.scores = ScoreSet.of_model(model)
         self.bits = self.scores.scores["encoder"].bits
         self.dim = self.scores.scores["encoder"].dim
         self.fingerprint = self.scores.fingerprint
@@ -454,19 +454,17 @@ class SGHIndex:
         return ids.astype(np.int64)
 
     def _append(self, codes: np.ndarray, ids: np.ndarray, lists: np.ndarray | None) -> None:
-        """Add items; with inverted lists each goes after the last item of its list, so that
-        the index holds its items in list order (each list's in the order they came) and a
-        list is one run of the codes, which the byte decoder's scan reads where they are."""
-        if lists is None:
-            self._codes = np.concatenate([self._codes, codes])
-            self._ids = np.concatenate([self._ids, ids])
-        else:
+        """Add items at the end; with inverted lists each after the last item of its list, so
+        that a list is one run of the codes (in the order its items came), which the byte
+        decoder's scan reads where they are."""
+        at = len(self._ids)
+        if lists is not None:
             order = np.argsort(lists, kind="stable")
-            lists = lists[order].astype(np.int64)
+            codes, ids, lists = codes[order], ids[order], lists[order].astype(np.int64)
             at = np.searchsorted(self._lists, lists, side="right")
-            self._codes = np.insert(self._codes, at, codes[order], axis=0)
-            self._ids = np.insert(self._ids, at, ids[order])
             self._lists = np.insert(self._lists, at, lists)
+        self._codes = np.insert(self._codes, at, codes, axis=0)
+        self._ids = np.insert(self._ids, at, ids)
         self._engines.clear()
 
 
@@ -474,23 +472,6 @@ def _faiss_threads() -> int:
     import faiss
 
     return faiss.omp_get_max_threads()
-
-
-def _scores_of(model) -> ScoreSet:
-    """The `ScoreSet` of a fitted hasher (or the set itself)."""
-    if isinstance(model, ScoreSet):
-        return model
-    if hasattr(model, "scores_"):  # SGHHasher: the validated choice among its scores
-        return model.scores_
-    if not hasattr(model, "asymmetric_score"):
-        raise TypeError(f"SGHIndex takes a fitted hasher or a ScoreSet, got "
-                        f"{type(model).__name__}")
-    reason = getattr(model, "without_asymmetric", None)  # the hasher's own word (SH, SpH)
-    if reason is not None:
-        raise ValueError(f"{type(model).__name__} has no asymmetric score: {reason}; SGHIndex "
-                         "needs a per-bit score (SGH, ITQ, PCAH, LSH): search these codes with "
-                         "sgh.HammingIndex")
-    return ScoreSet.of_projection(model.asymmetric_score(), type(model).__name__)
 
 
 def _run_split(run, n_database: int):
