@@ -423,14 +423,21 @@ def measure(points: list[Point], groundtruth: np.ndarray, rounds: int) -> None:
     for point in points:
         _, I = point.search()
         point.measured.update(recalls(I, groundtruth))
-    seconds: list[list[float]] = [[] for _ in points]
+    medians = median_seconds([point.search for point in points], rounds)
+    for point, seconds in zip(points, medians, strict=True):
+        point.measured["queries_per_second"] = len(groundtruth) / seconds
+
+
+def median_seconds(searches: list[Callable[[], object]], rounds: int) -> list[float]:
+    """Each search's median wall time over `rounds` rounds, the searches taking turns in each
+    round, so that the machine's noise falls on all alike."""
+    seconds: list[list[float]] = [[] for _ in searches]
     for _ in range(rounds):
-        for point, timings in zip(points, seconds, strict=True):
+        for search, timings in zip(searches, seconds, strict=True):
             started = time.perf_counter()
-            point.search()
+            search()
             timings.append(time.perf_counter() - started)
-    for point, timings in zip(points, seconds, strict=True):
-        point.measured["queries_per_second"] = len(groundtruth) / statistics.median(timings)
+    return [statistics.median(timings) for timings in seconds]
 
 
 def recalls(I: np.ndarray, groundtruth: np.ndarray) -> dict[str, float]:

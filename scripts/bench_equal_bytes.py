@@ -28,7 +28,7 @@ import json
 import os
 import re
 import sys
-import time
+from functools import partial
 from pathlib import Path
 
 import faiss
@@ -38,7 +38,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_ann import recalls, zero_padded  # noqa: E402
+from bench_ann import median_seconds, recalls, zero_padded  # noqa: E402
 
 from sgh.config import dataset_config_from  # noqa: E402
 from sgh.data import load_split  # noqa: E402
@@ -69,14 +69,9 @@ def timed(searches: dict[str, object], queries, truth) -> dict[str, dict[str, fl
     maps the queries to their first K ids."""
     results = {name: {"recall": recalls(search(queries), truth)["recall10@100"]}
                for name, search in searches.items()}
-    seconds = {name: [] for name in searches}
-    for _ in range(ROUNDS):
-        for name, search in searches.items():
-            start = time.perf_counter()
-            search(queries)
-            seconds[name].append(time.perf_counter() - start)
-    for name, result in results.items():
-        result["queries_per_s"] = round(len(queries) / float(np.median(seconds[name])), 1)
+    medians = median_seconds([partial(search, queries) for search in searches.values()], ROUNDS)
+    for result, seconds in zip(results.values(), medians, strict=True):
+        result["queries_per_s"] = round(len(queries) / seconds, 1)
     return results
 
 
