@@ -33,6 +33,11 @@ ACCEPTED_LAYOUTS = ("labelled (X_train, y_train, X_test, y_test), ANN (base, que
 LAYOUT_KEYS = {**LAYOUTS, "ann": (*LAYOUTS["ann"], "groundtruth", "learn")}
 
 
+# The first bytes of a zip archive (an .npz, empty or not) and of an .npy file.
+_ZIP_MAGIC = b"PK"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
 def open_npz(path: Path) -> dict[str, np.ndarray]:
     """Load every array of an `.npz` file eagerly, refusing pickles and corrupt archives."""
     refuse_special_file(path)
@@ -50,6 +55,12 @@ def read_npz_arrays(path: Path) -> dict[str, np.ndarray]:
     or zlib raise on damaged bytes (a flipped bit can make zipfile see encryption or an
     unknown compression) becomes one `UserInputError` line naming the file."""
     try:
+        with open(path, "rb") as file:
+            magic = file.read(len(_NPY_MAGIC))
+        # numpy takes any other bytes for a pickle, and would refuse them as one.
+        if not (magic.startswith(_ZIP_MAGIC) or magic == _NPY_MAGIC):
+            raise UserInputError(f"{path}: not an .npz archive (a zip of .npy arrays): the file "
+                                 "is corrupt or of another format")
         archive = np.load(path, allow_pickle=False)
         if not hasattr(archive, "files"):  # numpy reads a .npy file as a bare array
             raise UserInputError(f"{path}: an .npy array, not an .npz archive")

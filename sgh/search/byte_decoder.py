@@ -163,7 +163,7 @@ class ByteDecoder:
         products = within @ self._tables64.T
         products[:, :256] += (queries @ self.offset.astype(np.float64))[:, None]
         return (self._books_squared - 2.0 * products).astype(np.float32).reshape(
-            len(products), -1, 256)
+            len(products), len(self.tables), 256)
 
     def item_norms(self, codes: np.ndarray) -> np.ndarray:
         """``(n,)`` float32: the scan's per-item term, the part of ``||x^(h)||^2`` that no

@@ -420,6 +420,13 @@ class SGHIndex:
 
     def _features(self, x: np.ndarray) -> np.ndarray:
         """float32 features as the model saw them: unit-normalised for an angular model."""
+        if np.asarray(x).dtype.kind != "f":
+            # sgh-train divides uint8 features by 255 and takes other integers as they are, so
+            # an integer array has no one meaning here: taken as it is, raw pixels against a
+            # model of pixels / 255 would rank silently wrong.
+            raise ValueError(f"features of dtype {np.asarray(x).dtype}: SGHIndex takes float "
+                             "features as the model saw them (sgh-train divides uint8 features "
+                             "by 255); convert them first, e.g. x.astype(np.float32) / 255")
         x = np.ascontiguousarray(x, np.float32)
         if self.scores.similarity == "angular":
             x = unit_normalised(x, "the features (angular: divided by their length)")

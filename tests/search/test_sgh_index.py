@@ -144,6 +144,26 @@ def test_a_saved_index_searches_identically_and_faiss_opens_its_codes(itq_data, 
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
+def test_integer_features_and_a_damaged_saved_index_are_refused_in_one_line(itq_data, tmp_path):
+    hasher, x, queries = itq_data
+    index = SGHIndex(hasher)
+    index.add(x)
+    # Raw pixels against a model of pixels / 255 would rank silently wrong: refused, whichever
+    # call meets them first.
+    pixels = np.clip(queries * 40 + 128, 0, 255).astype(np.uint8)
+    for call in (lambda: index.search(pixels, 5), lambda: index.add(pixels),
+                 lambda: index.encode(pixels)):
+        with pytest.raises(ValueError, match=r"features of dtype uint8: SGHIndex takes float "
+                                             r"features .* x.astype\(np.float32\) / 255"):
+            call()
+    assert index.ntotal == len(x)
+    saved = index.save(tmp_path / "index")
+    (saved / "index.npz").write_bytes(b"not what SGHIndex.save wrote")
+    with pytest.raises(UserInputError, match=r"index.npz: not an .npz archive \(a zip of .npy "
+                                             r"arrays\): the file is corrupt"):
+        SGHIndex.load(saved)
+
+
 def test_codes_and_scores_of_different_models_are_never_searched_together(itq_data, tmp_path):
     hasher, x, _ = itq_data
     other = ITQ(n_bits=16, random_state=1).fit(x)

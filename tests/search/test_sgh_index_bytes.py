@@ -153,6 +153,16 @@ def test_settings_it_cannot_serve_are_refused_naming_them(digits):
                                   hasher.encode(base[:9]))
 
 
+def test_no_queries_give_empty_results_in_every_layout(digits):
+    hasher, base, queries, index = digits
+    listed = SGHIndex(hasher, decoder="bytes", nlist=4)
+    listed.train(base)
+    listed.add(base[:200])
+    for searched in (index, listed):
+        D, I = searched.search(queries[:0], 5)
+        assert D.shape == I.shape == (0, 5) and D.dtype == np.float32 and I.dtype == np.int64
+
+
 def test_repr_padding_and_removal(digits, tmp_path):
     _, base, queries, index = digits
     assert repr(index) == (f"SGHIndex(16 bits, {len(base)} items, mode='scan', "
