@@ -193,6 +193,8 @@ class AsymmetricIndex:
                              f"{candidates.shape}")
         codes = self.codes()
         valid = candidates >= 0
+        if not valid.any():  # padding only (an empty index has no row 0 to stand in for it)
+            return np.full(candidates.shape, np.inf, np.float32)
         safe = np.where(valid, candidates, 0)
         # norm + table[q, j, code[c, j]] over the bytes j in the kernels' order: float32 sums
         # bit-identical to a full scan's, so rescoring never reorders near ties differently.

@@ -266,7 +266,10 @@ class SGHIndex:
                 candidates = self._engine("shortlist").search(queries, depth, probes)[1]
                 D, rows = self._engine("rescore").rescore(queries, candidates)
                 D, rows = padded(D, rows, k)
-        return D, np.where(rows >= 0, self._ids[np.maximum(rows, 0)], -1)
+        found = rows >= 0
+        ids = np.full(rows.shape, -1, np.int64)
+        ids[found] = self._ids[rows[found]]
+        return D, ids
 
     def _shortlist_size(self, k: int) -> int:
         if self.shortlist is None:

@@ -3,6 +3,7 @@ that owns codes, ids and scores, inverted lists, saving, and the model fingerpri
 
 # ruff: noqa: E741
 import shutil
+import warnings
 
 import faiss
 import numpy as np
@@ -142,6 +143,23 @@ def test_a_saved_index_searches_identically_and_faiss_opens_its_codes(itq_data, 
     with pytest.raises(UserInputError, match="holds files that are not a saved SGHIndex"):
         index.save(tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_an_empty_index_answers_every_search_with_padding_as_faiss_does(itq_data):
+    hasher, x, queries = itq_data
+    listed = SGHIndex(hasher, nlist=4)
+    listed.train(x)
+    for index in (SGHIndex(hasher), listed):
+        for mode in ("scan", "two_stage") if index.nlist else ("scan", "two_stage", "hamming"):
+            index.mode = mode
+            with warnings.catch_warnings():  # two-stage by the encoder score warns of itself
+                warnings.simplefilter("ignore")
+                D, I = index.search(queries, 7)
+                # Hamming distances are int32, padded with its largest value (faiss's binary
+                # indexes); scores are float32, padded with inf.
+                padding = np.iinfo(np.int32).max if mode == "hamming" else np.inf
+                assert (I == -1).all() and (D == padding).all() and I.shape == (len(queries), 7)
+                assert index.search(queries[:0], 7)[1].shape == (0, 7)
 
 
 def test_integer_features_and_a_damaged_saved_index_are_refused_in_one_line(itq_data, tmp_path):

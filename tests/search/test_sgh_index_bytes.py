@@ -153,7 +153,7 @@ def test_settings_it_cannot_serve_are_refused_naming_them(digits):
                                   hasher.encode(base[:9]))
 
 
-def test_no_queries_give_empty_results_in_every_layout(digits):
+def test_no_queries_or_no_items_give_empty_results_in_every_layout(digits):
     hasher, base, queries, index = digits
     listed = SGHIndex(hasher, decoder="bytes", nlist=4)
     listed.train(base)
@@ -161,6 +161,10 @@ def test_no_queries_give_empty_results_in_every_layout(digits):
     for searched in (index, listed):
         D, I = searched.search(queries[:0], 5)
         assert D.shape == I.shape == (0, 5) and D.dtype == np.float32 and I.dtype == np.int64
+    # ... and an index whose items are all removed, padding (as faiss).
+    listed.remove_ids(np.arange(200))
+    D, I = listed.search(queries, 5)
+    assert (I == -1).all() and np.isinf(D).all()
 
 
 def test_repr_padding_and_removal(digits, tmp_path):
