@@ -42,10 +42,18 @@ from sgh.artifacts.atomic import FileKind, atomic_file, refuse_to_replace, write
 from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file, refuse_a_runs_input
+from sgh.cli.input_scale import (
+    check_input_scale,
+    needs_unit_range,
+    recorded_conversion,
+    refuse_another_scale,
+    refuse_unscaled_rows,
+    scaled,
+)
 from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
-from sgh.config import INPUT_SCALES, EncodeCommandConfig
-from sgh.data.feature_conversion import UINT8_CONVERSION, as_float32_features
+from sgh.config import EncodeCommandConfig
+from sgh.data.feature_conversion import as_float32_features
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError
 from sgh.model.quiet_tensorflow import import_tensorflow
@@ -100,9 +108,7 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
     run_dir = _run_dir(config)
     if config.run is not None or RunDirectory(run_dir, create=False).holds_a_run():
         refuse_a_runs_input("out", config.out, run_dir, "codes.npy")
-    if config.input_scale not in INPUT_SCALES:
-        raise UserInputError(f"input_scale={config.input_scale!r} is not known; accepted: "
-                             f"{', '.join(INPUT_SCALES)}")
+    check_input_scale(config.input_scale)
     if not (isinstance(config.batch_size, int) and config.batch_size >= 1):
         raise UserInputError(f"batch_size={config.batch_size!r} is impossible; accepted: an "
                              "integer >= 1")
@@ -110,55 +116,12 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
 
 
 def _training_conversion(config: EncodeCommandConfig) -> tuple[str, str] | None:
-    """(how the run's training features became float32, e.g. 'uint8 / 255'; where that is
-    recorded), from the run's metrics.json (an exported encoder inside a run directory: its
-    run's); None when nothing records it (an encoder copied elsewhere, an older run)."""
+    """(how the run's training features became float32; where that is recorded), from the
+    run's metrics.json (an exported encoder inside a run directory: its run's); None when
+    nothing records it (an encoder copied elsewhere, an older run, an angular run)."""
     run_dir = _run_dir(config)
-    metrics = RunDirectory(run_dir, create=False).metrics
-    try:
-        recorded = json.loads(metrics.read_text())
-        conversion, similarity = recorded.get("feature_conversion"), recorded.get("similarity")
-    except (OSError, ValueError, AttributeError):
-        return None
-    if similarity == "angular":  # the encoder unit-normalises each row: no scale to mismatch
-        return None
-    return (conversion, f"run={run_dir}") if isinstance(conversion, str) else None
-
-
-def _refuse_another_scale(vectors, training: tuple[str, str] | None) -> None:
-    """uint8 input is divided by 255 and any other dtype is not (`as_float32_features`), so
-    input stored unlike the training features would be encoded at 255 times (or 1/255 of)
-    the scale the encoder learnt: refused, as `sgh-train` refuses a mix of its splits."""
-    if training is None:
-        return
-    conversion, run = training
-    if vectors.dtype == np.uint8 and conversion != UINT8_CONVERSION:
-        raise UserInputError(
-            f"{vectors.where} is uint8 (converted as '{UINT8_CONVERSION}') but {run} was trained "
-            f"on features converted as '{conversion}'; accepted: input_scale=none to encode its "
-            "values as they are (uint8 0..255 against features on the same scale, e.g. "
-            "BIGANN .bvecs through a SIFT .fvecs run), or the input stored as the training "
-            "features' dtype")
-
-
-def _needs_unit_range(training: tuple[str, str] | None, stored) -> bool:
-    return training is not None and training[0] == UINT8_CONVERSION and stored != np.uint8
-
-
-def _refuse_unscaled_rows(features: np.ndarray, stored, training, where: str,
-                          first_row: int) -> None:
-    """Float input for a run trained on uint8 / 255 features is accepted already divided by
-    255 (the encoder's input), so in [0, 1]; a value beyond is raw pixels, 255 times too large."""
-    if not _needs_unit_range(training, stored):
-        return
-    outside = np.argwhere((features < 0) | (features > 1))
-    if len(outside):
-        row, column = outside[0]
-        raise UserInputError(
-            f"{where} has values outside [0, 1] (first at row {first_row + row}, column "
-            f"{column}: {features[row, column]:g}) but {training[1]} was trained on uint8 "
-            "features divided by 255; accepted: input_scale=uint8 to divide it by 255, or the "
-            "input stored as uint8")
+    conversion = recorded_conversion(run_dir)
+    return None if conversion is None else (conversion, f"run={run_dir}")
 
 
 def encode_file(config: EncodeCommandConfig) -> dict:
@@ -167,11 +130,11 @@ def encode_file(config: EncodeCommandConfig) -> dict:
     vectors = open_vectors(config.input, config.key)
     # An explicit input_scale is the user's statement of the scale: nothing to compare.
     training = _training_conversion(config) if config.input_scale == "auto" else None
-    _refuse_another_scale(vectors, training)
-    if _needs_unit_range(training, vectors.dtype):
+    refuse_another_scale(vectors, training)
+    if needs_unit_range(training, vectors.dtype):
         # The first batch now, before the TensorFlow import; every batch as it is encoded.
         rows = vectors.read(0, min(len(vectors), config.batch_size))
-        _refuse_unscaled_rows(as_float32_features(rows, vectors.path, vectors.key)[0],
+        refuse_unscaled_rows(as_float32_features(rows, vectors.path, vectors.key)[0],
                               vectors.dtype, training, vectors.where, 0)
     # TensorFlow is imported only now, so that bad arguments and files fail in a fraction of a
     # second rather than after its several-second import.
@@ -220,19 +183,6 @@ def _model_fingerprint(config: EncodeCommandConfig) -> str | None:
         return None
 
 
-def _scaled(rows: np.ndarray, vectors, first_row: int, input_scale: str):
-    """`rows` as the encoder's float32 input, and how they were converted: as a file is for
-    training (`as_float32_features`, which also refuses NaN/Inf), or as `input_scale` says."""
-    if input_scale == "none" and rows.dtype == np.uint8:  # integers: no NaN/Inf to find
-        return rows.astype(np.float32), "uint8 as stored (input_scale=none)"
-    features, conversion = as_float32_features(rows, vectors.path, vectors.key, first_row)
-    if input_scale == "uint8" and rows.dtype != np.uint8:
-        # A new array (float32 input may come back as the rows read, not a copy); the same
-        # float32(x) / float32(255) as uint8's.
-        return features / np.float32(255), f"{conversion} / 255 (input_scale=uint8)"
-    return features, conversion
-
-
 def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None,
                   input_scale: str = "auto") -> str:
     """Read, convert, encode and append `batch_size` rows at a time; return the conversion.
@@ -250,9 +200,9 @@ def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None,
         np.lib.format.write_array_header_1_0(handle, header)
         for start in range(0, n, batch_size):
             stop = min(start + batch_size, n)
-            features, conversion = _scaled(vectors.read(start, stop), vectors, start,
+            features, conversion = scaled(vectors.read(start, stop), vectors, start,
                                            input_scale)
-            _refuse_unscaled_rows(features, vectors.dtype, training, vectors.where, start)
+            refuse_unscaled_rows(features, vectors.dtype, training, vectors.where, start)
             handle.write(encoder.encode_batch(features).tobytes())
         # An earlier record names another model's codes: gone before these take their place
         # (killed before the new record is written, the codes are left unnamed, not misnamed).

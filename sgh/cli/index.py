@@ -12,7 +12,10 @@ its training features fit the byte decoder and its database features are encoded
 time, ids = rows (the lists' k-means and the byte decoder learn from a sample spread over the
 file). `search` writes ``D`` (float32 scores, smaller nearer) and ``I`` (int64 ids, -1 padding),
 ``(nq, k)``, as `SGHIndex.search` returns them. Vector files are those `sgh-encode` reads, their
-values converted as at training (`as_float32_features`: uint8 / 255). Progress goes to stderr.
+values converted as at training (`as_float32_features`: uint8 / 255), and input stored unlike
+the run's training features is refused as `sgh-encode` refuses it unless ``input_scale`` says
+its scale (`sgh.cli.input_scale`; the index keeps the run's conversion for its searches).
+Progress goes to stderr.
 
 No Hydra here: the arguments are a handful of ``key=value`` pairs, checked before any work;
 an unknown key, a bad value or a file that cannot be read is one line and exit status 2.
@@ -20,6 +23,7 @@ an unknown key, a bad value or a file that cannot be read is one line and exit s
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -31,7 +35,13 @@ from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file
 from sgh.cli.boundary import exit_on_failure
-from sgh.data.feature_conversion import as_float32_features
+from sgh.cli.input_scale import (
+    check_input_scale,
+    recorded_conversion,
+    refuse_another_scale,
+    refuse_unscaled_rows,
+    scaled,
+)
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError, check_int
@@ -40,15 +50,17 @@ from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, SGHIndex
 
 USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] "
-         "[mode=M] [decoder=model|bytes]\n"
+         "[mode=M] [decoder=model|bytes] [input_scale=auto|none|uint8]\n"
          "       sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] "
-         "out=RESULTS.npz [k=100] [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F]")
+         "out=RESULTS.npz [k=100] [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F] "
+         "[input_scale=auto|none|uint8]")
 # The keys each action takes, and their defaults (None: required or unset).
 KEYS = {"build": {"run": None, "out": None, "input": None, "key": None, "nlist": None,
-                  "mode": "scan", "decoder": "model", "batch_size": "65536"},
+                  "mode": "scan", "decoder": "model", "batch_size": "65536",
+                  "input_scale": "auto"},
         "search": {"index": None, "input": None, "key": None, "out": None, "k": "100",
                    "mode": None, "nprobe": None, "shortlist": None, "refine_factor": None,
-                   "batch_size": "65536"}}
+                   "batch_size": "65536", "input_scale": "auto"}}
 REQUIRED = {"build": ("run", "out"), "search": ("index", "input", "out")}
 # The results file's marker key: an existing out= is replaced only when it holds it.
 RESULTS_MARKER = "sgh_index_results"
@@ -74,6 +86,7 @@ def parse_arguments(argv: list[str]) -> tuple[str, dict]:
     if settings["mode"] is not None and settings["mode"] not in MODES:
         raise UserInputError(f"mode={settings['mode']} is not known; accepted: "
                              f"{', '.join(MODES)}")
+    check_input_scale(settings["input_scale"])
     if settings.get("decoder") not in (None, *DECODERS):
         raise UserInputError(f"decoder={settings['decoder']} is not known; accepted: "
                              f"{', '.join(DECODERS)}")
@@ -88,16 +101,25 @@ def _integer(name: str, text: str) -> int:
     return check_int(name, value, 1)
 
 
-def _batches(path: str, key: str | None, batch_size: int, dim: int):
-    """``(first row, float32 rows)`` of a vector file, as training converts them."""
-    vectors = open_vectors(path, key)
-    if vectors.shape[1] != dim:
+def _batches(settings: dict, index: SGHIndex, where: str):
+    """``(first row, total, float32 rows)`` of the ``input`` vector file, converted as the
+    model's training features were (`sgh.cli.input_scale`; ``where``: the index's origin, named
+    in a refusal)."""
+    vectors = open_vectors(settings["input"], settings["key"])
+    if vectors.shape[1] != index.dim:
         raise UserInputError(f"{vectors.where} has {vectors.shape[1]} features per vector but "
-                             f"the model takes {dim}; give vectors of the kind it was trained on")
-    for start in range(0, len(vectors), batch_size):
-        rows = vectors.read(start, min(start + batch_size, len(vectors)))
-        yield start, len(vectors), as_float32_features(rows, vectors.path, vectors.key,
-                                                       start)[0]
+                             f"the model takes {index.dim}; give vectors of the kind it was "
+                             "trained on")
+    conversion = index.scores.feature_conversion
+    # An explicit input_scale is the user's statement of the scale: nothing to compare.
+    training = None if conversion is None or settings["input_scale"] != "auto" \
+        else (conversion, where)
+    refuse_another_scale(vectors, training)
+    for start in range(0, len(vectors), settings["batch_size"]):
+        rows = vectors.read(start, min(start + settings["batch_size"], len(vectors)))
+        features = scaled(rows, vectors, start, settings["input_scale"])[0]
+        refuse_unscaled_rows(features, vectors.dtype, training, vectors.where, start)
+        yield start, len(vectors), features
 
 
 def _progress(verb: str, done: int, total: int, started: float) -> None:
@@ -113,27 +135,29 @@ def build(settings: dict) -> SGHIndex:
     refuse_a_run_file("out", out, "mnist.sghindex", runs=(settings["run"],))
     refuse_to_replace(out, SAVED_INDEX)
     check_writable_place("out", out, directory_wanted=True)
+    conversion = recorded_conversion(settings["run"])
     if settings["input"] is None:
         try:
             index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"],
                                       settings["decoder"])
         except ValueError as error:
             raise UserInputError(str(error)) from None
+        index.scores = dataclasses.replace(index.scores, feature_conversion=conversion)
     else:
         run = RunDirectory(settings["run"], create=False)
         if not run.asymmetric_score.is_file():
             raise UserInputError(f"run={run.path}: no {run.asymmetric_score.name} there; "
                                  "expected a finished sgh-train run of SGH, ITQ, PCAH or LSH")
         try:
-            index = SGHIndex(ScoreSet.load(run.asymmetric_score), settings["mode"],
-                             settings["nlist"], settings["decoder"])
+            scores = ScoreSet.load(run.asymmetric_score)
+            index = SGHIndex(dataclasses.replace(scores, feature_conversion=conversion),
+                             settings["mode"], settings["nlist"], settings["decoder"])
         except ValueError as error:
             raise UserInputError(str(error)) from None
         if not index.is_trained:
             index.train(_training_sample(settings, index))
         started = time.perf_counter()
-        for start, total, rows in _batches(settings["input"], settings["key"],
-                                           settings["batch_size"], index.dim):
+        for start, total, rows in _batches(settings, index, f"run={run.path}"):
             index.add(rows, ids=np.arange(start, start + len(rows)))
             _progress("added", start + len(rows), total, started)
     index.save(out)
@@ -146,8 +170,7 @@ def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
     most) and the byte decoder (`FIT_ROWS` at most), whichever wants more."""
     wanted = max(FIT_ROWS if index.decoder == "bytes" else 0, 256 * (index.nlist or 0))
     sample = []
-    for start, total, rows in _batches(settings["input"], settings["key"],
-                                       settings["batch_size"], index.dim):
+    for start, total, rows in _batches(settings, index, f"run={settings['run']}"):
         stride = max(1, total // wanted)
         sample.append(rows[(-start) % stride :: stride])
     return np.concatenate(sample)[:wanted]
@@ -165,8 +188,7 @@ def search(settings: dict) -> tuple[np.ndarray, np.ndarray]:
             except ValueError as error:
                 raise UserInputError(str(error)) from None
     results, started = [], time.perf_counter()
-    for start, total, rows in _batches(settings["input"], settings["key"],
-                                       settings["batch_size"], index.dim):
+    for start, total, rows in _batches(settings, index, f"index={settings['index']}"):
         try:
             results.append(index.search(rows, settings["k"]))
         except ValueError as error:  # e.g. nprobe on an index without lists

@@ -46,6 +46,9 @@ class ScoreSet:
             ``inner_product``).
         decoder: an mlp decoder (`sgh.search.decoded`), which rescores shortlists by decoding
             them: its ``decoder`` and ``joint`` kinds have no per-bit form; None otherwise.
+        feature_conversion: how the model's training features became float32 (as
+            `sgh.data.feature_conversion` names it, e.g. ``uint8 / 255``), which the features
+            of queries read from files must match (`sgh.cli.input_scale`); None: not recorded.
     """
 
     scores: dict[str, AsymmetricScore]
@@ -56,6 +59,7 @@ class ScoreSet:
     validation: dict[str, float] = field(default_factory=dict)
     similarity: str = "euclidean"
     decoder: DecoderNetwork | None = None
+    feature_conversion: str | None = None
 
     @classmethod
     def of_model(cls, model) -> ScoreSet:
@@ -159,6 +163,8 @@ class ScoreSet:
             arrays.update(score.arrays(prefix=f"{kind}."))
         if self.decoder is not None:
             arrays.update(self.decoder.arrays(prefix="decoder_network."))
+        if self.feature_conversion is not None:
+            arrays["feature_conversion"] = np.str_(self.feature_conversion)
         with open(path, "wb") as file:
             np.savez(file, **arrays)
 
@@ -206,9 +212,10 @@ class ScoreSet:
         decoder = None
         if any(key.startswith("decoder_network.") for key in arrays):
             decoder = DecoderNetwork.from_arrays(arrays, str(path), prefix="decoder_network.")
+        conversion = arrays.get("feature_conversion")
         return cls(scores, text["chosen"], text["rescore_chosen"], float(weight),
                    text["selection"], dict(zip(names, map(float, values), strict=True)),
-                   similarity, decoder)
+                   similarity, decoder, None if conversion is None else str(conversion))
 
     @classmethod
     def load_score(cls, path: str | os.PathLike, kind: str | None = None) -> AsymmetricScore:

@@ -86,3 +86,33 @@ def test_nothing_of_the_users_is_replaced(command_here, run_and_vectors, tmp_pat
     wrong = command_here("index", ["search", f"index={place / 'flat'}", f"out={tmp_path / 'r.npz'}",
                                    f"input={run_dir / 'codes.npz'}", "key=database"], tmp_path)
     assert wrong.returncode == 2 and "features per vector but the model takes 16" in wrong.stderr
+
+
+def test_vectors_stored_unlike_the_training_features_are_refused_unless_their_scale_is_said(
+        command_here, run_and_vectors, tmp_path):
+    """As sgh-encode: uint8 would be divided by 255, 255 times off a model of float features;
+    the index keeps the run's conversion, so its searches are checked too."""
+    run_dir, place = run_and_vectors
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "base.npy", rng.integers(0, 4, (300, 16), dtype=np.uint8))
+    np.save(tmp_path / "queries.npy", rng.integers(0, 4, (5, 16), dtype=np.uint8))
+    build = ["build", f"run={run_dir}", f"input={tmp_path / 'base.npy'}",
+             f"out={tmp_path / 'index'}"]
+    refused = command_here("index", build, tmp_path)
+    assert refused.returncode == 2 and not (tmp_path / "index").exists()
+    assert "base.npy is uint8 (converted as 'uint8 / 255') but run=" in refused.stderr
+    assert "accepted: input_scale=none" in refused.stderr
+    assert command_here("index", [*build, "input_scale=none"], tmp_path).returncode == 0
+
+    search = ["search", f"index={tmp_path / 'index'}", f"input={tmp_path / 'queries.npy'}",
+              f"out={tmp_path / 'results.npz'}", "k=5"]
+    refused = command_here("index", search, tmp_path)
+    assert refused.returncode == 2 and f"index={tmp_path / 'index'} was trained" in refused.stderr
+    assert command_here("index", [*search, "input_scale=none"], tmp_path).returncode == 0
+    index = SGHIndex.load(tmp_path / "index")
+    D, I = index.search(np.load(tmp_path / "queries.npy").astype(np.float32), 5)
+    with np.load(tmp_path / "results.npz") as results:
+        np.testing.assert_array_equal(results["I"], I)
+    bad = command_here("index", [*search, "input_scale=pixels"], tmp_path)
+    assert bad.returncode == 2 and "input_scale='pixels' is not known; accepted: auto, none, " \
+                                   "uint8" in bad.stderr
