@@ -4,9 +4,12 @@
 (:meth:`sgh.search.asymmetric.AsymmetricScore.item_norms`, one float32 per item: the only memory
 beyond the codes), unless the score computes that term from the codes' byte pairs (a score with
 ``pair_tables``: the byte decoder), in which case the index holds the codes alone and the scans
-compute the term per tile. A search builds each query's lookup tables and scans the database
-with the compiled kernels of :mod:`sgh.search.lookup_kernels`, in bounded memory: queries go in
-blocks whose tables fit in L2, the database in tiles, and only the running top k is kept.
+compute the term per tile; a call of a few queries, which would share each tile's terms among
+too few of them, reads a one-byte bound of each item's term instead (`_term_bounds`, computed
+on the first such call and kept: one byte per item). A search builds each query's lookup
+tables and scans the database with the compiled kernels of :mod:`sgh.search.lookup_kernels`, in
+bounded memory: queries go in blocks whose tables fit in L2, the database in tiles, and only the
+running top k is kept.
 
 Conventions: ``D`` holds the scores (float32, smaller = nearer; the score omits a per-query
 constant, so compare D within a query only), ``I`` the database ids in insertion order; ties by
@@ -30,7 +33,13 @@ from sgh.codes import validate_codes
 from sgh.data.npz_file import read_npz_arrays
 from sgh.errors import UserInputError, check_int
 from sgh.search.asymmetric import AsymmetricScore
-from sgh.search.lookup_kernels import scan_scores, scan_top_k, sort_heaps, sorted_heaps
+from sgh.search.lookup_kernels import (
+    bounded_scan_top_k,
+    scan_scores,
+    scan_top_k,
+    sort_heaps,
+    sorted_heaps,
+)
 
 # A top k of at least 1 / DENSE_TOP_SHARE of the database comes from every score, partitioned:
 # the heap would take in most items.
@@ -38,6 +47,13 @@ DENSE_TOP_SHARE = 16
 # Queries per kernel call: their tables (code_bytes x 256 float32 each: 8 KB at 64 bits) stay in
 # L2 together, and each call is long enough that dispatch costs nothing.
 QUERY_BLOCK = 64
+# A call of fewer queries than this many per byte pair scans by the items' one-byte bounds
+# (`bounded_scan_top_k`): with the term per tile, each query's share of the pairs costs more.
+# On MNIST, one thread: 32 bits (6 pairs) the bounds are faster up to 8-16 queries a call, 64
+# bits (28 pairs) beyond 32 (benchmarks/LOG.md).
+BOUNDED_QUERIES_PER_PAIR = 2
+# The bound's float32 rounding allowance, relative to the largest partial sum.
+_ROUNDING = 1e-5
 # The `format` key of a saved index, and the prefix of its score's keys.
 _FORMAT, _SCORE = "sgh-asymmetric-index 1", "score."
 
@@ -64,6 +80,7 @@ class AsymmetricIndex:
     def reset(self) -> None:
         self._codes: list[np.ndarray] = []
         self._norms: list[np.ndarray] = []
+        self._bounds = None
 
     def __repr__(self) -> str:
         return f"AsymmetricIndex({self.ntotal} items, {self.score!r})"
@@ -100,6 +117,7 @@ class AsymmetricIndex:
         """Append ``(n, ceil(bits/8))`` uint8 codes; they get ids ``ntotal .. ntotal + n - 1``."""
         codes = validate_codes(codes, self.bits, "codes")
         if len(codes):
+            self._bounds = None
             self._codes.append(np.ascontiguousarray(codes))
             if not self._terms_from_codes:
                 self._norms.append(self.score.item_norms(codes))
@@ -140,17 +158,41 @@ class AsymmetricIndex:
         if len(codes) == 0:
             return D, I
         block = QUERY_BLOCK
-        if self._terms_from_codes:  # item terms once per tile and call: a call per thread
+        bounded = self._terms_from_codes and \
+            len(tables) < BOUNDED_QUERIES_PER_PAIR * len(pair_tables)
+        if bounded:
+            levels, low, step, error = self._term_bounds()
+            # Each query's allowance: the bound's error, and float32 rounding of its sums.
+            largest = np.abs(tables).max(axis=2).sum(axis=1) + max(abs(low), abs(low + 255 * step))
+            slack = (error + _ROUNDING * largest).astype(np.float32)
+        elif self._terms_from_codes:  # item terms once per tile and call: a call per thread
             block = max(QUERY_BLOCK, -(-len(tables) // _resolved_workers(workers)))
 
         def scan(start: int) -> None:
             stop = start + block
-            scan_top_k(tables[start:stop], codes, norms, pair_tables, 0, D[start:stop],
-                       I[start:stop])
+            if bounded:
+                bounded_scan_top_k(tables[start:stop], codes, levels, low, step,
+                                   slack[start:stop], pair_tables, D[start:stop], I[start:stop])
+            else:
+                scan_top_k(tables[start:stop], codes, norms, pair_tables, 0, D[start:stop],
+                           I[start:stop])
             sort_heaps(D[start:stop], I[start:stop])
 
         run_query_blocks(scan, len(tables), workers, block)
         return D, I
+
+    def _term_bounds(self) -> tuple[np.ndarray, np.float32, np.float32, np.float32]:
+        """``(levels, low, step, error)``: each item's pair term as one byte, ``low + step *
+        level`` within ``error`` of it, computed once (1 byte per item) on the first search of
+        a few queries."""
+        if self._bounds is None:
+            terms = self.score.item_norms(self.codes())
+            low, high = np.float32(terms.min()), np.float32(terms.max())
+            step = np.float32((high - low) / 255) if high > low else np.float32(1)
+            levels = np.clip(np.rint((terms - low) / step), 0, 255).astype(np.uint8)
+            error = np.abs(low + step * levels.astype(np.float32) - terms).max()
+            self._bounds = (levels, low, step, np.float32(error))
+        return self._bounds
 
     def _dense_search(self, queries: np.ndarray, k: int, workers: int | None
                       ) -> tuple[np.ndarray, np.ndarray]:

@@ -17,6 +17,10 @@ Two kernels, both ``nogil`` so that callers run query blocks on several threads:
   table reads and one compare; few items ever enter the heap (about ``k ln(n / k)`` of ``n``).
 * :func:`scan_scores` writes every score of a block of queries (evaluation ranks whole databases).
 
+A call of a few queries shares a tile's item terms among too few of them: there
+:func:`bounded_scan_top_k` reads a one-byte bound of each term instead and computes the term
+only for the items the bound lets near the top k.
+
 The database is walked in tiles of :data:`TILE_ITEMS` codes, which every query of the block
 passes over while they are in cache. The two kernels spell out the same four-query body on
 purpose: factored into a compiled helper returning the four sums, the top-k scan is
@@ -191,6 +195,42 @@ def scan_scores(tables, codes, norms, pair_tables, out):
                 for j in range(code_bytes):
                     s += table[j * 256 + flat_codes[base + j]]
                 out[rest, i] = s
+
+
+@compiled
+def bounded_scan_top_k(tables, codes, levels, low, step, slack, pair_tables, heap_scores,
+                       heap_ids):
+    """`scan_top_k` of a score whose item term comes from ``pair_tables``, for a few queries:
+    each item's term is read first as its bound, ``low + step * levels[i]`` (one byte per item,
+    within ``slack[q]`` of the term and of the float32 sums' rounding), and computed exactly
+    from the pairs only where that bound could enter the query's heap (about 1% of the items
+    at 32 and 64 bits on MNIST). The exact score is summed as `scan_top_k` sums it, so the
+    results are bit-identical to its.
+    """
+    nq, code_bytes = tables.shape[0], tables.shape[1]
+    n, k = codes.shape[0], heap_scores.shape[1]
+    flat_codes = codes.reshape(-1)
+    for q in range(nq):
+        table = tables[q].reshape(-1)
+        worst = heap_scores[q, 0]
+        for i in range(n):
+            base = i * code_bytes
+            partial = np.float32(0.0)
+            for j in range(code_bytes):
+                partial += table[j * 256 + flat_codes[base + j]]
+            bound = low + step * np.float32(levels[i])
+            if partial + bound - slack[q] < worst:
+                s = np.float32(0.0)  # the term as `pair_terms` sums it, then the tables
+                p = 0
+                for a in range(code_bytes):
+                    row = np.int64(flat_codes[base + a]) * 256
+                    for b in range(a + 1, code_bytes):
+                        s += pair_tables[p, row + flat_codes[base + b]]
+                        p += 1
+                for j in range(code_bytes):
+                    s += table[j * 256 + flat_codes[base + j]]
+                if s < worst:
+                    worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
 
 
 @compiled

@@ -184,6 +184,35 @@ def test_the_scan_holds_the_codes_alone_and_ranks_by_distance_to_the_reconstruct
     np.testing.assert_allclose(index.candidate_scores(queries, I), D, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("bits", [16, 32, 64])
+def test_a_few_queries_a_call_scan_by_one_byte_bounds_to_the_same_results(bits):
+    # Fewer queries than two per byte pair: each item's pair term is read as a one-byte bound
+    # and computed only where the bound could enter the top k. The results are those of the
+    # per-tile scan to the bit, ties (repeated codes) by id included.
+    decoder = _random_decoder(bits=bits)
+    rng = np.random.default_rng(4)
+    codes = rng.integers(0, 256, (3000, bits // 8), dtype=np.uint8)
+    codes[1500:1600] = codes[:100]
+    queries = decoder.decode(codes[:20]) + rng.normal(0, 1, (20, 32)).astype(np.float32)
+    tables = decoder.lookup_tables(queries)
+    want_D = np.full((20, 30), np.inf, np.float32)
+    want_I = np.full((20, 30), -1, np.int64)
+    scan_top_k(tables, codes, np.zeros(0, np.float32), decoder.pair_tables, 0, want_D, want_I)
+    sort_heaps(want_D, want_I)
+    assert np.isin(want_I, np.arange(1500, 1600)).any()  # the repeated codes are found
+
+    index = AsymmetricIndex(decoder)
+    index.add(codes)
+    for start, count in ((0, 1), (1, 3), (4, 16)):
+        D, I = index.search(queries[start : start + count], 30, workers=1)
+        np.testing.assert_array_equal(D, want_D[start : start + count])
+        np.testing.assert_array_equal(I, want_I[start : start + count])
+    levels = index._term_bounds()[0]
+    assert levels.dtype == np.uint8 and levels.shape == (3000,)  # one byte per item, kept
+    index.add(codes[:1])  # new items: new bounds
+    assert index._bounds is None
+
+
 def test_a_query_that_is_a_reconstruction_finds_its_own_code_first():
     # Distinct codes' reconstructions lie far apart (squared distance > 10 norm steps here),
     # so the norm's rounding cannot reorder the first place.
