@@ -292,6 +292,19 @@ class RunDirectory:
                                  "resume it with sgh-train first")
         return json.loads(self.metrics.read_text())
 
+    @property
+    def feature_conversion(self) -> str | None:
+        """How the run's training features became float32 (metrics.json's
+        `feature_conversion`, e.g. 'uint8 / 255'), which files of new features must match;
+        None where nothing records it, and for an angular run, whose rows are unit-normalised
+        before the model sees them (no scale to mismatch)."""
+        try:
+            recorded = json.loads(self.metrics.read_text())
+            conversion, similarity = recorded.get("feature_conversion"), recorded.get("similarity")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return conversion if isinstance(conversion, str) and similarity != "angular" else None
+
     # ---- writing ----------------------------------------------------------------------------
     def write_config(self, config) -> None:
         self._mark()

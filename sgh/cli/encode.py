@@ -45,7 +45,6 @@ from sgh.artifacts.run_outputs import refuse_a_run_file, refuse_a_runs_input
 from sgh.cli.input_scale import (
     check_input_scale,
     needs_unit_range,
-    recorded_conversion,
     refuse_another_scale,
     refuse_unscaled_rows,
     scaled,
@@ -120,7 +119,7 @@ def _training_conversion(config: EncodeCommandConfig) -> tuple[str, str] | None:
     run's metrics.json (an exported encoder inside a run directory: its run's); None when
     nothing records it (an encoder copied elsewhere, an older run, an angular run)."""
     run_dir = _run_dir(config)
-    conversion = recorded_conversion(run_dir)
+    conversion = RunDirectory(run_dir, create=False).feature_conversion
     return None if conversion is None else (conversion, f"run={run_dir}")
 
 
@@ -135,7 +134,7 @@ def encode_file(config: EncodeCommandConfig) -> dict:
         # The first batch now, before the TensorFlow import; every batch as it is encoded.
         rows = vectors.read(0, min(len(vectors), config.batch_size))
         refuse_unscaled_rows(as_float32_features(rows, vectors.path, vectors.key)[0],
-                              vectors.dtype, training, vectors.where, 0)
+                             vectors.dtype, training, vectors.where, 0)
     # TensorFlow is imported only now, so that bad arguments and files fail in a fraction of a
     # second rather than after its several-second import.
     import_tensorflow()
@@ -201,7 +200,7 @@ def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None,
         for start in range(0, n, batch_size):
             stop = min(start + batch_size, n)
             features, conversion = scaled(vectors.read(start, stop), vectors, start,
-                                           input_scale)
+                                          input_scale)
             refuse_unscaled_rows(features, vectors.dtype, training, vectors.where, start)
             handle.write(encoder.encode_batch(features).tobytes())
         # An earlier record names another model's codes: gone before these take their place

@@ -37,7 +37,6 @@ from sgh.artifacts.run_outputs import refuse_a_run_file
 from sgh.cli.boundary import exit_on_failure
 from sgh.cli.input_scale import (
     check_input_scale,
-    recorded_conversion,
     refuse_another_scale,
     refuse_unscaled_rows,
     scaled,
@@ -135,14 +134,12 @@ def build(settings: dict) -> SGHIndex:
     refuse_a_run_file("out", out, "mnist.sghindex", runs=(settings["run"],))
     refuse_to_replace(out, SAVED_INDEX)
     check_writable_place("out", out, directory_wanted=True)
-    conversion = recorded_conversion(settings["run"])
     if settings["input"] is None:
         try:
             index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"],
                                       settings["decoder"])
         except ValueError as error:
             raise UserInputError(str(error)) from None
-        index.scores = dataclasses.replace(index.scores, feature_conversion=conversion)
     else:
         run = RunDirectory(settings["run"], create=False)
         if not run.asymmetric_score.is_file():
@@ -150,7 +147,8 @@ def build(settings: dict) -> SGHIndex:
                                  "expected a finished sgh-train run of SGH, ITQ, PCAH or LSH")
         try:
             scores = ScoreSet.load(run.asymmetric_score)
-            index = SGHIndex(dataclasses.replace(scores, feature_conversion=conversion),
+            index = SGHIndex(dataclasses.replace(scores,
+                                                 feature_conversion=run.feature_conversion),
                              settings["mode"], settings["nlist"], settings["decoder"])
         except ValueError as error:
             raise UserInputError(str(error)) from None

@@ -7,32 +7,18 @@ raw pixels as floats for one trained on uint8 / 255. Both are refused, as `sgh-t
 such a mix of its splits, unless ``input_scale`` states the scale: ``none`` (values as they are)
 or ``uint8`` (divided by 255). `sgh-encode` and `sgh-index` share these rules.
 
-``training`` below is ``(conversion, where it is recorded)`` of the model's training features,
-e.g. ``("uint8 / 255", "run=RUN")``, or None where nothing records it (then nothing is checked).
+``training`` below is ``(conversion, where it is recorded)`` of the model's training features
+(`RunDirectory.feature_conversion`, which an `SGHIndex` of the run keeps in its scores), e.g.
+``("uint8 / 255", "run=RUN")``, or None where nothing records it (then nothing is checked).
 """
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
-from sgh.artifacts.run_directory import RunDirectory
 from sgh.config import INPUT_SCALES
 from sgh.data.feature_conversion import UINT8_CONVERSION, as_float32_features
 from sgh.errors import UserInputError
-
-
-def recorded_conversion(run_dir) -> str | None:
-    """How the run's training features became float32 (its metrics.json `feature_conversion`,
-    e.g. 'uint8 / 255'); None where nothing records it, and for an angular run, whose rows are
-    unit-normalised before the model sees them (no scale to mismatch)."""
-    try:
-        recorded = json.loads(RunDirectory(run_dir, create=False).metrics.read_text())
-        conversion, similarity = recorded.get("feature_conversion"), recorded.get("similarity")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return conversion if isinstance(conversion, str) and similarity != "angular" else None
 
 
 def check_input_scale(value: str) -> str:

@@ -33,6 +33,7 @@ from sgh.codes import validate_codes
 from sgh.data.npz_file import read_npz_arrays
 from sgh.errors import UserInputError, check_int
 from sgh.search.asymmetric import AsymmetricScore
+from sgh.search.byte_decoder import one_byte_terms
 from sgh.search.lookup_kernels import (
     bounded_scan_top_k,
     scan_scores,
@@ -161,9 +162,9 @@ class AsymmetricIndex:
         bounded = self._terms_from_codes and \
             len(tables) < BOUNDED_QUERIES_PER_PAIR * len(pair_tables)
         if bounded:
-            levels, low, step, error = self._term_bounds()
+            levels, level_terms, error = self._term_bounds()
             # Each query's allowance: the bound's error, and float32 rounding of its sums.
-            largest = np.abs(tables).max(axis=2).sum(axis=1) + max(abs(low), abs(low + 255 * step))
+            largest = np.abs(tables).max(axis=2).sum(axis=1) + np.abs(level_terms).max()
             slack = (error + _ROUNDING * largest).astype(np.float32)
         elif self._terms_from_codes:  # item terms once per tile and call: a call per thread
             block = max(QUERY_BLOCK, -(-len(tables) // _resolved_workers(workers)))
@@ -171,7 +172,7 @@ class AsymmetricIndex:
         def scan(start: int) -> None:
             stop = start + block
             if bounded:
-                bounded_scan_top_k(tables[start:stop], codes, levels, low, step,
+                bounded_scan_top_k(tables[start:stop], codes, levels, level_terms,
                                    slack[start:stop], pair_tables, D[start:stop], I[start:stop])
             else:
                 scan_top_k(tables[start:stop], codes, norms, pair_tables, 0, D[start:stop],
@@ -181,17 +182,14 @@ class AsymmetricIndex:
         run_query_blocks(scan, len(tables), workers, block)
         return D, I
 
-    def _term_bounds(self) -> tuple[np.ndarray, np.float32, np.float32, np.float32]:
-        """``(levels, low, step, error)``: each item's pair term as one byte, ``low + step *
-        level`` within ``error`` of it, computed once (1 byte per item) on the first search of
-        a few queries."""
+    def _term_bounds(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
+        """``(levels, level_terms, error)``: each item's pair term in one byte, as the inverted
+        lists hold it (`one_byte_terms`), ``level_terms[level]`` within ``error`` of it;
+        computed once (1 byte per item) on the first search of a few queries."""
         if self._bounds is None:
             terms = self.score.item_norms(self.codes())
-            low, high = np.float32(terms.min()), np.float32(terms.max())
-            step = np.float32((high - low) / 255) if high > low else np.float32(1)
-            levels = np.clip(np.rint((terms - low) / step), 0, 255).astype(np.uint8)
-            error = np.abs(low + step * levels.astype(np.float32) - terms).max()
-            self._bounds = (levels, low, step, np.float32(error))
+            levels, level_terms, _ = one_byte_terms(terms)
+            self._bounds = (levels, level_terms, np.abs(level_terms[levels] - terms).max())
         return self._bounds
 
     def _dense_search(self, queries: np.ndarray, k: int, workers: int | None

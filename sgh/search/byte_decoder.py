@@ -297,6 +297,17 @@ class ByteDecoder:
                    None if basis is None else basis.astype(np.float32))
 
 
+def one_byte_terms(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per-item terms held in one byte, as faiss holds its norms (`norm_levels` over their
+    range): ``(levels, decoded, step)``, ``decoded[level]`` the float32 value a scan reads for
+    a level (``low + (level + 0.5) * step``), within ``step / 2`` of the term."""
+    low = float(terms.min()) if len(terms) else 0.0
+    high = float(terms.max()) if len(terms) else 0.0
+    step = (high - low) / 256
+    decoded = (low + (np.arange(256) + 0.5) * step).astype(np.float32)
+    return norm_levels(terms, low, high), decoded, step
+
+
 def norm_levels(norms: np.ndarray, low: float, high: float) -> np.ndarray:
     """faiss's 8-bit norm code (`AdditiveQuantizer::encode_qint8`), for every item at once:
     ``floor(256 (norm - low) / (high - low))`` clipped to 0 .. 255."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgh.search.asymmetric_index import QUERY_BLOCK, run_query_blocks
-from sgh.search.byte_decoder import norm_levels
+from sgh.search.byte_decoder import one_byte_terms
 from sgh.search.lookup_kernels import scan_lists_top_k, sort_heaps
 
 
@@ -40,11 +40,8 @@ class InvertedTableScan:
         # (B / 8 + 1 bytes per item): computed from the pair tables for every probed list, as
         # the flat scan does per tile, it cost 1.6-2.5x the scan (each query probes its own
         # lists, so nothing is shared across a block of queries).
-        terms = score.item_norms(self.codes)
-        self.term_low = float(terms.min()) if len(terms) else 0.0
-        high = float(terms.max()) if len(terms) else 0.0
-        self.term_step = (high - self.term_low) / 256
-        self.term_levels = norm_levels(terms, self.term_low, high)
+        self.term_levels, self.level_terms, self.term_step = one_byte_terms(
+            score.item_norms(self.codes))
         self.starts = np.searchsorted(lists, np.arange(len(centroids) + 1)).astype(np.int64)
         # The tables are affine in the query, so the table of ``q - c`` is the query's minus
         # ``tables(c) - tables(0)``: what a list's centroid takes away.
@@ -67,8 +64,8 @@ class InvertedTableScan:
         def scan(start: int) -> None:
             stop = start + QUERY_BLOCK
             scan_lists_top_k(tables[start:stop], self.list_tables, constants[start:stop],
-                             self.codes, self.term_levels, self.term_low, self.term_step,
-                             self.starts, probes[start:stop], D[start:stop], I[start:stop])
+                             self.codes, self.term_levels, self.level_terms, self.starts,
+                             probes[start:stop], D[start:stop], I[start:stop])
             sort_heaps(D[start:stop], I[start:stop])
 
         run_query_blocks(scan, len(tables), workers)

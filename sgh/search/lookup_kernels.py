@@ -198,10 +198,10 @@ def scan_scores(tables, codes, norms, pair_tables, out):
 
 
 @compiled
-def bounded_scan_top_k(tables, codes, levels, low, step, slack, pair_tables, heap_scores,
+def bounded_scan_top_k(tables, codes, levels, level_terms, slack, pair_tables, heap_scores,
                        heap_ids):
     """`scan_top_k` of a score whose item term comes from ``pair_tables``, for a few queries:
-    each item's term is read first as its bound, ``low + step * levels[i]`` (one byte per item,
+    each item's term is read first as its bound, ``level_terms[levels[i]]`` (one byte per item,
     within ``slack[q]`` of the term and of the float32 sums' rounding), and computed exactly
     from the pairs only where that bound could enter the query's heap (about 1% of the items
     at 32 and 64 bits on MNIST). The exact score is summed as `scan_top_k` sums it, so the
@@ -218,8 +218,7 @@ def bounded_scan_top_k(tables, codes, levels, low, step, slack, pair_tables, hea
             partial = np.float32(0.0)
             for j in range(code_bytes):
                 partial += table[j * 256 + flat_codes[base + j]]
-            bound = low + step * np.float32(levels[i])
-            if partial + bound - slack[q] < worst:
+            if partial + level_terms[levels[i]] - slack[q] < worst:
                 s = np.float32(0.0)  # the term as `pair_terms` sums it, then the tables
                 p = 0
                 for a in range(code_bytes):
@@ -301,7 +300,7 @@ def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
 
 
 @compiled
-def scan_lists_top_k(tables, list_tables, constants, codes, levels, low, step, starts, probes,
+def scan_lists_top_k(tables, list_tables, constants, codes, levels, level_terms, starts, probes,
                      heap_scores, heap_ids):
     """Each query's k best ``(score, row)`` among the codes of the inverted lists it probes,
     codes of residuals to their list's centroid.
@@ -313,7 +312,7 @@ def scan_lists_top_k(tables, list_tables, constants, codes, levels, low, step, s
         constants: ``(nq, nprobe)`` float32, added to the score of each probed list's items.
         codes, levels: ``(n, code_bytes)`` / ``(n,)`` uint8 in list order: list ``l`` holds
             rows ``starts[l] .. starts[l + 1] - 1``; an item's term is
-            ``low + (levels[i] + 0.5) * step`` (faiss's 8-bit norm code).
+            ``level_terms[levels[i]]`` (`sgh.search.byte_decoder.one_byte_terms`).
         probes: ``(nq, nprobe)`` int64 lists per query, ``-1`` skipped.
         heap_scores, heap_ids: as `scan_top_k` (ids are the rows).
 
@@ -326,9 +325,6 @@ def scan_lists_top_k(tables, list_tables, constants, codes, levels, low, step, s
     k = heap_scores.shape[1]
     width = code_bytes * 256
     table = np.empty(width, np.float32)
-    terms = np.empty(256, np.float32)
-    for level in range(256):
-        terms[level] = low + (level + 0.5) * step
     for q in range(nq):
         query_table = tables[q].reshape(-1)
         worst = heap_scores[q, 0]
@@ -341,7 +337,7 @@ def scan_lists_top_k(tables, list_tables, constants, codes, levels, low, step, s
                 table[a] = query_table[a] - shift[a]
             constant = constants[q, p]
             for i in range(starts[chosen], starts[chosen + 1]):
-                s = terms[levels[i]]
+                s = level_terms[levels[i]]
                 for j in range(code_bytes):
                     s += table[j * 256 + codes[i, j]]
                 s += constant

@@ -41,6 +41,7 @@ indexes of different models are refused, never searched together.
 # ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -381,7 +382,7 @@ class SGHIndex:
         asymmetric.npz); with ``nlist``, its database features are read again (the run's
         dataset) to learn and fill the inverted lists; with ``decoder="bytes"``, its training
         and database features are, to fit the byte decoder and encode the database by it.
-        Ids are database rows."""
+        Ids are database rows; the scores keep how the run converted its features."""
         from sgh.artifacts.run_directory import RunDirectory
 
         run = RunDirectory(run_dir, create=False)
@@ -391,7 +392,8 @@ class SGHIndex:
                                      "sgh-train run of SGH, ITQ, PCAH or LSH")
         codes = load_codes(run.codes)
         try:
-            scores = ScoreSet.load(run.asymmetric_score)
+            scores = dataclasses.replace(ScoreSet.load(run.asymmetric_score),
+                                         feature_conversion=run.feature_conversion)
         except ValueError as error:
             raise UserInputError(str(error)) from None
         refuse_another_models_scores(codes, scores, run.asymmetric_score)
@@ -423,11 +425,9 @@ class SGHIndex:
 
     def _features(self, x: np.ndarray) -> np.ndarray:
         """float32 features as the model saw them: unit-normalised for an angular model."""
-        if np.asarray(x).dtype.kind != "f":
-            # sgh-train divides uint8 features by 255 and takes other integers as they are, so
-            # an integer array has no one meaning here: taken as it is, raw pixels against a
-            # model of pixels / 255 would rank silently wrong.
-            raise ValueError(f"features of dtype {np.asarray(x).dtype}: SGHIndex takes float "
+        x = np.asarray(x)
+        if x.dtype.kind != "f":  # sgh-train divides uint8 alone by 255: raw pixels rank wrong
+            raise ValueError(f"features of dtype {x.dtype}: SGHIndex takes float "
                              "features as the model saw them (sgh-train divides uint8 features "
                              "by 255); convert them first, e.g. x.astype(np.float32) / 255")
         x = np.ascontiguousarray(x, np.float32)
