@@ -88,7 +88,6 @@ N = round(sqrt(n_database)) lists only, anchors trained on the first 10,000 trai
 with 2 iterations.
 """
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
 import argparse

@@ -37,7 +37,6 @@ features. Both ranked by their ADC distance, one thread (`faiss.omp_set_num_thre
    the same conventions, their queries/s timed side by side with each other only.
 """
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
 import argparse

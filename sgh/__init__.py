@@ -1,8 +1,6 @@
 """Stochastic Generative Hashing: learned binary codes for Hamming-distance retrieval.
 
-The public Python API. Names are loaded on first use, so `import sgh` stays light: TensorFlow is
-imported only by the names that need it (`SGHHasher`, the layers, `SGH`, `doubly_sn`,
-`export_encoder`, `load_encoder`, `run`).
+The public Python API, loaded on first use: only the names that need TensorFlow import it.
 
     from sgh import SGHHasher, SGHIndex
     hasher = SGHHasher(n_bits=32, random_state=0).fit(x_train)     # or ITQ(...), LSH(...), ...
@@ -16,34 +14,30 @@ import importlib
 
 __version__ = "0.1.0"
 
-# name -> the module that owns it (one owner per concept; see the package layout in docs/).
-_EXPORTS = {
+# module -> the public names it owns (one owner per concept; see the package layout in docs/).
+_OWNERS = {
     # configuration and the sgh-train flow
-    "Config": "sgh.config", "ModelConfig": "sgh.config", "TrainerConfig": "sgh.config",
-    "EvalConfig": "sgh.config", "ValidationConfig": "sgh.config",
-    "FileDatasetConfig": "sgh.config", "SyntheticDatasetConfig": "sgh.config",
-    "run": "sgh.pipeline", "METHODS": "sgh.methods",
-    "UserInputError": "sgh.errors",
+    "sgh.config": "Config ModelConfig TrainerConfig EvalConfig ValidationConfig "
+                  "FileDatasetConfig SyntheticDatasetConfig",
+    "sgh.pipeline": "run", "sgh.methods": "METHODS", "sgh.errors": "UserInputError",
     # data
-    "RetrievalSplit": "sgh.data", "load_split": "sgh.data",
-    "euclidean_neighbours": "sgh.data.neighbours", "exact_neighbours": "sgh.data.neighbours",
+    "sgh.data": "RetrievalSplit load_split",
+    "sgh.data.neighbours": "euclidean_neighbours exact_neighbours",
     # SGH as building blocks (TensorFlow): the estimator, the Keras layers, the model
-    "SGHHasher": "sgh.training.sgh_hasher", "DoublySN": "sgh.model.layers",
-    "StraightThroughSign": "sgh.model.layers", "GradientReversal": "sgh.model.layers",
-    "SGH": "sgh.model.sgh_model", "doubly_sn": "sgh.model.ops",
-    "export_encoder": "sgh.model.export", "load_encoder": "sgh.model.export",
+    "sgh.training.sgh_hasher": "SGHHasher",
+    "sgh.model.layers": "DoublySN StraightThroughSign GradientReversal",
+    "sgh.model.sgh_model": "SGH", "sgh.model.ops": "doubly_sn",
+    "sgh.model.export": "export_encoder load_encoder",
     # codes, search, baselines, metrics (numpy)
-    "pack_bits": "sgh.codes", "unpack_bits": "sgh.codes", "code_health": "sgh.codes",
-    "HammingIndex": "sgh.search", "BinaryHasher": "sgh.hasher",
-    "AsymmetricScore": "sgh.search.asymmetric", "AsymmetricIndex": "sgh.search.asymmetric_index",
-    "TwoStageSearch": "sgh.search.two_stage", "ScoreSet": "sgh.search.score_set",
-    "DecodedRescorer": "sgh.search.decoded", "SGHIndex": "sgh.search.sgh_index",
-    "LSH": "sgh.baselines", "PCAH": "sgh.baselines", "ITQ": "sgh.baselines",
-    "SH": "sgh.baselines", "SpH": "sgh.baselines",
-    "mean_average_precision": "sgh.metrics", "recall_at_n": "sgh.metrics",
-    "evaluate_labels": "sgh.metrics", "hash_lookup": "sgh.metrics", "pr_curve": "sgh.metrics",
-    "load_codes": "sgh.artifacts.codes_file",
+    "sgh.codes": "pack_bits unpack_bits code_health", "sgh.hasher": "BinaryHasher",
+    "sgh.search": "HammingIndex", "sgh.search.asymmetric": "AsymmetricScore",
+    "sgh.search.asymmetric_index": "AsymmetricIndex", "sgh.search.two_stage": "TwoStageSearch",
+    "sgh.search.score_set": "ScoreSet", "sgh.search.decoded": "DecodedRescorer",
+    "sgh.search.sgh_index": "SGHIndex", "sgh.baselines": "LSH PCAH ITQ SH SpH",
+    "sgh.metrics": "mean_average_precision recall_at_n evaluate_labels hash_lookup pr_curve",
+    "sgh.artifacts.codes_file": "load_codes",
 }
+_EXPORTS = {name: module for module, names in _OWNERS.items() for name in names.split()}
 __all__ = ["__version__", *_EXPORTS]
 
 

@@ -1,16 +1,9 @@
 """Packed binary codes: bit packing, validation, Hamming words and popcount, and code health.
 
-Conventions used everywhere in ``sgh``:
-
-* A code of ``bits`` bits is stored packed, ``np.packbits(bits_array, axis=1)``: a ``uint8`` array
-  of shape ``(n, ceil(bits / 8))``. The first code bit is the most significant bit of byte 0;
-  the unused low bits of the last byte (padding) are zero.
-* The Hamming distance between two codes is ``popcount(a XOR b)``.
-
-For speed the bytes of each row are zero-padded to one machine word (1, 2, 4 or 8 bytes, or a
-multiple of 8) and viewed as unsigned integers (`as_words`), so one XOR + `popcount` handles up
-to 64 bits. `sgh.search` and the metrics engine (`sgh.metrics.histograms`) compute distances
-this way; the engine's compiled kernels (`sgh.metrics.kernels`) do the same in registers.
+The package's one code convention: a code of ``bits`` bits is stored packed,
+``np.packbits(bits_array, axis=1)``, a ``uint8`` array ``(n, ceil(bits / 8))`` whose first code
+bit is the most significant bit of byte 0 and whose padding bits are zero. The Hamming distance
+is ``popcount(a XOR b)``, computed on rows zero-padded to machine words (`as_words`).
 """
 
 from __future__ import annotations
@@ -35,14 +28,7 @@ popcount = getattr(np, "bitwise_count", _popcount_lookup)
 
 
 def pack_bits(bits: np.ndarray) -> np.ndarray:
-    """Pack a 0/1 matrix into codes.
-
-    Args:
-        bits: ``(n, l)`` array of booleans or of 0/1 integers.
-
-    Returns:
-        ``(n, ceil(l / 8))`` uint8; code bit ``j`` is bit ``7 - j % 8`` of byte ``j // 8``.
-    """
+    """``(n, l)`` booleans or 0/1 integers -> ``(n, ceil(l / 8))`` uint8 codes."""
     bits = np.asarray(bits)
     if bits.ndim != 2:
         raise ValueError(f"pack_bits expects a 2-D (n, bits) array, got shape {bits.shape}")
@@ -55,37 +41,26 @@ def pack_bits(bits: np.ndarray) -> np.ndarray:
 
 def unpack_bits(packed: np.ndarray, bits: int) -> np.ndarray:
     """Inverse of :func:`pack_bits`: ``(n, ceil(bits/8))`` uint8 -> ``(n, bits)`` uint8 of 0/1."""
-    packed = validate_codes(packed, bits)
-    return np.unpackbits(packed, axis=1, count=bits)
+    return np.unpackbits(validate_codes(packed, bits), axis=1, count=bits)
 
 
 def validate_codes(packed: np.ndarray, bits: int, name: str = "codes") -> np.ndarray:
-    """Check that ``packed`` holds ``bits``-bit packed codes; return it as a C-contiguous array.
-
-    Raises ValueError (naming ``name`` and the bad value) unless ``packed`` is a 2-D uint8 array
-    with ``ceil(bits / 8)`` bytes per row whose padding bits are all zero. Non-zero padding
-    usually means ``bits`` is wrong for these codes.
-    """
+    """``packed`` as a C-contiguous array of ``bits``-bit codes: 2-D uint8, ``ceil(bits / 8)``
+    bytes per row, zero padding; else ValueError naming ``name``."""
     check_int("bits", bits, 1)
     packed = np.asarray(packed)
     if packed.ndim != 2 or packed.dtype != np.uint8:
-        raise ValueError(
-            f"{name} must be a 2-D uint8 array of packed bits (np.packbits(..., axis=1)), "
-            f"got dtype {packed.dtype} and shape {packed.shape}"
-        )
+        raise ValueError(f"{name} must be a 2-D uint8 array of packed bits (np.packbits(..., "
+                         f"axis=1)), got dtype {packed.dtype} and shape {packed.shape}")
     n_bytes = -(-int(bits) // 8)
     if packed.shape[1] != n_bytes:
         low, high = 8 * packed.shape[1] - 7, 8 * packed.shape[1]
-        raise ValueError(
-            f"{name} have {packed.shape[1]} bytes per row, which holds {low}..{high} bits, "
-            f"but bits={bits} needs {n_bytes} bytes"
-        )
+        raise ValueError(f"{name} have {packed.shape[1]} bytes per row, which holds {low}..{high} "
+                         f"bits, but bits={bits} needs {n_bytes} bytes")
     padding_mask = (1 << (8 * n_bytes - bits)) - 1
     if padding_mask and packed.shape[0] and np.any(packed[:, -1] & padding_mask):
-        raise ValueError(
-            f"{name} have non-zero padding bits after bit {bits}; are these really "
-            f"{bits}-bit codes?"
-        )
+        raise ValueError(f"{name} have non-zero padding bits after bit {bits}; are these really "
+                         f"{bits}-bit codes?")
     return np.ascontiguousarray(packed)
 
 
@@ -105,9 +80,8 @@ def stored_bits(arrays, where: str, key: str = "bits") -> int:
 
 def model_fingerprint(arrays: dict[str, np.ndarray]) -> str:
     """16 hex digits naming the model that makes (and scores) codes: a hash of the arrays that
-    define its encoder (`sgh.search.score_set.ScoreSet.fingerprint`), by name, dtype, shape and
-    bytes. Codes and scores whose fingerprints differ came from different models, and are never
-    searched together."""
+    define its encoder, by name, dtype, shape and bytes. Codes and scores whose fingerprints
+    differ are never searched together."""
     digest = hashlib.sha256()
     for name in sorted(arrays):
         array = np.ascontiguousarray(arrays[name])
@@ -117,11 +91,8 @@ def model_fingerprint(arrays: dict[str, np.ndarray]) -> str:
 
 
 def as_words(packed: np.ndarray) -> np.ndarray:
-    """Packed rows as ``(n, n_words)`` unsigned words (u1/u2/u4/u8), each row zero-padded.
-
-    XOR and popcount of the words give the Hamming distance of the codes (the padding is zero in
-    every row, so it never contributes).
-    """
+    """Packed rows as ``(n, n_words)`` unsigned words (u1/u2/u4/u8), each row zero-padded (so
+    the padding never contributes to XOR and popcount)."""
     n, n_bytes = packed.shape
     word_bytes = 8 if n_bytes > 4 else {1: 1, 2: 2, 3: 4, 4: 4}[n_bytes]
     padded_bytes = -(-n_bytes // word_bytes) * word_bytes
@@ -131,23 +102,11 @@ def as_words(packed: np.ndarray) -> np.ndarray:
 
 
 def code_health(database_packed: np.ndarray, bits: int, rows_per_chunk: int = 1 << 16) -> dict:
-    """Summary statistics that reveal degenerate codes.
-
-    Returns:
-        dict with
-        ``distinct_codes`` (int): number of different codes in the database;
-        ``dead_bits`` (int): bits with the same value in every database code;
-        ``bit_balance`` (list of ``bits`` floats): fraction of codes with bit j set (0.5 ideal);
-        ``mean_abs_bit_correlation`` (float): mean |Pearson correlation| over all pairs of live
-        (non-dead) bits; 0.0 when fewer than two bits are live;
-        ``bit_entropy`` (list of ``bits`` floats): entropy of each bit in bits,
-        ``-p log2 p - (1-p) log2 (1-p)`` with p its balance (1.0 ideal, 0.0 dead);
-        ``code_entropy`` (float): entropy in bits of the empirical distribution of whole codes,
-        ``-sum_c f_c log2 f_c`` over distinct codes c with frequency f_c; at most
-        ``min(bits, log2(n))`` — well below that means many items share a few codes.
-
-    Memory: the unpacked bits of ``rows_per_chunk`` codes at a time (float64), plus O(bits^2).
-    """
+    """Statistics that reveal degenerate codes: ``distinct_codes``; ``dead_bits`` (the same in
+    every code); per bit, ``bit_balance`` (the fraction set, 0.5 ideal) and ``bit_entropy`` (1.0
+    ideal); ``mean_abs_bit_correlation`` over pairs of live bits (0.0 with fewer than two);
+    ``code_entropy`` of whole codes, at most ``min(bits, log2(n))``. Memory: ``rows_per_chunk``
+    unpacked codes at a time, plus O(bits^2)."""
     database_packed = validate_codes(database_packed, bits, "database codes")
     n = database_packed.shape[0]
     if n == 0:
@@ -159,8 +118,7 @@ def code_health(database_packed: np.ndarray, bits: int, rows_per_chunk: int = 1 
         _, multiplicity = np.unique(words, axis=0, return_counts=True)
     frequency = multiplicity / n
 
-    # Counts of ones per bit and co-occurrence counts per pair of bits; integers held exactly in
-    # float64 (up to 2**53 codes), accumulated chunkwise so memory does not grow with n.
+    # Ones per bit and per pair of bits: integers, exact in float64 up to 2**53 codes.
     ones = np.zeros(bits)
     both = np.zeros((bits, bits))
     for start in range(0, n, rows_per_chunk):
@@ -178,18 +136,14 @@ def code_health(database_packed: np.ndarray, bits: int, rows_per_chunk: int = 1 
         correlation = covariance / np.outer(std, std)
         upper = np.triu_indices(len(m), k=1)
         mean_abs_correlation = float(np.abs(correlation[upper]).mean())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = -(mean * np.log2(mean) + (1.0 - mean) * np.log2(1.0 - mean))
+    bit_entropy = np.where((mean > 0) & (mean < 1), terms, 0.0)  # 0 log 0 = 0
     return {
         "distinct_codes": int(multiplicity.size),
         "dead_bits": int(bits - live.sum()),
         "bit_balance": [float(value) for value in mean],
         "mean_abs_bit_correlation": mean_abs_correlation,
-        "bit_entropy": [float(value) for value in _binary_entropy(mean)],
+        "bit_entropy": [float(value) for value in bit_entropy],
         "code_entropy": float(-(frequency * np.log2(frequency)).sum()),
     }
-
-
-def _binary_entropy(p: np.ndarray) -> np.ndarray:
-    """Entropy in bits of Bernoulli(p), elementwise, with 0 * log 0 = 0."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = -(p * np.log2(p) + (1.0 - p) * np.log2(1.0 - p))
-    return np.where((p > 0) & (p < 1), terms, 0.0)

@@ -10,13 +10,8 @@ logger = logging.getLogger(__name__)
 
 
 def compiled(function):
-    """``njit(nogil=True, cache=True)``, or without the on-disk cache where none can be written.
-
-    ``nogil``: the callers run kernels on several threads at once. numba caches next to the
-    kernel's file, else in its per-user directory (``NUMBA_CACHE_DIR`` or ``~/.cache/numba``);
-    when neither is writable it refuses ``cache=True`` at decoration time, so we compile on first
-    use in every process instead (once per kernel and signature) rather than fail.
-    """
+    """``njit(nogil=True, cache=True)`` (callers run kernels on several threads at once), or
+    without the on-disk cache where numba can write none (it refuses ``cache=True`` then)."""
     try:
         return numba.njit(nogil=True, cache=True)(function)
     except RuntimeError as error:  # "cannot cache function ...: no locator available"

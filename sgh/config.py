@@ -1,9 +1,7 @@
 """Typed configuration: the schema Hydra composes into, and the checks Hydra cannot express.
 
-`sgh.cli.schemas` registers these dataclasses in Hydra's ConfigStore, and the YAML files under
-`configs/` extend them, so a misspelt key fails at compose time. `validate()` then checks values
-(ranges, choices) with one-line errors. Library code receives these dataclasses, never a
-`DictConfig`. What each setting does: docs/reference/configuration.md.
+Library code receives these dataclasses, never a `DictConfig`. What each setting does (the one
+place that says it): docs/reference/configuration.md.
 """
 
 from __future__ import annotations
@@ -18,18 +16,14 @@ from sgh.data.similarity import SIMILARITIES
 from sgh.errors import UserInputError, check_choice, check_int, check_real
 from sgh.methods import BASELINE_NAMES, METHODS
 
-# A value the configuration must be given: OmegaConf's marker for a missing value (its
-# `omegaconf.MISSING`), spelt out so that importing the settings needs no OmegaConf (numpy-only
-# users of sgh.search import this module).
+# OmegaConf's marker of a missing value, spelt out: sgh.search's numpy-only users import this.
 MISSING = "???"
 # The metrics.json keys a sweeper may optimise: validation scores only.
 OPTIMIZABLE_PREFIX = "best_validation_"
-# Rankings and rescoring rules of evaluation (sgh/search/rankings.py, sgh/search/two_stage.py).
 RANKINGS = ("hamming", "asymmetric", "rerank")
 RESCORE_RULES = ("score", "exact")
 SHORTLIST_STAGES = ("auto", "hamming", "encoder")
-# The kinds of asymmetric score (sgh/search/asymmetric.py), in the order tables list them, and
-# eval.score: a kind, or auto (the validation split's choice, sgh/training/score_selection.py).
+# The kinds of asymmetric score, in table order; eval.score: a kind, or auto (validation's choice).
 SCORE_KINDS = ("encoder", "decoder", "joint")
 SCORE_SETTINGS = ("auto", *SCORE_KINDS)
 # Beyond 1024 bits a code is no longer "compact", and the linear encoder's memory grows with it.
@@ -39,16 +33,14 @@ MAX_SEED = 2**32 - 1
 
 @dataclass
 class FileDatasetConfig:
-    """A dataset read from files; the split protocol follows from what `path` holds (the
-    layouts: `sgh/data/split.py`, docs/guide/data.md)."""
+    """A dataset read from files; the split protocol follows from what `path` holds."""
 
     name: str = MISSING
     path: str = MISSING
     query_selection: str = "random"  # random | per_class  (labelled layouts)
     n_queries: int = 1000
     split: str = "test"  # test | validation (queries carved from the training set)
-    # Single-array datasets only; None = the texmex sibling (<name>_query<ext>, ...) if any.
-    query_path: str | None = None
+    query_path: str | None = None  # single-array datasets; None = the texmex sibling, if any
     groundtruth_path: str | None = None  # query x K neighbour ids, 0-based (else computed)
     learn_path: str | None = None  # the training set (else the database)
     streaming: str = "auto"  # leave the data on disk (sgh/data/streamed_features.py)
@@ -108,35 +100,23 @@ class TrainerConfig:
     decay_every: int = 2000  # schedule=step: multiply the rate by decay_rate every this many steps
     decay_rate: float = 0.5
     seed: int = 0
-    # Steps run inside one compiled call: per-call overhead is what made the plain port slow.
-    # Also the logging interval (loss terms are averaged over a call).
-    steps_per_call: int = 100
+    steps_per_call: int = 100  # inside one compiled call, averaged into one log line
     jit_compile: bool = True
     checkpoint_every: int = 1000
     strategy: str = "auto"  # devices (sgh/training/devices.py)
-    # N >= 2 splits the CPU into N logical devices (mirrored training without GPUs); 0 = as is.
-    logical_cpus: int = 0
+    logical_cpus: int = 0  # N >= 2: the CPU as N devices (mirrored training without GPUs)
 
 
 @dataclass
 class ValidationConfig:
-    """Model selection during SGH training, on a validation split carved from the training set.
-
-    `queries` training items are held out (never trained on); at every `every` steps the model
-    encodes them and a fixed sample of `database` other training items afresh, and scores them
-    (`metric`); the best-scoring weights are kept in `checkpoints/best/` and give the final codes.
-    """
+    """Model selection during SGH training, on a validation split carved from the training set."""
 
     every: int = 1000  # steps between validation points; 0 = no validation (final = last step)
     queries: int = 1000  # training items held out as queries (at most a tenth of them)
     database: int = 10000  # training items (a fixed sample) the queries are ranked against
-    # recall: Recall K@100 vs exact Euclidean K-NN (the paper's task) | encoder_recall: the same
-    # for the encoder score's ranking (codes searched asymmetrically) | map: mAP@all (labels)
-    metric: str = "recall"
+    metric: str = "recall"  # recall (Recall K@100) | encoder_recall | map (mAP@all)
     patience: int = 0  # stop after this many validation points without improvement; 0 = never
-    # Recipes to choose among on this split, each {model: {...}, trainer: {...}} over the run's
-    # settings: every one is trained, the best for the run's search (eval.ranking) is kept
-    # (sgh/training/recipe_choice.py). Empty: the run's settings are the recipe.
+    # Recipes {model: {...}, trainer: {...}} over the run's settings, the best kept (empty: none).
     candidates: dict[str, Any] = field(default_factory=dict)
 
 
@@ -145,8 +125,7 @@ class EvalConfig:
     recall_k: int = 10  # Recall K@N: K true Euclidean neighbours...
     recall_n: list[int] = field(default_factory=lambda: [1, 10, 100, 1000])  # ...among top N
     map_k: list[int] = field(default_factory=lambda: [100, 1000])  # mAP@K, P@K, R@K cut-offs
-    # mAP@K denominator: retrieved (relevant items in the top K) | min_rk | r
-    map_k_denominator: str = "retrieved"
+    map_k_denominator: str = "retrieved"  # of mAP@K: retrieved (relevant in top K) | min_rk | r
     radius: int = 2  # hash lookup within this Hamming radius (inclusive)
     ranking: str = "hamming"  # how the database is ranked (sgh/search/rankings.py)
     score: str = "auto"  # a query's score against a code (sgh/search/asymmetric.py)
@@ -163,11 +142,8 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     validation: ValidationConfig = field(default_factory=ValidationConfig)
-    # Where bundled-layout datasets live (<data_dir>/<dataset>/<file>).
-    data_dir: str = "${oc.env:SGH_DATA_DIR,${sgh_bundled_data_dir:}}"
-    # What `sgh-train` returns to a Hydra sweeper (Optuna): a validation key of metrics.json,
-    # never a test-query figure. best_validation_map with validation.metric=map.
-    optimized_metric: str = "best_validation_recall10@100"
+    data_dir: str = "${oc.env:SGH_DATA_DIR,${sgh_bundled_data_dir:}}"  # <data_dir>/<dataset>/
+    optimized_metric: str = "best_validation_recall10@100"  # returned to a sweeper (Optuna)
 
 
 @dataclass
@@ -180,8 +156,7 @@ class EvalCommandConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
-# 65,536 rows of 128 floats are 32 MB: large enough that per-call overhead is negligible,
-# small enough that memory is bounded far below the 1.5 GiB target at any file size.
+# Large enough that per-call overhead is negligible, small enough to bound memory at any file size.
 ENCODE_BATCH_SIZE = 65536
 # How sgh-encode's input values become the encoder's input: as at training, as stored, or / 255.
 INPUT_SCALES = ("auto", "none", "uint8")
@@ -197,27 +172,21 @@ class EncodeCommandConfig:
     out: str | None = None  # the codes, .npy
     key: str | None = None  # the array in an .npz / .mat / .hdf5 input
     batch_size: int = ENCODE_BATCH_SIZE  # rows read and encoded at a time
-    input_scale: str = "auto"  # INPUT_SCALES: auto (as at training), none, uint8 (/ 255)
+    input_scale: str = "auto"  # INPUT_SCALES
 
 
 def dataset_config_from(section: dict) -> FileDatasetConfig | SyntheticDatasetConfig:
-    """The dataset settings of a run's config.yaml as their dataclass (`sgh-eval run=DIR`
-    reads the run's dataset again)."""
+    """The dataset section of a run's config.yaml as its dataclass."""
     return (FileDatasetConfig if "path" in section else SyntheticDatasetConfig)(**section)
 
 
 def flatten_config(values, prefix: str = "") -> dict:
-    """A configuration, nested (a `Config`, or a config.yaml read back as mappings) -> one
-    entry per setting, `{"model.bits": 32, ...}`: the values as they are (lists, None), and an
-    empty section as its own value (`{}`). The one flattening of the settings: a resume's
-    comparison with the run's config.yaml (`sgh.artifacts.resume_checks`) and TensorBoard's
-    HParams (`sgh.reports.tensorboard_views`) both read it."""
+    """A configuration (a `Config`, or a config.yaml read back) as `{"model.bits": 32, ...}`:
+    values as they are (lists, None), an empty section as its own value (`{}`)."""
     if dataclasses.is_dataclass(values) and not isinstance(values, type):
         values = dataclasses.asdict(values)
     flat = {}
     for key, value in values.items():
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            value = dataclasses.asdict(value)
         if isinstance(value, Mapping) and value:
             flat.update(flatten_config(value, f"{prefix}{key}."))
         else:
@@ -225,13 +194,10 @@ def flatten_config(values, prefix: str = "") -> dict:
     return flat
 
 
-# The values a `model.*` setting may name. Owned here, not by the model room, which reads the
-# rooms that read this module (a cycle, tests/test_layout.py): the neuron imports its NOISES,
-# and the implementations keyed by the others (sgh_model's objectives and activations,
-# search.asymmetric's activations) are held to them by tests.
-OBJECTIVES = ("paper", "released")  # the paper's MDL objective, or the authors' demo's
-NOISES = ("uniform", "fixed")  # the neuron's training noise: xi ~ U(0, 1), or xi = 1/2
-GRADIENT_ESTIMATORS = ("unbiased", "approximate")  # the neuron's gradient (sgh.model.ops)
+# The values a `model.*` setting may name, owned here, not by sgh.model (a cycle, test_layout).
+OBJECTIVES = ("paper", "released")
+NOISES = ("uniform", "fixed")
+GRADIENT_ESTIMATORS = ("unbiased", "approximate")
 NETWORKS = ("linear", "mlp")  # the encoder's and the decoder's form
 ACTIVATIONS = ("relu", "tanh", "gelu", "elu", "sigmoid")  # of an mlp's hidden layers
 MODEL_CHOICES = {"objective": OBJECTIVES, "noise": NOISES,
@@ -239,8 +205,6 @@ MODEL_CHOICES = {"objective": OBJECTIVES, "noise": NOISES,
                  "normalization": ("isotropic", "none"), "init": ("random", "released"),
                  "encoder": NETWORKS, "decoder": NETWORKS, "encoder_activation": ACTIVATIONS,
                  "decoder_activation": ACTIVATIONS}
-# Every setting's values are checked here; the similarities are sgh.data's, mAP@k's
-# denominators sgh.metrics'.
 CHOICES = {
     "model.name": tuple(METHODS),
     **{f"model.{key}": values for key, values in MODEL_CHOICES.items()},
@@ -282,9 +246,7 @@ RECALL_CUTOFF = 100
 
 
 def refuse_a_validation_database_within_the_cutoff(database: int, recall_k: int) -> None:
-    """At most RECALL_CUTOFF validation items are all in every top RECALL_CUTOFF: every recall
-    would be 1.0, and the model selection would keep the first validated weights, whatever they
-    are. Checked with the settings and again where the validation split is carved."""
+    """At most RECALL_CUTOFF validation items: refused here and where the split is carved."""
     if database <= RECALL_CUTOFF:
         raise UserInputError(
             f"validation.database={database} is not more than the recall cut-off "
@@ -295,10 +257,8 @@ def refuse_a_validation_database_within_the_cutoff(database: int, recall_k: int)
 
 
 def validate_training(config: Config) -> Config:
-    """`validate` for everything but the dataset: the method, its training, validation and
-    evaluation (what `SGHHasher` checks too)."""
-    model, trainer = config.model, config.trainer
-    sections = {"model": model, "trainer": trainer}
+    """`validate` for everything but the dataset (what `SGHHasher` checks too)."""
+    model, trainer, validation = config.model, config.trainer, config.validation
     keys = ["model.name", "trainer.schedule", "trainer.strategy"]
     if isinstance(model, ModelConfig):
         keys += [f"model.{key}" for key in MODEL_CHOICES]
@@ -307,7 +267,7 @@ def validate_training(config: Config) -> Config:
         _validate_networks(model)
     for key in keys:
         section, attribute = key.split(".")
-        check_choice(key, getattr(sections[section], attribute), CHOICES[key])
+        check_choice(key, getattr(getattr(config, section), attribute), CHOICES[key])
     if isinstance(model, ModelConfig) != (METHODS[model.name].baseline_class is None):
         raise UserInputError(f"model.name={model.name!r} does not match its option; choose "
                              f"model=sgh or model=<baseline> ({', '.join(BASELINE_NAMES)})")
@@ -320,12 +280,20 @@ def validate_training(config: Config) -> Config:
     check_int("trainer.steps_per_call", trainer.steps_per_call, 1)
     check_int("trainer.checkpoint_every", trainer.checkpoint_every, 1)
     check_int("trainer.logical_cpus", trainer.logical_cpus, 0, 256)
-    # The seed of TensorFlow's and NumPy's generators and the baselines' random_state, which
-    # all take 0 .. 2**32 - 1 (NumPy raises on a negative seed, deep inside the run).
+    # What the generators and random_state take (NumPy raises on a negative seed, deep inside).
     check_int("trainer.seed", trainer.seed, 0, MAX_SEED)
     validate_eval(config.eval)
-    _validate_validation(config.validation)
-    if config.validation.candidates:
+    check_choice("validation.metric", validation.metric, CHOICES["validation.metric"])
+    check_int("validation.every", validation.every, 0)
+    check_int("validation.queries", validation.queries, 1)
+    check_int("validation.database", validation.database, 1)
+    check_int("validation.patience", validation.patience, 0)
+    if validation.patience > 0 and validation.every == 0:
+        # Early stopping counts validation points: without any it would silently never stop.
+        raise UserInputError(f"validation.patience={validation.patience} is impossible with "
+                             "validation.every=0 (no validation points to count); accepted: "
+                             "validation.every >= 1, or validation.patience=0")
+    if validation.candidates:
         _validate_candidates(config)
     return config
 
@@ -344,19 +312,6 @@ def _validate_networks(model: ModelConfig) -> None:
             check_int(f"model.{part}_hidden", size, 1, 65536)
 
 
-def _validate_validation(config: ValidationConfig) -> None:
-    check_choice("validation.metric", config.metric, CHOICES["validation.metric"])
-    check_int("validation.every", config.every, 0)
-    check_int("validation.queries", config.queries, 1)
-    check_int("validation.database", config.database, 1)
-    check_int("validation.patience", config.patience, 0)
-    if config.patience > 0 and config.every == 0:
-        # Early stopping counts validation points: without any it would silently never stop.
-        raise UserInputError(f"validation.patience={config.patience} is impossible with "
-                             "validation.every=0 (no validation points to count); accepted: "
-                             "validation.every >= 1, or validation.patience=0")
-
-
 # What a candidate recipe may set: the model and its training, not the code length or method.
 CANDIDATE_SECTIONS = ("model", "trainer")
 _FIXED_FOR_CANDIDATES = ("model.name", "model.bits")
@@ -364,8 +319,7 @@ _FIXED_FOR_CANDIDATES = ("model.name", "model.bits")
 
 def candidate_config(config: Config, name: str) -> Config:
     """The configuration the candidate `name` of `validation.candidates` trains: its settings
-    over the run's, with no candidates of its own. UserInputError naming the key for a setting
-    that is not one."""
+    over the run's, with no candidates of its own."""
     where = f"validation.candidates.{name}"
     settings = config.validation.candidates[name]
     if not isinstance(settings, Mapping) or not settings \
@@ -391,7 +345,6 @@ def candidate_config(config: Config, name: str) -> Config:
 
 
 def _validate_candidates(config: Config) -> None:
-    """Each candidate recipe is a valid SGH configuration, chosen on a validation split."""
     if not isinstance(config.model, ModelConfig):
         raise UserInputError(f"validation.candidates are recipes of SGH's training, and "
                              f"model={config.model.name} trains none; accepted: model=sgh, or "

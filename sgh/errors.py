@@ -1,19 +1,17 @@
 """The exceptions that mean "the run cannot go on", raised anywhere and reported by `sgh.cli`.
 
-`UserInputError` is the user's mistake: the command line reports it as a single line (no
-traceback) with exit status 2. Its message must name the file, key or value at fault and say
-what is accepted. Every other exception is a bug and keeps its traceback, but for a process
-limit reached (`resource_limit_line`: too many open files, out of memory), which is the
-user's to raise.
+`UserInputError` is the user's mistake: one line that names the file, key or value at fault and
+says what is accepted. How each one ends a command: `sgh.cli.boundary`.
 """
 
 import errno
+import math
+import numbers
 
 
 class UserInputError(ValueError):
-    """Bad input: a missing or malformed file, a wrong key or shape, an impossible setting.
-
-    A `ValueError`, as Python and scikit-learn code expect of a bad argument."""
+    """Bad input: a missing or malformed file, a wrong key or shape, an impossible setting (a
+    `ValueError`, as Python and scikit-learn code expect of a bad argument)."""
 
 
 class TrainingInterrupted(Exception):
@@ -37,12 +35,9 @@ def one_line(value: object, limit: int = 200) -> str:
 def first_few(names, shown: int = 3) -> str:
     """`a, b, c, and 4 more`: a list for a one-line message, its first `shown` items named."""
     names = list(names)
-    rest = len(names) - shown
-    return ", ".join(str(name) for name in names[:shown]) + (f", and {rest} more" if rest > 0
-                                                             else "")
+    rest = f", and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(str(name) for name in names[:shown]) + rest
 
-
-# --- a process limit reached: the user's to raise, told in one line -----------------------
 
 def causes(error: BaseException) -> list[BaseException]:
     """The error and what it was raised from or during, innermost last (a bounded walk)."""
@@ -93,17 +88,12 @@ def resource_limit_line(error: BaseException) -> str | None:
     return None
 
 
-# --- the checks of a value: one vocabulary, one message style -------------------------------
-# "NAME=VALUE is impossible; accepted: WHAT", whether NAME is a configuration key
-# (`model.bits`) or a Python argument (`k`): a `UserInputError`, so also the `ValueError`
-# Python and scikit-learn callers expect.
+# The checks of a value: "NAME=VALUE is impossible; accepted: WHAT", NAME a key or an argument.
 
 def check_int(name: str, value: object, minimum: int | None = None,
               maximum: int | None = None, *, maximum_is: str = "") -> int:
     """`value` as an int in [minimum, maximum] (either bound may be None); bools refused.
     `maximum_is` says what the maximum is, for the message ("the database size")."""
-    import numbers
-
     within = (minimum is None or value >= minimum) and (maximum is None or value <= maximum) \
         if isinstance(value, numbers.Integral) and not isinstance(value, bool) else False
     if not within:
@@ -124,9 +114,6 @@ def check_int(name: str, value: object, minimum: int | None = None,
 def check_real(name: str, value: object, low: float = float("-inf"), high: float = float("inf"),
                *, low_open: bool = False) -> float:
     """`value` as a finite float in [low, high] (`(low, high]` with `low_open`); bools refused."""
-    import math
-    import numbers
-
     number = isinstance(value, numbers.Real) and not isinstance(value, bool) \
         and math.isfinite(value)
     within = number and (value > low if low_open else value >= low) and value <= high

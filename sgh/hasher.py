@@ -1,14 +1,8 @@
 """The interface every hasher shares: `fit(X)`, `transform(X)` -> bits, `encode(X)` -> codes.
 
-The baselines (`sgh.baselines`) and SGH itself (`sgh.SGHHasher`) are scikit-learn transformers
-built on `BinaryHasher`, so code that takes "a hasher" takes any of them:
-
-    codes = hasher.fit(x_train).encode(x_base)      # (n, ceil(n_bits / 8)) uint8, packed
-
-Hyperparameters are stored untouched in ``__init__`` and checked in ``fit``, ``fit(X)`` returns
-``self``, learned state ends in ``_``, ``transform(X)`` returns the codes as a ``(n, n_bits)``
-bool array (column ``j`` = code bit ``j``), and ``encode(X)`` packs them. Inputs are accepted as
-float64 or float32 (other dtypes are converted to float64) and must be finite.
+The baselines (`sgh.baselines`) and `sgh.SGHHasher` are scikit-learn transformers built on
+`BinaryHasher`: ``codes = hasher.fit(x_train).encode(x_base)``. Inputs are float64 or float32
+(other dtypes are converted to float64) and must be finite.
 """
 
 from __future__ import annotations
@@ -23,15 +17,12 @@ from sgh.codes import pack_bits
 from sgh.errors import check_int
 from sgh.search.asymmetric import AsymmetricScore
 
-# Bytes of float64 rows converted at a time by `row_blocks`.
 BLOCK_BYTES = 1 << 25
 
 
 def row_blocks(X: np.ndarray, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[slice, np.ndarray]]:
-    """Yield ``(rows, X[rows] as float64)`` for consecutive blocks of about ``block_bytes``.
-
-    The blocks of a float64 ``X`` are views of it: callers must not modify them.
-    """
+    """Yield ``(rows, X[rows] as float64)`` for consecutive blocks of about ``block_bytes``
+    (views of a float64 ``X``: callers must not modify them)."""
     rows_per_block = max(1, block_bytes // (8 * max(X.shape[1], 1)))
     for start in range(0, X.shape[0], rows_per_block):
         rows = slice(start, min(start + rows_per_block, X.shape[0]))
@@ -39,24 +30,22 @@ def row_blocks(X: np.ndarray, block_bytes: int = BLOCK_BYTES) -> Iterator[tuple[
 
 
 class BinaryHasher(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
-    """The interface of every hasher: validation around ``_fit(X)`` and ``_encode(block)``.
-
-    Subclasses define ``__init__`` (with ``n_bits`` and ``random_state``), ``_fit(X, n_bits)`` (X
-    validated, float32 or float64, at least 2 rows; sets the learned ``*_`` attributes) and
-    ``_encode(block)`` (float64 rows -> ``(rows, n_bits)`` bool), or ``transform`` itself when
-    the hasher encodes its own way (``SGHHasher``: the model's chunked float32 encoding).
-    """
+    """The interface of every hasher: validation around ``_fit(X, n_bits)`` (X validated, at
+    least 2 rows; sets the learned ``*_`` attributes) and ``_encode(block)`` (float64 rows ->
+    ``(rows, n_bits)`` bool), or ``transform`` itself (``SGHHasher``)."""
 
     # One bit per principal direction (PCAH, ITQ): n_bits <= the number of features.
     bits_at_most_features = False
-    # Why the hasher has no asymmetric score (SH, SpH), or None for one that has it (and
-    # overrides `asymmetric_score`): the answer every stage asks.
+    # Why the hasher has no asymmetric score (SH, SpH), or None (it overrides `asymmetric_score`).
     without_asymmetric: str | None = ("its bits are not signs of linear projections, so no "
                                       "per-bit score exists")
 
+    def __init__(self, n_bits: int = 32, random_state=None):
+        self.n_bits = n_bits
+        self.random_state = random_state
+
     def fit(self, X, y=None):
-        """Learn the hash functions from the training set ``X`` (``(n, d)``, n >= 2); ``y`` is
-        ignored. Returns ``self``."""
+        """Learn the hash functions from ``X`` (``(n, d)``, n >= 2); ``y`` is ignored."""
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2)
         n_bits = check_int("n_bits", self.n_bits, 1)
         if self.bits_at_most_features and n_bits > X.shape[1]:
@@ -77,14 +66,13 @@ class BinaryHasher(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return bits
 
     def asymmetric_score(self) -> AsymmetricScore:
-        """The query-against-code score of asymmetric and rescored search
-        (:mod:`sgh.search.asymmetric`); ValueError saying why for a hasher without one."""
+        """The query-against-code score of asymmetric and rescored search; ValueError saying
+        why for a hasher without one."""
         raise ValueError(f"{type(self).__name__} has no asymmetric score: "
                          f"{self.without_asymmetric}")
 
     def encode(self, X) -> np.ndarray:
-        """Packed codes of ``X``: ``(n, ceil(n_bits / 8))`` uint8, the layout of ``codes.npz``
-        (:func:`sgh.codes.pack_bits`: code bit 0 is the most significant bit of byte 0)."""
+        """Packed codes of ``X``: ``(n, ceil(n_bits / 8))`` uint8 (`sgh.codes`)."""
         return pack_bits(self.transform(X))
 
     @property

@@ -1,7 +1,4 @@
-"""The public Keras layers: `from sgh.layers import DoublySN` (and its two siblings).
-
-They live in `sgh.model.layers` (see there); importing this module imports TensorFlow, quietly.
-"""
+"""The public Keras layers of `sgh.model.layers`; importing this module imports TensorFlow."""
 
 from sgh.model.quiet_tensorflow import import_tensorflow
 

@@ -1,7 +1,6 @@
 """scripts/bench_ann.py on a small synthetic SGH run: every curve measured, the recalls as the
 module doc defines them, the plot and the target's verdict written."""
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 
 import json
 import subprocess

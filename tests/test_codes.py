@@ -157,7 +157,7 @@ def test_every_file_with_a_code_length_reads_it_with_the_same_check(tmp_path, st
         "codes": dict(bits=stored, database=codes, query=codes),
         "index": dict(bits=stored, codes=codes),
         "score": dict(bits=stored, query_projection=np.zeros((3, 12)),
-                      query_offset=np.zeros(12), form=np.str_("encoder")),
+                      query_offset=np.zeros(12), form=np.str_("encoder"), kind=np.str_("encoder")),
     }
     readers = {"codes": load_codes, "index": HammingIndex.load, "score": ScoreSet.load_score}
     for name, arrays in files.items():

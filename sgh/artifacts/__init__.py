@@ -1,3 +1,2 @@
-"""What the product leaves on disk: the run directory, the codes file, the ground-truth cache
-beside a dataset, the compiled training steps in the user's cache, and the atomic writes they
-all go through. The only package that knows file names on disk."""
+"""What the product leaves on disk (run directory, codes file, caches) and the atomic writes they
+all go through: the only package that knows file names on disk."""

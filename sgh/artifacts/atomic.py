@@ -1,20 +1,11 @@
 """Atomic writes: a file or a directory appears complete under its name, or not at all.
 
-Everything is first written under a temporary name in the target's own directory (so the
-final rename never crosses file systems), then renamed onto the target. A crash, a full disk or a
-Ctrl-C leaves the previous version, or nothing, never a half-written file that looks complete.
-
-Temporaries ("staging", `staging`) are named `.<name>.XXXXXXXX.tmp` (plus a suffix a writer
-insists on) and their writer holds an `flock` on them while it fills them. A writer killed
-mid-write leaves its temporary behind, and the kernel drops its lock: the next writer of the
-same target finds the temporaries nobody holds and removes them (`remove_abandoned_staging`),
-while one another writer is filling at that moment is left alone.
-
-What may be replaced is decided in one place, `refuse_to_replace`: never a symbolic link (the
-link itself would be replaced, not what it points to), never a thing of another kind (a file
-never replaces a directory, nor a directory a file), a file only one its `FileKind` recognises,
-and a directory only an empty one or one of its `DirectoryKind` (a SavedModel, a saved hasher).
-Anything else is the user's: `UserInputError`, one line naming the path.
+Everything is written under a temporary name beside the target (so the rename never crosses file
+systems), then renamed onto it: a crash, a full disk or a Ctrl-C leaves the previous version, or
+nothing. Temporaries (`staging`) are named `.<name>.XXXXXXXX.tmp` and locked (`flock`) by their
+writer while it fills them; the kernel drops a killed writer's lock, so the next writer of the
+same target removes the temporaries nobody holds (`remove_abandoned_staging`). What may be
+replaced is decided in one place, `refuse_to_replace`.
 """
 
 from __future__ import annotations
@@ -44,11 +35,9 @@ def _umask_mode(mode: int) -> int:
     return mode & ~umask
 
 
-# ---- what may be replaced ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class FileKind:
-    """What a file written whole is, so that only a file of the same kind is replaced.
-    `recognises(path)` tells an earlier file of the kind from anything else at that name."""
+    """What a file written whole is: only a file that `recognises(path)` accepts is replaced."""
 
     what: str  # for messages: "sgh-compare's own output"
     recognises: Callable[[Path], bool] = lambda path: True
@@ -60,9 +49,8 @@ ANY_FILE = FileKind("a file")
 
 @dataclass(frozen=True)
 class DirectoryKind:
-    """What a directory written whole holds, so that only one of the same kind is replaced:
-    every name in `required` is there, and nothing but those and `optional`. Recognised by its
-    exact contents, so a user's folder that merely holds one of the names is not taken for it."""
+    """What a directory written whole holds: every name in `required`, and nothing but those and
+    `optional`; exact, so a user's folder that merely holds one of the names is not taken for it."""
 
     what: str  # for messages: "a SavedModel (saved_model.pb, variables/)"
     required: frozenset[str]
@@ -79,19 +67,13 @@ class DirectoryKind:
 
 def refuse_to_replace(path: str | os.PathLike, kind: FileKind | DirectoryKind,
                       setting: str | None = None, elsewhere: str | None = None) -> None:
-    """Refuse (`UserInputError`, one line naming `path`) unless a `kind` written at `path`
-    would replace nothing but an earlier one of its kind: nothing is there, or (a file) a file
-    `kind` recognises, or (a directory) an empty directory or one of `kind`. A symbolic link
-    (the link would be replaced, not its target), a thing of the other kind or anything else
-    is the user's, and the product never deletes what it did not write.
-
-    `setting`: the key that chose `path` (`out`), for the message; `elsewhere`: how to write
-    elsewhere instead, when not by another `setting=...`.
-    """
+    """Refuse (`UserInputError`, one line naming `path`) unless a `kind` written at `path` would
+    replace nothing but an earlier one of its kind, or an empty directory. A symbolic link (the
+    link would be replaced, not its target) or anything else is the user's. `setting`: the key
+    that chose `path` (`out`); `elsewhere`: what to suggest instead of another `setting=...`."""
     path = Path(path)
     named = f"{setting}={path}" if setting else str(path)
-    elsewhere = elsewhere or (f"write elsewhere ({setting}=...)" if setting else
-                              "write elsewhere")
+    elsewhere = elsewhere or (f"write elsewhere ({setting}=...)" if setting else "write elsewhere")
     if path.is_symlink():
         raise UserInputError(
             f"{named} is a symbolic link (to {os.readlink(path)}), and writing {kind.what} "
@@ -107,9 +89,8 @@ def refuse_to_replace(path: str | os.PathLike, kind: FileKind | DirectoryKind,
             raise UserInputError(f"{named} is not a regular file (a pipe, a device or a "
                                  f"socket), which is never replaced; {elsewhere}")
         if not kind.recognises(path):
-            raise UserInputError(f"{named} is not {kind.what}, and sgh never replaces a file "
-                                 f"it did not write; accepted: {elsewhere}, or move the file "
-                                 "away")
+            raise UserInputError(f"{named} is not {kind.what}, and sgh never replaces a file it "
+                                 f"did not write; accepted: {elsewhere}, or move the file away")
         return
     accepted = f"accepted: a path that does not exist, an empty directory, or {kind.what}"
     if not path.is_dir():
@@ -117,18 +98,17 @@ def refuse_to_replace(path: str | os.PathLike, kind: FileKind | DirectoryKind,
                              f"never replaced by a directory; {accepted}")
     entries = sorted(entry.name for entry in path.iterdir())
     if entries and not kind.holds(path):
-        raise UserInputError(f"{named} holds files that are not {kind.what} "
-                             f"({first_few(entries)}), which "
-                             f"writing there would delete; {accepted}")
+        raise UserInputError(
+            f"{named} holds files that are not {kind.what} ({first_few(entries)}), which writing "
+            f"there would delete; {accepted}")
 
 
-# ---- staging: temporaries, and what a killed writer left -------------------------------------
 def staging_names_of(path: Path) -> str:
     """The shell pattern of the temporaries of `path` (`.<name>.*.tmp*`)."""
     return f".{path.name}.*.tmp*"
 
 
-def _lock_or_none(path: Path, blocking: bool) -> int | None:
+def lock_or_none(path: Path, blocking: bool) -> int | None:
     """An open descriptor of `path` holding its exclusive `flock`; None when another process
     holds it (not `blocking`) or `path` cannot be opened (gone, not ours to open)."""
     try:  # O_NONBLOCK: opening a named pipe must not wait for a writer
@@ -143,8 +123,8 @@ def _lock_or_none(path: Path, blocking: bool) -> int | None:
     return descriptor
 
 
-def _remove(path: Path) -> None:
-    """Delete a temporary file or directory; one already gone is fine."""
+def delete_path(path: Path) -> None:
+    """Delete a file or directory (not what a link points to); one already gone is fine."""
     try:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
@@ -155,19 +135,16 @@ def _remove(path: Path) -> None:
 
 
 def remove_abandoned_staging(path: str | os.PathLike) -> list[Path]:
-    """Delete the temporaries of `path` whose writer is gone (nobody holds their lock: killed
-    mid-write), and return them; those of a writer still at work are left alone. Each is
-    deleted while its lock is held, so a new writer can never take one that is going."""
+    """Delete, and return, the temporaries of `path` nobody holds the lock of (their writer was
+    killed). Each is deleted under its lock, so a new writer can never take one that is going."""
     path = Path(path)
-    if not path.parent.is_dir():
-        return []
     removed = []
     for candidate in sorted(path.parent.glob(staging_names_of(path))):
-        descriptor = _lock_or_none(candidate, blocking=False)
+        descriptor = lock_or_none(candidate, blocking=False)
         if descriptor is None:
             continue
         try:
-            _remove(candidate)
+            delete_path(candidate)
         finally:
             os.close(descriptor)
         removed.append(candidate)
@@ -175,9 +152,8 @@ def remove_abandoned_staging(path: str | os.PathLike) -> list[Path]:
 
 
 def _new_locked_temporary(path: Path, suffix: str, directory: bool) -> tuple[int, Path]:
-    """A new temporary for `path` and the descriptor holding its lock. Another writer's
-    clean-up may take the new name for abandoned in the instant before it is locked: the lock
-    then waits for it, and a temporary it deleted meanwhile is made again."""
+    """A new temporary for `path` and the descriptor holding its lock. Another writer's clean-up
+    may take it for abandoned before it is locked: then it is made again."""
     prefix, end = f".{path.name}.", ".tmp" + suffix
     while True:
         if directory:  # private (0700) until the caller has filled it: atomic_directory
@@ -197,12 +173,9 @@ def _new_locked_temporary(path: Path, suffix: str, directory: bool) -> tuple[int
 
 
 @contextmanager
-def staging(path: str | os.PathLike, suffix: str = "", directory: bool = False
-            ) -> Iterator[Path]:
-    """Yield a new temporary file (or, with `directory`, an empty directory) for `path`,
-    beside it and locked while the block runs (module doc); the temporaries earlier writers of
-    `path` abandoned are removed first. The block renames it into place; whatever is still
-    at its name when the block ends is deleted."""
+def staging(path: str | os.PathLike, suffix: str = "", directory: bool = False) -> Iterator[Path]:
+    """Yield a new temporary file (or `directory`) beside `path`, locked while the block runs, for
+    the block to rename into place; earlier writers' abandoned temporaries are removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_abandoned_staging(path)
@@ -211,23 +184,16 @@ def staging(path: str | os.PathLike, suffix: str = "", directory: bool = False
         yield temporary
     finally:
         try:
-            if os.path.lexists(temporary):
-                _remove(temporary)
+            delete_path(temporary)
         finally:
             os.close(descriptor)
 
 
-# ---- atomic writes ------------------------------------------------------------------------------
 @contextmanager
 def atomic_file(path: str | os.PathLike, suffix: str = "", replaces: FileKind = ANY_FILE):
     """Yield a temporary path next to `path`; rename it onto `path` if the block succeeds.
-
-    `suffix` ends the temporary name, for writers that insist on an extension (`np.savez`
-    appends `.npz` to a name without it). What is at `path` is checked first and again before
-    the rename (`refuse_to_replace`): only a file `replaces` recognises (by default any regular
-    file, as `np.save` replaces one) is replaced; a directory, a link or anything else is
-    refused (`UserInputError`).
-    """
+    `suffix` ends the temporary name (`np.savez` appends `.npz` to a name without it). Only a file
+    `replaces` recognises is replaced (`refuse_to_replace`, before and after the block)."""
     path = Path(path)
     refuse_to_replace(path, replaces)
     with staging(path, suffix) as temporary:
@@ -238,14 +204,9 @@ def atomic_file(path: str | os.PathLike, suffix: str = "", replaces: FileKind = 
 
 @contextmanager
 def atomic_directory(path: str | os.PathLike, replaces: DirectoryKind | None = None):
-    """Yield an empty temporary directory next to `path`; swap it in for `path` on success.
-
-    A directory cannot be renamed over a non-empty one, so an existing `path` is first moved
-    aside and deleted after the swap: at every instant `path` is absent, the old one, or the
-    new one, complete. With `replaces`, what is at `path` is checked first
-    (`refuse_to_replace`): only an empty directory or one of that kind is deleted. Without it
-    the caller vouches that `path` holds only what it wrote itself.
-    """
+    """Yield an empty temporary directory next to `path`; swap it in for `path` on success (an old
+    one is moved aside, then deleted). With `replaces`, only an empty directory or one of that
+    kind is replaced; without it the caller vouches that `path` holds only its own files."""
     path = Path(path)
     if replaces is not None:
         refuse_to_replace(path, replaces)
@@ -263,12 +224,12 @@ def _swap_in(new: Path, path: Path) -> None:
         return
     # The old version, moved aside under a temporary's name, stays locked until it is deleted:
     # another writer's clean-up takes only an abandoned one.
-    descriptor = _lock_or_none(path, blocking=True)
+    descriptor = lock_or_none(path, blocking=True)
     aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}.tmp")
     try:
         os.replace(path, aside)
         os.replace(new, path)
-        _remove(aside)
+        delete_path(aside)
     finally:
         if descriptor is not None:
             os.close(descriptor)

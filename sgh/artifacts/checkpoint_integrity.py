@@ -1,10 +1,7 @@
 """Whether a TensorFlow checkpoint can be restored: its files on disk, read back whole.
 
-A checkpoint is its index (`<prefix>.index`) and data files (`<prefix>.data-*`). It is intact
-when every tensor its index lists reads back with the checksum it was saved with
-(`checkpoint_damage`); a run resumes from, and takes its weights from, the first intact one of
-those it would use (`first_intact`), never from a damaged one. A state file TensorFlow cannot
-parse is rebuilt from the checkpoints on disk (`rebuild_unreadable_state`).
+A run resumes from, and takes its weights from, the first intact checkpoint of those it would use
+(`first_intact`); a state file TensorFlow cannot parse is rebuilt from the checkpoints on disk.
 """
 
 from __future__ import annotations
@@ -28,12 +25,8 @@ def checkpoint_files(prefix: Path) -> list[Path]:
 
 
 def checkpoint_damage(prefix: Prefix) -> str | None:
-    """Why the checkpoint `prefix` cannot be restored, in a few words; None if it is intact.
-
-    Intact means: its index reads, and every tensor it lists reads back from the data files
-    with the checksum it was saved with (TensorFlow checks a CRC32C per tensor), so a truncated,
-    overwritten or missing file is found before anything is restored from it.
-    """
+    """Why the checkpoint `prefix` cannot be restored, in a few words; None if every tensor its
+    index lists reads back with its saved checksum (TensorFlow checks a CRC32C per tensor)."""
     import tensorflow as tf
 
     prefix = Path(prefix)
@@ -43,8 +36,7 @@ def checkpoint_damage(prefix: Prefix) -> str | None:
         reader = tf.train.load_checkpoint(str(prefix))
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
-    # The reader reports damage as OpError subclasses, but a short read as IndexError: any
-    # failure to read the checkpoint back means it is damaged.
+    # Damage comes as OpError subclasses, a short read as IndexError: any failure is damage.
     except Exception as error:  # noqa: BLE001
         lines = str(error).strip().splitlines()
         return (lines[0] if lines else type(error).__name__)[:200]
@@ -52,8 +44,7 @@ def checkpoint_damage(prefix: Prefix) -> str | None:
 
 
 def first_intact(prefixes: Iterable[Prefix]) -> tuple[Prefix | None, list[tuple[Prefix, str]]]:
-    """The first of `prefixes` that is intact (`checkpoint_damage`), or None, and the damaged
-    ones before it with why each is (every one of them when none is intact)."""
+    """The first intact one of `prefixes` (or None), and the damaged ones before it, with why."""
     damaged = []
     for prefix in prefixes:
         problem = checkpoint_damage(prefix)

@@ -1,13 +1,8 @@
 """Training checkpoints whose state file never names a checkpoint that is gone.
 
-TensorFlow's `CheckpointManager.save` writes the new checkpoint, then the state file (listing the
-new checkpoint and the old ones), then deletes the checkpoints beyond `max_to_keep`, then writes
-the state file again without them. A process killed while it deletes leaves a state file that
-names files no longer there. `StateFirstCheckpointManager` only forgets them there, and deletes
-their files once the second write has left them out: a kill at any moment leaves a state file
-whose every checkpoint is whole (at worst, files of a superseded one that no state names).
-`before_save` runs before each save: the run's check that its directory is still there
-(`RunDirectory.require_in_place`), since TensorFlow would silently make it again.
+TensorFlow's `CheckpointManager.save` deletes the checkpoints beyond `max_to_keep` before it
+writes the state file without them, so a process killed meanwhile leaves a state file naming
+missing files; `StateFirstCheckpointManager` deletes them only after that write.
 """
 
 from __future__ import annotations
@@ -21,8 +16,9 @@ from sgh.artifacts.checkpoint_integrity import checkpoint_files
 
 
 class StateFirstCheckpointManager(tf.train.CheckpointManager):
-    """`tf.train.CheckpointManager` whose superseded checkpoints are deleted after, not before,
-    the state file stops naming them (`keep_checkpoint_every_n_hours` is not supported)."""
+    """`tf.train.CheckpointManager` without `keep_checkpoint_every_n_hours`. `before_save` runs
+    before each save: the run's check that its directory, which TensorFlow would silently make
+    again, is still there."""
 
     def __init__(self, *args, before_save: Callable[[], None] | None = None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -3,12 +3,10 @@
     database, query     packed uint8 codes, np.packbits(bits, axis=1) (first bit = MSB of byte 0,
                         pad bits 0); at least one row each
     bits                the code length (scalar integer)
-    database_labels, query_labels   optional: 1-D integer labels, or 2-D 0/1 label matrices
-                        (both of the same kind)
+    database_labels, query_labels   optional: 1-D integer labels, or 2-D 0/1 matrices (both alike)
     groundtruth         optional: (n_query, K) ids of each query's exact Euclidean neighbours
     fingerprint         optional: the model that made the codes (`sgh.codes.model_fingerprint`),
-                        written by every method with an asymmetric score; a score of another
-                        model is never used with these codes
+                        so that another model's asymmetric score is never used with them
 
 At least one kind of relevance (labels or ground truth) must be present. `load_codes` reports
 every problem as one `UserInputError` line naming the file and the key.
@@ -74,9 +72,8 @@ def _labels(path: Path, arrays: dict, key: str, n: int) -> np.ndarray | None:
     labels = arrays[key]
     if labels.ndim not in (1, 2) or len(labels) != n or not (
             np.issubdtype(labels.dtype, np.integer) or labels.dtype == np.bool_):
-        raise UserInputError(f"{path}: key {key!r} has dtype {labels.dtype}, shape "
-                             f"{labels.shape}; expected {n} integer labels (1-D) or a ({n}, "
-                             "n_labels) 0/1 matrix")
+        raise UserInputError(f"{path}: key {key!r} has dtype {labels.dtype}, shape {labels.shape}; "
+                             f"expected {n} integer labels (1-D) or a ({n}, n_labels) 0/1 matrix")
     if labels.ndim == 2:
         if labels.shape[1] == 0:
             raise UserInputError(f"{path}: key {key!r} is a label matrix of shape "
@@ -93,8 +90,7 @@ def _labels(path: Path, arrays: dict, key: str, n: int) -> np.ndarray | None:
     return labels
 
 
-# A zip archive (what np.savez writes) starts with a local file header, or, when empty, with
-# its end-of-directory record.
+# A zip archive (np.savez's) starts with a local file header, or, when empty, its end record.
 _ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
@@ -123,12 +119,10 @@ def load_codes(path) -> SavedCodes:
     if database_labels is not None and (database_labels.ndim != query_labels.ndim or (
             database_labels.ndim == 2 and database_labels.shape[1] != query_labels.shape[1])):
         raise UserInputError(f"{path}: 'query_labels' has shape {query_labels.shape} but "
-                             f"'database_labels' {database_labels.shape}; give both as 1-D "
-                             "class ids, or both as (n, n_labels) 0/1 matrices of the same "
-                             "labels")
-    groundtruth = None
-    if "groundtruth" in arrays:
-        groundtruth = checked_groundtruth(path, arrays["groundtruth"], len(query), len(database))
+                             f"'database_labels' {database_labels.shape}; give both as 1-D class "
+                             "ids, or both as (n, n_labels) 0/1 matrices of the same labels")
+    groundtruth = (checked_groundtruth(path, arrays["groundtruth"], len(query), len(database))
+                   if "groundtruth" in arrays else None)
     if database_labels is None and groundtruth is None:
         raise UserInputError(f"{path}: has no relevance data; expected 'database_labels' and "
                              "'query_labels', and/or 'groundtruth'")
@@ -145,7 +139,6 @@ def load_codes(path) -> SavedCodes:
 
 def write_codes(path, **arrays: np.ndarray) -> None:
     """Write the arrays of the contract above to `path`, atomically."""
-    # np.savez appends ".npz" to names without it, so the temporary name must end in it.
     with atomic_file(path, suffix=".npz") as temporary:
         np.savez(temporary, **arrays)
 

@@ -1,17 +1,13 @@
 """Compiled training steps kept on disk, so that a run does not compile what an earlier one did
 (the user's view: docs/guide/training.md, "The compiled step cache").
 
-`enable()` names ``<user cache>/xla`` in `TF_XLA_FLAGS` (`--tf_xla_persistent_cache_directory`)
-before TensorFlow is imported. TensorFlow writes entries atomically but never checks their bytes,
-and a damaged entry fails every later compilation of that step in the process; so `seal()`
-writes a BLAKE2b digest beside each new entry, and `enable()` deletes entries without a matching
-seal, and those beyond `MAX_AGE_DAYS` or `MAX_BYTES` (TensorFlow never deletes one). The check
-runs in a thread beside TensorFlow's import; `finish_tidying()` waits for it, and
-`sgh.model.quiet_tensorflow.import_tensorflow()` calls that before it returns. The entries'
-prefix holds TensorFlow's version and digests of `XLA_FLAGS` and of the CPU's model and
-instruction sets, so no executable runs under another TensorFlow, options or CPU (SIGILL on a
-shared home directory). `SGH_COMPILE_CACHE=off`, or a `TF_XLA_FLAGS` naming its own directory
-(left alone), turns it off.
+`enable()` names ``<user cache>/xla`` in `TF_XLA_FLAGS` before TensorFlow is imported. TensorFlow
+never checks an entry's bytes, and a damaged one fails every later compilation of its step, so
+`seal()` writes a digest beside each new entry; `enable()` deletes, in a thread that
+`finish_tidying()` waits for, entries without a matching seal and those beyond `MAX_AGE_DAYS` or
+`MAX_BYTES`. The entries' prefix holds TensorFlow's version and digests of `XLA_FLAGS` and of the
+CPU, so no executable runs under another TensorFlow, options or CPU (SIGILL on a shared home).
+`SGH_COMPILE_CACHE=off`, or a `TF_XLA_FLAGS` naming its own directory, turns it off.
 """
 
 from __future__ import annotations
@@ -33,7 +29,7 @@ _DIRECTORY_FLAG = "--tf_xla_persistent_cache_directory"
 _PREFIX_FLAG = "--tf_xla_persistent_cache_prefix"
 _SEAL = ".blake2b"
 MAX_AGE_DAYS = 30
-MAX_BYTES = 1 << 30  # about 1,500 entries of a linear model's step
+MAX_BYTES = 1 << 30
 _enabled: tuple[Path, str] | None = None  # this process's (directory, prefix), once enabled
 _tidying: threading.Thread | None = None  # enable()'s check of the entries, until finished
 _removed: list[str] = []  # what the check removed and why, logged once it has finished
@@ -74,10 +70,6 @@ def _digest(path: Path) -> str:
     return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
 
 
-def _entries(directory: Path, prefix: str) -> list[Path]:
-    return sorted(directory.glob(f"{prefix}__*.pb"))
-
-
 def _seal_of(entry: Path) -> Path:
     return entry.with_name(entry.name + _SEAL)
 
@@ -90,10 +82,8 @@ def _is_sealed(entry: Path) -> bool:
 
 
 def enable() -> Path | None:
-    """Point TensorFlow's compilation cache at ``<user cache>/xla``; call before importing
-    TensorFlow, and `finish_tidying()` before its first compiled call. Returns the directory,
-    or None where the cache stays off (switched off, the user's own directory, no writable
-    cache directory, TensorFlow already imported)."""
+    """Point TensorFlow's compilation cache at ``<user cache>/xla`` (call before importing
+    TensorFlow); the directory, or None where the cache stays off."""
     global _enabled, _tidying
     finish_tidying()  # an earlier call's check, if any, before another lists the entries
     flags = _without_ours(os.environ.get("TF_XLA_FLAGS", ""))
@@ -165,7 +155,8 @@ def seal() -> None:
     if _enabled is None:
         return
     finish_tidying()  # the check must not judge an entry sealed meanwhile
-    for entry in _entries(*_enabled):
+    directory, prefix = _enabled
+    for entry in sorted(directory.glob(f"{prefix}__*.pb")):
         if not _seal_of(entry).exists():
             try:
                 # Atomic, as TensorFlow's own writes: a seal is whole or absent.

@@ -1,22 +1,14 @@
 """The exact k-NN ground truth of a dataset, cached next to it (the user's view:
 docs/guide/evaluation.md).
 
-A run's ground truth (`sgh.data.ground_truth.split_ground_truth`) is the dataset file's own
-neighbours when it has enough, else the exact ones by the split's similarity, which
-`cached_exact_neighbours` computes once per dataset (:func:`sgh.data.neighbours.exact_neighbours`,
-minutes on large datasets) and caches in one ``.npz`` file:
-
-* **name**: ``<dataset file>.gt-<digest>.v2.npz`` (``v2``: `CACHE_VERSION`, the layout), the
-  digest BLAKE2b-128 of the method's version, the similarity, and the query and database features
-  as used (dtype, shape and bytes): the content, not the path or the date (Euclidean files keep
-  the digest of earlier versions, which did not state the similarity: the definition is unchanged);
-* **where**: next to the dataset when its directory may be written (permission bits, even for
-  root), else the per-user cache, else nowhere; reads look in both, next to the dataset first;
-* **content**: ``ids`` ``(n_queries, K)`` int64, best first, ties by index, and ``checksum``
-  over the digest and the ids. The order is total, so a file with K >= k serves k;
-* **trust**: used only if it loads without pickles, its checksum matches, and the ids are in
-  range, distinct and in order of distance along each row (k rows read per query); anything
-  else is logged and recomputed; writes are atomic.
+`cached_exact_neighbours` computes a dataset's exact neighbours once (minutes on large datasets)
+and caches them in ``<dataset file>.gt-<digest>.v2.npz``, the digest over the method's version,
+the similarity and the features as used (the content, not the path or date). The file goes next
+to the dataset when its directory may be written (permission bits, even for root), else in the
+per-user cache; reads look in both, next to the dataset first. It holds ``ids`` ``(n_queries, K)``
+int64, best first, ties by index (a total order, so K >= k serves k), and their ``checksum``; it
+is used only if it loads without pickles, its checksum matches and the ids are in range, distinct
+and in order of distance along each row; anything else is logged and recomputed.
 """
 
 from __future__ import annotations
@@ -45,10 +37,9 @@ METHOD = b"sgh exact squared-L2 k-NN, ties by database index, v1"
 CACHE_VERSION = "v2"
 
 
-def features_digest(query: np.ndarray, database: np.ndarray,
-                    similarity: str = "euclidean") -> str:
-    """Hex BLAKE2b-128 of :data:`METHOD`, the similarity (but euclidean, as before it was
-    stated) and both arrays' dtype, shape and bytes."""
+def features_digest(query: np.ndarray, database: np.ndarray, similarity: str = "euclidean") -> str:
+    """Hex BLAKE2b-128 of :data:`METHOD`, the similarity and both arrays' dtype, shape and bytes.
+    Euclidean is not hashed, so its files keep the digest they had before it was stated."""
     digest = hashlib.blake2b(METHOD, digest_size=16)
     if similarity != "euclidean":
         digest.update(f"|similarity={similarity}|".encode())
@@ -56,9 +47,8 @@ def features_digest(query: np.ndarray, database: np.ndarray,
         digest.update(f"|{np.dtype(array.dtype).str}|{tuple(array.shape)}|".encode())
         # A streamed database is hashed chunk by chunk: the same bytes, so the same digest.
         parts = array.chunks() if isinstance(array, StreamedFeatures) else [(0, array)]
-        for _, rows in parts:
-            rows = np.ascontiguousarray(rows)
-            digest.update(rows.reshape(-1).view(np.uint8))  # the bytes in place, no copy
+        for _, rows in parts:  # the bytes in place, no copy
+            digest.update(np.ascontiguousarray(rows).reshape(-1).view(np.uint8))
     return digest.hexdigest()
 
 
@@ -89,22 +79,20 @@ def _trusted(path: Path, query, database, k: int, similarity: str,
     except (OSError, ValueError, EOFError, KeyError, AttributeError, zipfile.BadZipFile) as error:
         logger.warning("ground-truth cache %s is unreadable (%s); ignored", path, error)
         return None
-    n_queries, n_database = len(query), len(database)
     problem = None
     if not isinstance(ids, np.ndarray) or ids.dtype != np.int64 or ids.ndim != 2:
         problem = f"expected a 2-D int64 array, found {getattr(ids, 'dtype', type(ids))}"
     elif checksum != ids_checksum(digest, ids):
         problem = "its checksum does not match its ids"
-    elif ids.shape[0] != n_queries:
-        problem = f"{ids.shape[0]} rows for {n_queries} queries"
+    elif ids.shape[0] != len(query):
+        problem = f"{ids.shape[0]} rows for {len(query)} queries"
     elif ids.shape[1] < k:  # a valid file for a smaller k: to be replaced, not a warning
-        logger.info(
-            "ground-truth cache %s has %d neighbours per query, %d needed", path, ids.shape[1], k
-        )
+        logger.info("ground-truth cache %s has %d neighbours per query, %d needed", path,
+                    ids.shape[1], k)
         return None
     else:
         try:
-            checked_ids("its ids", ids, n_database)
+            checked_ids("its ids", ids, len(database))
         except UserInputError as error:
             problem = str(error)
     if problem is None:
@@ -122,8 +110,7 @@ def _first_row_out_of_order(query, database, ids: np.ndarray, similarity: str) -
     rows_per_block = max(1, (1 << 22) // max(1, ids.shape[1] * database.shape[1]))
     for start in range(0, len(ids), rows_per_block):
         block = ids[start : start + rows_per_block]
-        items = take_rows(database, block.reshape(-1)).astype(np.float64)
-        items = items.reshape(*block.shape, -1)
+        items = take_rows(database, block.reshape(-1)).astype(np.float64).reshape(*block.shape, -1)
         queries = np.asarray(query[start : start + len(block)], np.float64)[:, None, :]
         keys = nearness(items, queries, similarity)  # should not decrease along a row
         # Relative slack: the reference computed these same sums, perhaps in another order.
@@ -146,42 +133,24 @@ def _write(path: Path, ids: np.ndarray, digest: str) -> bool:
     return True
 
 
-def cached_exact_neighbours(
-    query: np.ndarray, database: np.ndarray, k: int, dataset_path: str | os.PathLike | None,
-    similarity: str = "euclidean",
-) -> tuple[np.ndarray, str]:
-    """:func:`sgh.data.neighbours.exact_neighbours`, through the cache of the module doc.
-
-    Args:
-        query: ``(n_queries, dim)`` features, as scored (after any conversion).
-        database: ``(n_database, dim)`` features (in memory or streamed).
-        k: neighbours per query, 1 <= k <= n_database.
-        dataset_path: the dataset's file (or directory) the cache lives next to; None: no cache.
-        similarity: ``euclidean``, ``angular`` (Euclidean on the unit-normalised features) or
-            ``inner_product``; part of the cache key.
-
-    Returns:
-        ``((n_queries, k) int64 ids, source)``: ``source`` says which neighbours, whether they
-        were computed, and where they were cached or read from, e.g. ``exact inner-product
-        neighbours, computed blockwise; cached in PATH``. Never fails for a cache problem: the
-        ground truth is then computed (and, where possible, cached).
-    """
+def cached_exact_neighbours(query: np.ndarray, database: np.ndarray, k: int,
+                            dataset_path: str | os.PathLike | None,
+                            similarity: str = "euclidean") -> tuple[np.ndarray, str]:
+    """``(ids, source)``: :func:`sgh.data.neighbours.exact_neighbours` of the features as scored,
+    through the cache beside `dataset_path` (None: no cache); `source` says which neighbours and
+    where they come from. A cache problem only means computing them."""
     check_int("k", k, 1, len(database), maximum_is="the database size")
     check_choice("similarity", similarity, tuple(NEIGHBOUR_LABELS))
     exact = computed_source(similarity)
-
-    def compute():  # bounded memory, in memory or streamed
-        return exact_neighbours(query, database, k, similarity)
-
     if dataset_path is None:
-        return compute(), exact
+        return exact_neighbours(query, database, k, similarity), exact
     digest = features_digest(query, database, similarity)
     candidates = cache_candidates(dataset_path, digest)
     for path in candidates:
         ids = _trusted(path, query, database, k, similarity, digest)
         if ids is not None:
             return ids, f"{exact} earlier; read from the cache {path}"
-    ids = compute()
+    ids = exact_neighbours(query, database, k, similarity)
     for path in candidates:
         if _write(path, ids, digest):
             return ids, f"{exact}; cached in {path}"

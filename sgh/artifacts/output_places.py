@@ -15,8 +15,7 @@ from sgh.artifacts.atomic import ANY_FILE, refuse_to_replace
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.errors import UserInputError, causes, first_few
 
-# The errors of a place that are the user's to fix: what each means and what to do ("write
-# elsewhere" gets the command's output setting appended).
+# A place's errors the user can fix, and what to do ("write elsewhere" gets the output setting).
 _DISK_ERRORS = {
     errno.ENOSPC: "no space left on device; free some space, or write elsewhere",
     errno.EDQUOT: "disk quota exceeded; free some space, or write elsewhere",
@@ -95,10 +94,8 @@ def shortened(path: str | os.PathLike) -> str:
 
 
 def check_writable_place(setting: str, path: str | os.PathLike, directory_wanted: bool) -> None:
-    """Refuse, before any work, a place the command could not write: a file where a directory is
-    wanted (or the reverse), a file not the command's to replace (`refuse_to_replace`), a path
-    through a file, a read-only or forbidden directory, a name or a path too long. `setting`:
-    the key that chose it (`hydra.run.dir`, `out`)."""
+    """Refuse, before any work, a place `setting` chose that the command could not write (the
+    wrong kind, not its to replace, read-only or forbidden, a name or a path too long)."""
     path = Path(path)
     too_long = path_length_problem(path)
     if too_long:
@@ -124,7 +121,7 @@ def check_writable_place(setting: str, path: str | os.PathLike, directory_wanted
 
 def _hydras_record_of_an_sgh_sweep(entry: Path) -> bool:
     """`multirun.yaml` recording an sgh-train sweep, or the Optuna sweeper's
-    `optimization_results.yaml`; a file of that name of anyone else's is not."""
+    `optimization_results.yaml`; another tool's file of that name is not."""
     if entry.name not in ("multirun.yaml", "optimization_results.yaml") or entry.is_symlink() \
             or not entry.is_file():
         return False
@@ -134,15 +131,19 @@ def _hydras_record_of_an_sgh_sweep(entry: Path) -> bool:
         return False
     if entry.name == "optimization_results.yaml":
         return isinstance(recorded, dict) and recorded.get("name") == "optuna"
-    return _are_sgh_train_settings(recorded) and isinstance(recorded.get("hydra"), dict)
+    # sgh-train's settings: a `model` with its `name` and `bits`, `dataset`, `trainer`, `hydra`.
+    model = recorded.get("model") if isinstance(recorded, dict) else None
+    return (isinstance(model, dict) and isinstance(model.get("name"), str)
+            and isinstance(model.get("bits"), int) and not isinstance(model.get("bits"), bool)
+            and all(isinstance(recorded.get(section), dict)
+                    for section in ("dataset", "trainer", "hydra")))
 
 
 def refuse_a_folder_that_holds_no_sweep(directory: Path,
                                         also_a_sweeps: Callable[[Path], bool]) -> None:
-    """A sweep writes into a new or empty directory, or an earlier sgh sweep's to resume it: one
-    holding only Hydra's record of the sweep, job directories (Hydra's `.hydra/` or a run's
-    files) and what `also_a_sweeps` accepts (sgh-compare's outputs). Anything else is the
-    user's, which Hydra would write over (its multirun.yaml) or beside."""
+    """A sweep writes into a new or empty directory, or an earlier sgh sweep's: one holding only
+    Hydra's record of the sweep, job directories and what `also_a_sweeps` accepts (sgh-compare's
+    outputs). Anything else is the user's, which Hydra would write over or beside."""
     if not directory.is_dir():
         return
 
@@ -158,13 +159,3 @@ def refuse_a_folder_that_holds_no_sweep(directory: Path,
             f"hydra.sweep.dir={directory} is not a sweep directory (it holds "
             f"{first_few(entries)}), and sgh never writes over what it did not write; accepted: "
             "a new or empty directory, or an earlier sweep's to resume it")
-
-
-def _are_sgh_train_settings(settings) -> bool:
-    """Whether `settings` (a configuration read back as mappings) are sgh-train's: a `model`
-    with its `name` and `bits`, a `dataset` and a `trainer` section. What tells Hydra's
-    record of an sgh sweep from another tool's file of that name."""
-    model = settings.get("model") if isinstance(settings, dict) else None
-    return (isinstance(model, dict) and isinstance(model.get("name"), str)
-            and isinstance(model.get("bits"), int) and not isinstance(model.get("bits"), bool)
-            and all(isinstance(settings.get(section), dict) for section in ("dataset", "trainer")))

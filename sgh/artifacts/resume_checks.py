@@ -1,13 +1,6 @@
 """Whether a run directory's earlier run may go on under the current settings: the
-configuration and the dataset files it recorded (`config.yaml`, `inputs.json`) against the
-current ones.
-
-A run directory that already holds a checkpoint is resumed only with the same configuration
-(the evaluation settings aside: `refuse_another_configuration`) on the same dataset files
-(`refuse_other_data`); a finished run is not run again when nothing changed, the evaluation
-included (`finished_as_configured`), nor recorded again under other settings
-(`refuse_to_record_a_finished_run_again`). Keys added to the schema since the run started count at
-their defaults (`with_new_keys_at_their_defaults`).
+configuration and dataset files it recorded (`config.yaml`, `inputs.json`) against the current
+ones. Keys added to the schema since the run started count at their defaults.
 """
 
 from __future__ import annotations
@@ -23,8 +16,7 @@ from sgh.errors import UserInputError, first_few
 from sgh.methods import METHODS
 
 
-def finished_as_configured(run_directory: RunDirectory, config: Config,
-                           previous: dict) -> bool:
+def finished_as_configured(run_directory: RunDirectory, config: Config, previous: dict) -> bool:
     """Whether the directory holds this very run finished: the same configuration, the
     evaluation included, and every file the run writes."""
     recorded = run_directory.previous_config()
@@ -42,12 +34,9 @@ def finished_as_configured(run_directory: RunDirectory, config: Config,
 
 
 def refuse_to_record_a_finished_run_again(run_directory: RunDirectory, config: Config) -> None:
-    """A finished run (its metrics.json is there) under other settings is not run again over
-    its files: another configuration is another run (a new hydra.run.dir); other evaluation
-    settings of a baseline are a re-scoring, `sgh-eval run=DIR ... out=FILE`, which leaves the
-    run's record as it is. (An SGH run's checkpoints keep its training, so other `eval.*` only
-    evaluate it again, its training record kept; another configuration of it is refused by
-    `refuse_another_configuration`.) The same settings are `finished_as_configured`'s."""
+    """Refuse to run a finished run again under other settings: another configuration is another
+    run; other evaluation settings of a baseline are a re-scoring (`sgh-eval ... out=FILE`). An
+    SGH run's checkpoints keep its training, so other `eval.*` only evaluate it again."""
     recorded = run_directory.previous_config()
     if recorded is None:
         return
@@ -93,9 +82,8 @@ def _comparable(values: dict) -> dict:
 
 
 def with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
-    """An earlier run's configuration, with the keys added to the schema since then (absent
-    from its config.yaml) at their defaults: the run it describes had those defaults; and its
-    dataset files as absolute paths, as runs record them now (`absolute_file_settings`)."""
+    """An earlier run's configuration, with the keys added to the schema since then at their
+    defaults (which that run had), and its dataset files as absolute paths, as recorded now."""
     filled = dict(previous)
     if isinstance(previous.get("dataset"), dict):
         filled["dataset"] = absolute_file_settings(previous["dataset"])
@@ -128,6 +116,7 @@ def configuration_differences(previous: dict, current: dict) -> list[str]:
 
 
 def refuse_another_configuration(run_directory: RunDirectory, config: Config) -> None:
+    """A run with a checkpoint resumes only with the same configuration, the evaluation aside."""
     previous = run_directory.previous_config()
     if not run_directory.has_checkpoint() or previous is None:
         return

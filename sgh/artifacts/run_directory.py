@@ -16,10 +16,8 @@
     <run_dir>/metrics.json        one flat JSON object of results and their conventions
     <run_dir>/eval.json           `sgh-eval run=<run_dir>`: the codes re-scored
 
-Every file is written atomically (`sgh.artifacts.atomic`); checkpoints are read back whole
-before use (`resume_checkpoint`, `weights_of_step`); a run writes only into a directory that is
-its own (`refuse_unless_ours`), and no other command's output replaces a run's file
-(`sgh.artifacts.run_outputs`).
+Every file is written atomically; checkpoints are read back whole before use; a run writes only
+into its own directory (`refuse_unless_ours`), and no other command's output replaces its files.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ import logging
 import os
 import re
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,36 +71,29 @@ BEST_DIR = "best"
 CANDIDATES_DIR = "candidates"  # under checkpoints/: one folder per candidate recipe
 CHOSEN_KEY = "recipe_chosen"  # metrics.json: the candidate whose weights made the codes
 ENCODER_DIR = "encoder"
-# What a run writes atomically (`sgh.artifacts.atomic`; the lock: its write probe), and so may
-# leave as `.<name>.*.tmp*` when killed. Not eval.json: sgh-eval writes it without owning the
-# directory, and its next write of eval.json clears what a killed one left
-# (`sgh.artifacts.atomic.staging`).
+# What a run writes atomically (the lock: its write probe), so may leave as `.<name>.*.tmp*`. Not
+# eval.json: sgh-eval writes it without owning the directory, and clears what a killed one left.
 ATOMICALLY_WRITTEN = (CONFIG_FILE, INPUTS_FILE, CODES_FILE, METRICS_FILE, ASYMMETRIC_FILE,
                       ENCODER_DIR, LOCK_FILE, RUN_MARKER)
 # Every name a run directory may hold: what a run, Hydra, sgh-export and sgh-eval put there.
-RUN_ENTRIES = frozenset({RUN_MARKER, LOCK_FILE, HYDRA_DIR, CONFIG_FILE, INPUTS_FILE, LOG_FILE,
-                         TENSORBOARD_DIR, CHECKPOINTS_DIR, ENCODER_DIR, CODES_FILE,
-                         ASYMMETRIC_FILE, METRICS_FILE, EVAL_FILE})
-# What a directory holds before its run's first write, so that it still counts as new: Hydra
-# creates it and writes its record and log there before sgh-train's code runs, and the lock is
-# taken next (`sgh.artifacts.run_lock`).
+RUN_ENTRIES = frozenset({*ATOMICALLY_WRITTEN, HYDRA_DIR, LOG_FILE, TENSORBOARD_DIR, CHECKPOINTS_DIR,
+                         EVAL_FILE})
+# What a directory holds before its run's first write, so that it still counts as new: Hydra's
+# record and log, written before sgh-train's code runs, and the lock, taken next.
 _BEFORE_THE_RUN = frozenset({HYDRA_DIR, LOG_FILE, LOCK_FILE})
 _MARKER_TEXT = "an sgh-train run directory: sgh writes and replaces the files in it\n"
-# TensorFlow's own temporaries in a checkpoint directory: a checkpoint's shards before they are
-# merged into place (`ckpt-<step>_temp/`), and the state file before its rename.
+# TensorFlow's own: a checkpoint's shards before their merge, the state file before its rename.
 _TF_TEMPORARY = re.compile(rf"^({CHECKPOINT_PREFIX}-\d+_temp|{CHECKPOINT_STATE}\.tmp[0-9a-f]+)$")
 _START_OVER = "delete {checkpoints} to train the run again, or choose a new hydra.run.dir"
 
 
 def _run_path(name: str) -> property:
-    """The path of the run's file or folder `name` (a read-only property)."""
     return property(lambda run: run.path / name)
 
 
 class RunDirectory:
-    """One run's directory. `RunDirectory(path)` claims it for writing (`claim`);
-    `RunDirectory.existing` opens a finished (or interrupted) one for reading, with one-line
-    errors for anything else."""
+    """One run's directory: `RunDirectory(path)` claims it for writing; `RunDirectory.existing`
+    opens a finished (or interrupted) one for reading."""
 
     def __init__(self, path: str | os.PathLike, create: bool = True):
         self.path = Path(path)
@@ -124,24 +116,17 @@ class RunDirectory:
                                  "sgh-train run directory")
         return run
 
-    # ---- ownership --------------------------------------------------------------------------
     def claim(self) -> None:
-        """Take the directory for this run to write: created if missing; the marker goes in
-        with the run's first file (`_mark`).
-
-        Raises:
-            UserInputError: it is not the product's (`refuse_unless_ours`); nothing is written.
-        """
+        """Take the directory for this run to write (created if missing), or refuse, writing
+        nothing (`refuse_unless_ours`). The marker goes in with the run's first file (`_mark`)."""
         self.refuse_unless_ours()
         self.path.mkdir(parents=True, exist_ok=True)
-        self._identity = _identity(self.path)
+        self._identity = file_identity(self.path)
 
     def require_in_place(self) -> None:
-        """UserInputError when the claimed directory is gone (deleted, or deleted and made
-        again: another inode) while the run writes it: writing on would make a run that looks
-        finished without its config, inputs, log and checkpoints. Every write of the run's
-        files asks first (`_mark`, the checkpoints, TensorBoard's event file)."""
-        if self._identity is None or _identity(self.path) == self._identity:
+        """UserInputError when the claimed directory is gone (or made again: another inode), as
+        writing on would make a run that looks finished without its config, inputs and log."""
+        if self._identity is None or file_identity(self.path) == self._identity:
             return
         raise UserInputError(
             f"the run directory {self.path} was deleted while the run was writing it (its "
@@ -149,23 +134,16 @@ class RunDirectory:
             "rather than leave a run without them; run the command again to train it anew")
 
     def _mark(self) -> None:
-        """Every writer of the run's files calls this first: once the run has a file, the
-        marker is there, and later commands know the directory for a run's whatever it holds.
-        Not in `claim`: a finished run opened again changes no file."""
+        """Called by every writer of the run's files, so a directory with any file of a run has
+        the marker. Not in `claim`: a finished run opened again changes no file."""
         self.require_in_place()
         if not self.marker.is_file():
             write_bytes(self.marker, _MARKER_TEXT.encode())
 
     def refuse_unless_ours(self, key: str | None = None) -> None:
-        """Refuse to write into a directory the product did not make: accepted are a path that
-        does not exist, a new directory (empty, or holding only what Hydra and the lock write
-        before a run starts) and one with the marker (`holds_a_run`). `key`: the setting that
-        chose it, for the message (`hydra.run.dir`).
-
-        Raises:
-            UserInputError: one line naming the directory and what it holds; also for an
-                unreadable config.yaml there (`previous_config`), which a resume compares.
-        """
+        """UserInputError, one line, unless this is a path that does not exist, a new directory
+        (holding only what Hydra and the lock write before a run) or a run's (with the marker);
+        also for an unreadable config.yaml. `key`: the setting that chose it, for the message."""
         named = f"{key}={self.path}" if key else str(self.path)
         if not self.path.is_dir():
             if self.path.exists():
@@ -173,25 +151,21 @@ class RunDirectory:
                                      "an earlier run's to resume it)")
             return
         self.previous_config()  # a damaged config.yaml: its own line, "restore it"
-        names = _entries(self.path)
-        if self.marker.is_file() or all(_named_in(name, _BEFORE_THE_RUN) for name in names):
-            return
-        held = sorted(name for name in names if not _named_in(name, _BEFORE_THE_RUN))
-        raise UserInputError(
-            f"{named} is not an sgh run directory (no {RUN_MARKER}; it holds "
-            f"{first_few(held)}), and sgh never writes over what it did not write; accepted: a "
-            "new or empty directory, or "
-            "an sgh-train run directory (holding only a run's files) to resume it")
+        held = sorted(name for name in os.listdir(self.path)
+                      if not _named_in(name, _BEFORE_THE_RUN))
+        if held and not self.marker.is_file():
+            raise UserInputError(
+                f"{named} is not an sgh run directory (no {RUN_MARKER}; it holds "
+                f"{first_few(held)}), and sgh never writes over what it did not write; accepted: "
+                "a new or empty directory, or an sgh-train run directory (holding only a run's "
+                "files) to resume it")
 
     def holds_nothing_of_a_run(self) -> bool:
-        """Whether the directory holds only what comes before a run's first write (Hydra's
-        record and log, the lock file), as a start refused before it wrote anything leaves it."""
+        """Whether the directory holds only what comes before a run's first write."""
         try:
-            names = _entries(self.path)
+            return all(_named_in(name, _BEFORE_THE_RUN) for name in os.listdir(self.path))
         except OSError:
             return False
-        return RUN_MARKER not in names and all(_named_in(name, _BEFORE_THE_RUN)
-                                               for name in names)
 
     def holds_a_run(self) -> bool:
         """Whether the directory is a run: it carries the marker."""
@@ -200,7 +174,6 @@ class RunDirectory:
         except OSError:  # an unreadable directory: not recognisably a run
             return False
 
-    # ---- names ------------------------------------------------------------------------------
     marker = _run_path(RUN_MARKER)
     lock_file = _run_path(LOCK_FILE)
     config_file = _run_path(CONFIG_FILE)
@@ -210,6 +183,7 @@ class RunDirectory:
     metrics = _run_path(METRICS_FILE)
     eval_file = _run_path(EVAL_FILE)
     log_file = _run_path(LOG_FILE)
+    encoder = _run_path(ENCODER_DIR)
 
     @property
     def tensorboard(self) -> Path:
@@ -225,9 +199,6 @@ class RunDirectory:
     def best_checkpoints(self) -> Path:
         return self.checkpoints / BEST_DIR
 
-    encoder = _run_path(ENCODER_DIR)
-
-    # ---- reading ----------------------------------------------------------------------------
     def previous_config(self) -> dict | None:
         """The configuration a run in this directory was started with, if any."""
         if not self.config_file.is_file():
@@ -258,8 +229,7 @@ class RunDirectory:
             return None
 
     def has_checkpoint(self) -> bool:
-        # TF writes a checkpoint's data files first and its index ("checkpoint") last, so a
-        # checkpoint is only listed once it is complete.
+        # TF writes the state file ("checkpoint") after the data: it lists only complete ones.
         return any((folder / CHECKPOINT_STATE).is_file() for folder in self._training_folders())
 
     def _training_folders(self) -> list[Path]:
@@ -269,16 +239,13 @@ class RunDirectory:
 
     def model_section(self) -> dict:
         """The `model` section of the run's configuration, and a candidate's (`candidate`)."""
-        if not self.config_file.is_file():
-            return {}
-        settings = OmegaConf.to_container(OmegaConf.load(self.config_file))
+        settings = self.previous_config() or {}
         candidates = (settings.get("validation") or {}).get("candidates") or {}
         return {**(settings.get("model") or {}),
                 **((candidates.get(self._candidate) or {}).get("model") or {})}
 
     def chosen(self) -> RunDirectory:
-        """The part of the finished run whose weights made its codes: with candidate recipes,
-        the chosen one (metrics.json names it); otherwise the run itself."""
+        """The candidate recipe whose weights made the finished run's codes, else the run."""
         chosen = self.read_metrics().get(CHOSEN_KEY)
         return self.candidate(chosen) if isinstance(chosen, str) else self
 
@@ -294,10 +261,8 @@ class RunDirectory:
 
     @property
     def feature_conversion(self) -> str | None:
-        """How the run's training features became float32 (metrics.json's
-        `feature_conversion`, e.g. 'uint8 / 255'), which files of new features must match;
-        None where nothing records it, and for an angular run, whose rows are unit-normalised
-        before the model sees them (no scale to mismatch)."""
+        """How the run's training features became float32 (e.g. 'uint8 / 255'), which new ones
+        must match; None where unrecorded, and for an angular run (its rows are normalised)."""
         try:
             recorded = json.loads(self.metrics.read_text())
             conversion, similarity = recorded.get("feature_conversion"), recorded.get("similarity")
@@ -305,7 +270,6 @@ class RunDirectory:
             return None
         return conversion if isinstance(conversion, str) and similarity != "angular" else None
 
-    # ---- writing ----------------------------------------------------------------------------
     def write_config(self, config) -> None:
         self._mark()
         with atomic_file(self.config_file) as temporary:
@@ -313,12 +277,11 @@ class RunDirectory:
 
     def write_inputs(self, inputs: list[InputFile]) -> None:
         self._mark()
-        write_json(self.inputs_file, {"files": [item.as_json() for item in inputs]})
+        write_json(self.inputs_file, {"files": [asdict(item) for item in inputs]})
 
     def remove_stray_temporaries(self) -> list[Path]:
-        """Delete what a killed writer left half-written, and return it: the atomic writes'
-        temporaries of the run's own files, and TensorFlow's checkpoint temporaries. Only for
-        the directory's owner (`sgh.artifacts.run_lock`): another writer's are in flight."""
+        """Delete, and return, the temporaries of the run's files and checkpoints a killed writer
+        left. Only for the directory's owner (`sgh.artifacts.run_lock`): others' are in flight."""
         stray = [path for name in ATOMICALLY_WRITTEN
                  for path in remove_abandoned_staging(self.path / name)]
         for directory in [folder for training in self._training_folders()
@@ -349,19 +312,15 @@ class RunDirectory:
         with atomic_file(self.asymmetric_score, suffix=".npz") as temporary:
             score.save(temporary)
 
-    # TensorFlow is imported where it is needed, so that sgh-eval (numpy only) starts fast.
     def summary_writer(self):
-        """Record TensorBoard's summaries into the run's event files for the block
-        (`sgh.artifacts.tensorboard_events`, no TensorFlow needed); closed, so flushed, on exit,
-        which a process ending without its final garbage collection (`sgh.cli.boundary`)
-        needs."""
+        """Record TensorBoard's summaries into the run's event files for the block; closed, so
+        flushed, on exit, which a process ending without its final garbage collection needs."""
         self._mark()
         return tensorboard_events.recording_to(self.tensorboard, if_lost=self._tensorboard_lost)
 
     def _tensorboard_lost(self, lost: Path, step: int) -> None:
-        """The event file being written was deleted (`tensorboard/`, or the run directory
-        with it): the run stops if its directory is gone; otherwise TensorBoard's record goes
-        on in a new event file, and the loss of the curves before `step` is said."""
+        """The event file being written was deleted: the run stops if its directory went with
+        it; otherwise recording goes on in a new event file, and the lost curves are said."""
         self.require_in_place()
         logger.warning("%s was deleted while the run was recording it: TensorBoard's curves "
                        "before step %d went with it; recording goes on from step %d in a new "
@@ -371,26 +330,20 @@ class RunDirectory:
                            best: bool = False) -> tf.train.CheckpointManager:
         """The run's training checkpoints (the last `CHECKPOINTS_KEPT`), or with `best` the
         one-slot checkpoint of the best validated weights."""
+        # Imported here, as TensorFlow is, so that sgh-eval (numpy only) starts fast.
         from sgh.artifacts.checkpoint_manager import StateFirstCheckpointManager
 
         self._mark()
         directory = self.best_checkpoints if best else self.checkpoints
         kept = 1 if best else CHECKPOINTS_KEPT
         rebuild_unreadable_state(directory, kept)
-        # Its state file never names a deleted checkpoint, whenever the process is killed.
         return StateFirstCheckpointManager(checkpoint, str(directory), max_to_keep=kept,
                                            checkpoint_name=CHECKPOINT_PREFIX,
                                            before_save=self.require_in_place)
 
     def resume_checkpoint(self, checkpoints: tf.train.CheckpointManager) -> str | None:
-        """The newest of the kept checkpoints that reads back whole; None when there is none.
-
-        A damaged one (truncated, overwritten, a file missing) is skipped for the one before it,
-        with a warning naming it: training resumes from there and makes the same steps again.
-
-        Raises:
-            UserInputError: checkpoints are listed, and none of them is intact.
-        """
+        """The newest kept checkpoint that reads back whole (damaged ones skipped, with a warning);
+        None when there is none; UserInputError when checkpoints are listed and none is intact."""
         listed = list(checkpoints.checkpoints)
         if checkpoints.latest_checkpoint and checkpoints.latest_checkpoint not in listed:
             listed.append(checkpoints.latest_checkpoint)
@@ -408,13 +361,9 @@ class RunDirectory:
         return None
 
     def weights_of_step(self, step: int) -> str:
-        """An intact checkpoint with the model weights of `step`: `checkpoints/best/ckpt-<step>`,
-        else the training checkpoint of the same step, which holds the same weights (both are
-        saved after the same compiled call). A damaged one is skipped with a warning.
-
-        Raises:
-            UserInputError: neither is there intact.
-        """
+        """An intact checkpoint with the weights of `step`: `checkpoints/best/ckpt-<step>`, else
+        the training checkpoint of that step (saved after the same compiled call, so the same
+        weights); a damaged one is skipped with a warning. UserInputError: neither is intact."""
         candidates = [directory / f"{CHECKPOINT_PREFIX}-{step}"
                       for directory in (self.best_checkpoints, self.checkpoints)]
         prefix, damaged = first_intact(path for path in candidates if checkpoint_files(path))
@@ -430,12 +379,8 @@ class RunDirectory:
             + _START_OVER.format(checkpoints=self.checkpoints))
 
     def final_checkpoint(self) -> str:
-        """The checkpoint whose weights gave the run's `codes.npz` (`weights_of_step`).
-
-        With validation, the best validated weights (step `best_step` in metrics.json, which is
-        the last step when no validation point was reached); otherwise the last step's (of the
-        candidate recipe this is, `chosen`).
-        """
+        """The checkpoint whose weights gave the run's (or candidate's, `chosen`) `codes.npz`:
+        metrics.json's `best_step`, or its `steps` without validation."""
         metrics = self.read_metrics()
         step = metrics.get("best_step", metrics.get("steps"))
         if isinstance(step, bool) or not isinstance(step, int):
@@ -444,17 +389,13 @@ class RunDirectory:
         return self.weights_of_step(step)
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of `path`, None when it is gone."""
+def file_identity(place: Path | int) -> tuple[int, int] | None:
+    """(device, inode) of a path or an open descriptor; None when it is gone."""
     try:
-        status = os.stat(path)
+        status = os.fstat(place) if isinstance(place, int) else os.stat(place)
     except OSError:
         return None
     return status.st_dev, status.st_ino
-
-
-def _entries(directory: Path) -> list[str]:
-    return [entry.name for entry in directory.iterdir()]
 
 
 def _named_in(name: str, names: frozenset[str]) -> bool:

@@ -1,29 +1,21 @@
 """What a run read: its dataset files, recorded when it starts, so a resume on other data is
 refused instead of silently mixing two datasets in one model.
 
-Each file is recorded by the setting that names it (`dataset.path`, `dataset.query_path`, ...,
-texmex siblings under the setting they stand in for) with its resolved path, size in bytes and
-modification time in nanoseconds. That costs one `stat` per file, nothing like a content hash of
-gigabytes; a file rewritten with the same size within the same nanosecond goes unnoticed, and a
-file merely touched is reported as modified (its contents may have changed: the record cannot
-tell).
-
-The same settings are recorded as absolute paths in the run's config.yaml too
-(`absolute_file_settings`): a run trained with `dataset.path=x.npz` is re-scored, resumed or
-exported from any directory on the same file.
+Each file is recorded by its path, size and modification time: one `stat`, not a content hash of
+gigabytes, so a file merely touched counts as modified. config.yaml records the same settings as
+absolute paths, so a run can be re-scored, resumed or exported from any directory.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from sgh.data.ann_files import SETTINGS as COMPANION_SETTINGS
 
-# The dataset settings that name files (`dataset.path`, and a single-array database's
-# companions), by their key in the dataset section.
+# The dataset settings that name files (`path`, and a single-array database's companions).
 FILE_SETTINGS = ("path", *(setting.removeprefix("dataset.")
                            for setting in COMPANION_SETTINGS.values()))
 
@@ -34,9 +26,6 @@ class InputFile:
     path: str  # resolved
     size: int  # bytes
     mtime_ns: int
-
-    def as_json(self) -> dict:
-        return asdict(self)
 
 
 def describe_inputs(files: dict[str, Path]) -> list[InputFile]:
@@ -50,10 +39,7 @@ def describe_inputs(files: dict[str, Path]) -> list[InputFile]:
 
 
 def absolute_file_settings(dataset: dict) -> dict:
-    """The dataset section `dataset` (setting -> value) with its file settings as absolute
-    paths against the current directory (`~` expanded, links kept as named): what a run
-    records, and what a relative path in an earlier run's config.yaml meant when it was read
-    from here."""
+    """`dataset` with its file settings as absolute paths (`~` expanded, links kept as named)."""
     return {**dataset, **{name: os.path.abspath(os.path.expanduser(dataset[name]))
                           for name in FILE_SETTINGS if isinstance(dataset.get(name), str)}}
 

@@ -1,18 +1,10 @@
 """Who owns a run directory: one writer at a time, taken atomically, released when it dies.
 
-`run_lock(run_dir)` holds an exclusive `flock` on `<run_dir>/.lock` for as long as the block
-runs. The kernel drops the lock when its process exits in any way, `kill -9` included, so a lock
-whose process is gone is simply taken by the next run; nothing has to be cleaned up by hand. The
-holder writes its pid, host and start time into the file, so that a second writer is refused in
-one line saying who holds the directory and what to do.
-
-`flock` locks an open file, not a process: a second `run_lock` on the same directory is refused
-inside one process too (a sweep runs its jobs one after the other, each in its own directory).
-On NFS, Linux emulates `flock` with byte-range locks, which the server arbitrates between hosts.
-
-`sgh-train` takes the lock before Hydra writes its `.hydra/` and log into the directory
-(`take_before_hydra`), and its run goes on holding that same lock (`run_lock` adopts it): of two
-commands started in the same instant on one directory, the refused one writes nothing there.
+`run_lock(run_dir)` holds an exclusive `flock` on `<run_dir>/.lock` while the block runs; the
+kernel drops it when its process exits in any way, `kill -9` included. The holder writes its pid,
+host and start time into the file, for the one-line refusal of a second writer. `flock` locks an
+open file, not a process, so a second `run_lock` is refused inside one process too; on NFS, the
+server arbitrates the byte-range locks Linux emulates it with.
 """
 
 from __future__ import annotations
@@ -21,7 +13,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import socket
 import tempfile
 import time
@@ -30,18 +21,18 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from sgh.artifacts.run_directory import LOCK_FILE, RunDirectory
+from sgh.artifacts.atomic import delete_path, lock_or_none
+from sgh.artifacts.run_directory import LOCK_FILE, RunDirectory, file_identity
 from sgh.errors import UserInputError
 
 TRAIN_IF_BUSY = "wait for it to finish, or choose another hydra.run.dir"
 TRAIN_IF_READ_ONLY = "make it writable, or choose another hydra.run.dir"
 
-# The holder writes its details right after taking the lock: a refused writer that reads the
-# file in between waits this long for them before saying they are unknown.
+# How long a refused writer waits for the holder's details, written right after the lock.
 _HOLDER_WAIT_SECONDS = 0.5
 
-# Locks taken before Hydra ran (`take_before_hydra`), by the directory's (device, inode): the
-# path Hydra hands the run may be spelt otherwise (relative, through `..` or a link).
+# Locks taken before Hydra ran, by the directory's (device, inode): the path Hydra hands the run
+# may be spelt otherwise (relative, through `..` or a link).
 _taken_before_hydra: dict[tuple[int, int], int] = {}
 
 
@@ -49,31 +40,14 @@ _taken_before_hydra: dict[tuple[int, int], int] = {}
 def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
              if_busy: str = TRAIN_IF_BUSY, if_read_only: str = TRAIN_IF_READ_ONLY
              ) -> Iterator[Path]:
-    """Own `run_dir` (created if missing) for the block; yield its lock file.
-
-    Args:
-        run_dir: the run directory to write.
-        program: who holds it, for the message a second writer gets (`sgh-train`, `sgh-export`).
-        if_busy: what the refused writer should do, ending the one-line refusal.
-        if_read_only: what to do when the directory cannot be written.
-
-    Raises:
-        UserInputError: another process holds the directory (the message names its pid, host
-            and start time), or the directory cannot be created or written.
-    """
+    """Own `run_dir` (created if missing) for the block; yield its lock file. UserInputError,
+    ending with `if_busy` or `if_read_only`, when another process holds it or it is unwritable."""
     run_dir = Path(run_dir)
-    lock_file = run_dir / LOCK_FILE
-    descriptor = _adopted(run_dir)
-    adopted = descriptor is not None
-    if not adopted:
-        descriptor = _open_lock_file(run_dir, program, if_read_only)
+    descriptor = _taken(run_dir, program, if_busy, if_read_only)
     try:
-        if not adopted:
-            _take_or_refuse(descriptor, run_dir, if_busy)
-            _write_holder(descriptor, program)
         _require_writable(run_dir, if_read_only)  # the lock file may predate a chmod
         try:
-            yield lock_file
+            yield run_dir / LOCK_FILE
         finally:
             # No stale details for the next reader; the lock itself goes with the descriptor.
             os.ftruncate(descriptor, 0)
@@ -82,17 +56,19 @@ def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
 
 
 def take_before_hydra(run_dir: str | os.PathLike, program: str = "sgh-train",
-                      if_busy: str = TRAIN_IF_BUSY,
-                      if_read_only: str = TRAIN_IF_READ_ONLY) -> None:
-    """Take `run_dir`'s lock now (the directory and its lock file created if missing), for
-    this process's `run_lock` of the same directory to go on holding; refuse, as `run_lock`
-    would, when another process holds it. `sgh-train` calls it before Hydra writes `.hydra/`
-    and `train.log` there, so a refused command leaves the running one's files untouched."""
+                      if_busy: str = TRAIN_IF_BUSY, if_read_only: str = TRAIN_IF_READ_ONLY) -> None:
+    """Take `run_dir`'s lock before Hydra writes `.hydra/` and its log there, for this process's
+    `run_lock` to go on holding: of two commands started at once, the refused one writes nothing."""
     run_dir = Path(run_dir)
-    descriptor = _adopted(run_dir)  # an earlier command of this process took it already
+    descriptor = _taken(run_dir, program, if_busy, if_read_only)
+    _taken_before_hydra[file_identity(run_dir)] = descriptor
+
+
+def _taken(run_dir: Path, program: str, if_busy: str, if_read_only: str) -> int:
+    """A descriptor holding `run_dir`'s lock: taken before Hydra by this process, or now."""
+    descriptor = _adopted(run_dir)
     if descriptor is not None:
-        _taken_before_hydra[_identity(run_dir)] = descriptor
-        return
+        return descriptor
     descriptor = _open_lock_file(run_dir, program, if_read_only)
     try:
         _take_or_refuse(descriptor, run_dir, if_busy)
@@ -100,26 +76,17 @@ def take_before_hydra(run_dir: str | os.PathLike, program: str = "sgh-train",
     except BaseException:
         os.close(descriptor)
         raise
-    _taken_before_hydra[_identity(run_dir)] = descriptor
+    return descriptor
 
 
 def _adopted(run_dir: Path) -> int | None:
     """This process's lock of `run_dir` taken before Hydra, if its lock file is still that
     directory's (not one of a deleted directory whose inode a new one reuses)."""
-    descriptor = _taken_before_hydra.pop(_identity(run_dir), None)
-    if descriptor is not None and _identity(run_dir / LOCK_FILE) != _identity(descriptor):
+    descriptor = _taken_before_hydra.pop(file_identity(run_dir), None)
+    if descriptor is not None and file_identity(run_dir / LOCK_FILE) != file_identity(descriptor):
         os.close(descriptor)
         return None
     return descriptor
-
-
-def _identity(place: Path | int) -> tuple[int, int] | None:
-    """(device, inode) of a path or an open descriptor; None when it is gone."""
-    try:
-        status = os.fstat(place) if isinstance(place, int) else os.stat(place)
-    except OSError:
-        return None
-    return status.st_dev, status.st_ino
 
 
 def _open_lock_file(run_dir: Path, program: str, if_read_only: str) -> int:
@@ -163,8 +130,7 @@ def _holder(descriptor: int) -> str:
 def _require_writable(run_dir: Path, if_read_only: str) -> None:
     try:  # a real write: permission bits, ACLs and read-only mounts all answer the same way
         # Named as `sgh.artifacts.atomic` names temporaries: a killed run's is cleared.
-        descriptor, probe = tempfile.mkstemp(prefix=f".{LOCK_FILE}.", suffix=".tmp",
-                                             dir=run_dir)
+        descriptor, probe = tempfile.mkstemp(prefix=f".{LOCK_FILE}.", suffix=".tmp", dir=run_dir)
     except OSError as error:
         raise _not_writable(run_dir, error, if_read_only) from None
     os.close(descriptor)
@@ -177,8 +143,7 @@ def _not_writable(run_dir: Path, error: OSError, if_read_only: str) -> UserInput
 
 
 def existing_paths(run_dir: str | os.PathLike) -> frozenset[Path]:
-    """What exists now of `run_dir` (absolute): the directory, its parents and its entries;
-    what a start refused later must leave as it found it (`remove_a_refused_start`)."""
+    """What exists now of `run_dir` (absolute): the directory, its parents and its entries."""
     path = Path(os.path.abspath(run_dir))
     existing = {part for part in (path, *path.parents) if part.exists()}
     if path.is_dir():
@@ -187,31 +152,22 @@ def existing_paths(run_dir: str | os.PathLike) -> frozenset[Path]:
 
 
 def remove_a_refused_start(run_dir: str | os.PathLike, existed: frozenset[Path]) -> None:
-    """Remove what a run refused at its start made of `run_dir`: the entries Hydra and the lock
-    put there, the directory and the parents made for it (a directory without a run would be
-    taken for one: `sgh-compare` counts it as a job without results). Only while the run wrote
-    nothing of its own there (`RunDirectory.holds_nothing_of_a_run`) and no other process holds
-    the directory; what `existed` before the command (`existing_paths`) stays."""
+    """Remove what a run refused at its start made of `run_dir` and its parents, but what
+    `existed` (`sgh-compare` would count the directory as a job without results); only while the
+    run wrote nothing of its own there and no other process holds it."""
     path = Path(os.path.abspath(run_dir))
     if not path.is_dir() or not RunDirectory(path, create=False).holds_nothing_of_a_run():
         return
     # This process's own lock, when the run was refused before it adopted it.
     descriptor = _adopted(path)
     if descriptor is None and (path / LOCK_FILE).is_file():
-        try:
-            descriptor = os.open(path / LOCK_FILE, os.O_RDONLY)
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held (another run starting there: its directory), or unreadable
-            if descriptor is not None:
-                os.close(descriptor)
+        descriptor = lock_or_none(path / LOCK_FILE, blocking=False)
+        if descriptor is None:  # held (another run starting there: its directory), or unreadable
             return
     try:
         for entry in path.iterdir():
             if entry not in existed:
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()
+                delete_path(entry)
     finally:
         if descriptor is not None:
             os.close(descriptor)
@@ -229,5 +185,4 @@ def _take_or_refuse(descriptor: int, run_dir: Path, if_busy: str) -> None:
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise UserInputError(f"{run_dir} is in use by {_holder(descriptor)}; {if_busy}") \
-            from None
+        raise UserInputError(f"{run_dir} is in use by {_holder(descriptor)}; {if_busy}") from None

@@ -1,8 +1,5 @@
 """What no command's output may replace: a run's own files, and the files it was trained on.
-
-Every writer that takes an output path from the user (`sgh-eval out=`, `sgh-encode out=`,
-`sgh-index out=`, `sgh-compare --out`) asks here first, before any work.
-"""
+Every writer of an output path the user chose asks here first, before any work."""
 
 from __future__ import annotations
 
@@ -16,22 +13,10 @@ from sgh.errors import UserInputError
 def refuse_a_run_file(setting: str, path: str | os.PathLike, example: str,
                       runs: tuple[str | os.PathLike, ...] = (),
                       eval_of: str | os.PathLike | None = None) -> None:
-    """Refuse an output `path` that is one of a run's own files (its config.yaml, metrics.json,
-    codes, checkpoints/, encoder/, ...): written over, the run could neither resume nor be
-    compared. Only eval.json, which `sgh-eval run=DIR` writes into the run it re-scores, is an
-    output there, and only for that run: another run's eval.json is that run's re-scoring.
-
-    Args:
-        setting: the key that chose `path` (`out`), for the message.
-        example: an accepted value to suggest (`scores.json`).
-        runs: directories known to be runs (a command's `run=`), whatever they hold; any other
-            directory above `path` counts if it is one (`RunDirectory.holds_a_run`).
-        eval_of: the run whose eval.json the command writes (`sgh-eval run=DIR`), if any; the
-            eval.json of any other run is refused as its other files are.
-
-    Raises:
-        UserInputError: one line naming the path and the run.
-    """
+    """UserInputError, one line, for an output `path` (chosen by `setting`) that is one of a run's
+    own files: written over, the run could neither resume nor be compared. A directory above
+    `path` is a run if it is in `runs` (a command's `run=`) or holds one. Only the eval.json of
+    `eval_of` (`sgh-eval run=DIR`) is an output there. `example`: an accepted value to suggest."""
     given = Path(os.path.abspath(path))
     known = {Path(run).resolve() for run in runs}
     own_eval = None if eval_of is None else Path(eval_of).resolve()
@@ -53,14 +38,8 @@ def refuse_a_run_file(setting: str, path: str | os.PathLike, example: str,
 
 def refuse_a_runs_input(setting: str, path: str | os.PathLike, run_dir: str | os.PathLike,
                         example: str) -> None:
-    """Refuse an output `path` that is one of the dataset files the run in `run_dir` was
-    trained on (its inputs.json: `dataset.path`, `dataset.query_path`, ...): written over, the
-    run could no longer be re-scored (`sgh-eval run=DIR eval.ranking=...`), resumed or trained
-    again on its data. Named as written, through links, or by another hard link, the same file.
-
-    Raises:
-        UserInputError: one line naming the path, the setting that recorded it and the run.
-    """
+    """UserInputError, one line, for an output `path` that is, however named, one of the dataset
+    files the run in `run_dir` was trained on: it could no longer be re-scored or resumed."""
     recorded = RunDirectory(run_dir, create=False).previous_inputs() or []
     given = Path(path).expanduser()
     resolved = given.resolve()

@@ -1,22 +1,15 @@
-"""TensorBoard event files, written without TensorFlow.
+"""TensorBoard event files, written without TensorFlow, so a baseline's run never imports it.
 
-What a run shows in TensorBoard is a handful of summaries per compiled call and at the end:
-scalars, histograms, images, a PR curve, one HParams session. TensorBoard's own package makes
-their protocol buffers from numpy (`scalar_pb`, `histogram_pb`, `hparams_pb`, plugin metadata)
-and frames event records (`RecordWriter`); the file itself is ours (`EventFile`: TensorBoard's
-`EventFileWriter` opens it through `tf.io.gfile`, which imports TensorFlow wherever it is
-installed). So nothing here needs TensorFlow: a baseline's run (ITQ, LSH...) never imports it,
-which is seconds of every such run. The files are the ones `tf.summary` writes: the same
-plugins, tags, tensor layouts and steps, so TensorBoard shows them the same way.
+TensorBoard's own package makes the protocol buffers (`scalar_pb`, `histogram_pb`, `hparams_pb`,
+plugin metadata) and frames the records (`RecordWriter`); the file is ours, since TensorBoard's
+`EventFileWriter` opens it through `tf.io.gfile`, which imports TensorFlow. The files are the
+ones `tf.summary` writes: the same plugins, tags, tensor layouts and steps.
 
-`recording_to(directory)` makes a writer the current one for its block, as
-`tf.summary.create_file_writer(...).as_default()` did; the `scalar`, `histogram`, `image`,
-`tensor` and `hparams` functions write to the current writer, and do nothing (`recording()` is
-false) without one, so code that shows something need not know whether anyone records.
-`recording_as_the_only_file(directory)` does the same for a directory whose events are written
-whole and replaced at once (`sgh-compare`'s images). A writer given `if_lost` notices when its
-file is deleted under it (a run's `tensorboard/` removed while it trains): it calls
-`if_lost(path, step)`, which may stop the run by raising, and otherwise records on in a new file.
+`recording_to(directory)` makes a writer the current one for its block; `scalar`, `histogram`,
+`image`, `tensor` and `hparams` write to it, and do nothing without one, so code that shows
+something need not know whether anyone records. A writer given `if_lost` notices when its file
+is deleted under it: it calls `if_lost(path, step)`, which may stop the run by raising, and
+otherwise records on in a new file.
 """
 
 from __future__ import annotations

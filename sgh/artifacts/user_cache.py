@@ -1,8 +1,5 @@
-"""The per-user cache directory, and whether a directory may be written.
-
-Two caches live there: exact ground truth of datasets whose own directory is read-only
-(`sgh.artifacts.ground_truth_cache`) and compiled training steps (`sgh.artifacts.compile_cache`).
-"""
+"""The per-user cache directory (of `ground_truth_cache` and `compile_cache`), and whether a
+directory may be written."""
 
 from __future__ import annotations
 
@@ -23,15 +20,10 @@ def user_cache_dir() -> Path | None:
 
 
 def may_write(directory: Path) -> bool:
-    """Whether to try writing in ``directory`` (created if missing).
-
-    A directory whose permission bits deny writing counts as read-only even for root, whose
-    writes the system would allow: a folder made read-only on purpose stays untouched."""
+    """Whether to try writing in ``directory`` (created if missing). Permission bits that deny
+    writing count even for root: a folder made read-only on purpose stays untouched."""
     existing = directory
     while not existing.exists():
         existing = existing.parent
-    if not existing.is_dir():
-        return False
-    return bool(existing.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) and (
-        os.access(existing, os.W_OK)
-    )
+    return (existing.is_dir() and os.access(existing, os.W_OK)
+            and bool(existing.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)))

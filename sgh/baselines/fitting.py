@@ -1,10 +1,6 @@
-"""Fitting a classic baseline (LSH, PCAH, ITQ, SH, SpH) in the same pipeline as SGH.
-
-The hasher is fitted on the training set and encodes database and queries; the run directory
-gets the same `codes.npz` and `metrics.json` as an SGH run, so every tool downstream treats all
-methods alike. The baselines are closed-form fits (PCA, rotations) of the whole training set, so
-a streamed training set is read into memory for them; a streamed database is encoded chunk by
-chunk.
+"""Fitting a classic baseline (LSH, PCAH, ITQ, SH, SpH) in the same pipeline as SGH, which
+writes the same `codes.npz` and `metrics.json` for it. The baselines fit the whole training set,
+so a streamed one is read into memory; a streamed database is encoded chunk by chunk.
 """
 
 from __future__ import annotations
@@ -14,7 +10,6 @@ import time
 import numpy as np
 
 from sgh import baselines
-from sgh.codes import pack_bits
 from sgh.config import Config
 from sgh.data import RetrievalSplit
 from sgh.data.streamed_features import StreamedFeatures, iter_chunks
@@ -24,8 +19,7 @@ from sgh.search.score_set import ScoreSet
 
 
 def baseline_class(name: str) -> type:
-    """The scikit-learn class in `sgh.baselines` of the baseline `name`
-    (`sgh.methods.METHODS[name].baseline_class`)."""
+    """The scikit-learn class in `sgh.baselines` of the baseline `name`."""
     method = METHODS[name]
     if method.baseline_class is None:
         raise ValueError(f"{name} is not a scikit-learn baseline")
@@ -33,8 +27,7 @@ def baseline_class(name: str) -> type:
 
 
 def refuse_more_bits_than_features(config: Config, n_features: int, dataset: str) -> None:
-    """Before fitting, in the settings' words: a baseline whose class takes one bit per
-    principal direction (`bits_at_most_features`: PCAH, ITQ) takes at most `n_features` bits."""
+    """Before fitting, in the settings' words: PCAH and ITQ take at most `n_features` bits."""
     bits, name = config.model.bits, config.model.name
     if bits > n_features and baseline_class(name).bits_at_most_features:
         unlimited = ", ".join(other for other, method in METHODS.items()
@@ -54,13 +47,12 @@ def fit_baseline(config: Config, split: RetrievalSplit) -> EncodedSplit:
     train = split.train
     hasher.fit(train.load() if isinstance(train, StreamedFeatures) else train)
     train_seconds = time.perf_counter() - started
-    database = np.concatenate([pack_bits(hasher.transform(rows))
-                               for _, rows in iter_chunks(split.database)])
+    database = np.concatenate([hasher.encode(rows) for _, rows in iter_chunks(split.database)])
     scores = (None if hasher.without_asymmetric  # SH, SpH: no per-bit form
               else ScoreSet.of_projection(hasher.asymmetric_score(), config.model.name))
     return EncodedSplit(
         database=database,
-        query=pack_bits(hasher.transform(split.query)),
+        query=hasher.encode(split.query),
         scores=scores, without_scores=hasher.without_asymmetric or "",
         fields={"train_seconds": train_seconds, "estimator_params": {
             key: value for key, value in hasher.get_params().items()

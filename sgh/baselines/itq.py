@@ -1,17 +1,13 @@
 """ITQ: iterative quantization of PCA-projected data.
 
 Gong & Lazebnik, "Iterative Quantization: A Procrustean Approach to Learning Binary Codes",
-CVPR 2011; Gong, Lazebnik, Gordo & Perronnin, TPAMI 2013. Structure of the authors' MATLAB
-(``ITQ.m`` and its demo): centre, project on the top ``n_bits`` principal components
-(``V``), then alternate for ``n_iter`` iterations
+CVPR 2011, as the authors' MATLAB (``ITQ.m``): centre, project on the top ``n_bits`` principal
+components (``V``), then from a random orthogonal R alternate ``n_iter`` times
 
 * B = sign(V R) (the best codes for a fixed rotation; ``>= 0`` maps to +1), and
-* R = the orthogonal Procrustes solution for fixed B: with ``svd(B^T V) = U S W^T``,
-  ``R = W U^T`` (maximises ``trace(B^T V R)``, i.e. minimises ``||B - V R||_F^2``),
+* R = the orthogonal Procrustes solution for fixed B: with ``svd(B^T V) = U S W^T``, ``R = W U^T``.
 
-from a random orthogonal R (the left singular vectors of an ``n_bits x n_bits`` standard normal
-matrix). Each step cannot increase the quantization loss ``||B - V R||_F^2``. The authors' loop
-runs ``for iter = 0:n_iter`` (one update more than ``n_iter``); here exactly ``n_iter`` updates.
+The authors' loop runs ``for iter = 0:n_iter``, one update more than ``n_iter``.
 """
 
 from __future__ import annotations
@@ -26,27 +22,9 @@ from sgh.hasher import row_blocks
 
 
 class ITQ(ProjectionHasher):
-    """PCA to ``n_bits`` dimensions, then a rotation learned by iterative quantization.
-
-    ``fit``: ``mean_`` and ``components_`` as in :class:`~sgh.baselines.pcah.PCAH`; V = the
-    centred training data projected on ``components_``; ``rotation_`` (``(n_bits, n_bits)``,
-    orthogonal) learned by ``n_iter`` alternations of B = sign(V R) and orthogonal Procrustes
-    (see the module docstring), from a random orthogonal start drawn from ``random_state``.
-    ``transform`` returns bit j = ``((x - mean_) @ components_ @ rotation_)[j] >= 0``.
-
-    Args:
-        n_bits: code length, at most the number of features (ValueError otherwise).
-        n_iter: number of alternations (the paper's 50).
-        random_state: seed, ``np.random.RandomState`` or None, for the initial rotation.
-
-    Attributes:
-        mean_: ``(d,)``. components_: ``(d, n_bits)``. rotation_: ``(n_bits, n_bits)``.
-        projection_: ``components_ @ rotation_``, ``(d, n_bits)``, what ``transform`` applies.
-        loss_history_: ``(n_iter + 1,)`` quantization loss ``||B - V R||_F^2 / n`` (per training
-            item): entry 0 for the initial rotation with its B, entry t after iteration t.
-            Non-increasing.
-        n_iter_: iterations run (= n_iter). n_bits_: code length. n_features_in_: d.
-    """
+    """PCA to ``n_bits`` dimensions, then a rotation learned by iterative quantization (the module
+    docstring). Learns ``mean_``, ``components_``, ``rotation_``, ``projection_ = components_ @
+    rotation_`` and ``loss_history_``: ``||B - V R||_F^2 / n`` at the start, then per iteration."""
 
     projection_attribute = "projection_"
     bits_at_most_features = True

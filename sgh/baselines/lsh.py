@@ -1,9 +1,8 @@
 """LSH: signs of random Gaussian projections of centred data.
 
-Random-hyperplane LSH for angular distance (Charikar, STOC 2002; the sign-random-projection
-baseline of the learning-to-hash literature, e.g. Gong & Lazebnik, CVPR 2011). The data are
-centred with the training mean first, as in the comparisons of Gong & Lazebnik; without
-centring, MNIST's all-positive pixels would give strongly unbalanced bits.
+Random-hyperplane LSH for angular distance (Charikar, STOC 2002). The data are centred with the
+training mean first, as in Gong & Lazebnik (CVPR 2011): MNIST's all-positive pixels would
+otherwise give strongly unbalanced bits.
 """
 
 from __future__ import annotations
@@ -16,21 +15,8 @@ from sgh.hasher import row_blocks
 
 
 class LSH(ProjectionHasher):
-    """Sign of random Gaussian projections of centred data.
-
-    ``fit`` stores the training mean ``mean_`` (``(d,)``) and draws ``projections_``
-    (``(d, n_bits)``, i.i.d. standard normal, from ``random_state``); the data are not otherwise
-    used. ``transform`` returns bit j = ``(x - mean_) @ projections_[:, j] >= 0``.
-
-    Args:
-        n_bits: code length (any positive integer; may exceed the number of features).
-        random_state: seed, ``np.random.RandomState`` or None, for the projections.
-
-    Attributes:
-        mean_: ``(d,)`` float64 training mean.
-        projections_: ``(d, n_bits)`` float64 Gaussian projection matrix.
-        n_bits_: code length. n_features_in_: d.
-    """
+    """Sign of random Gaussian projections of centred data: ``mean_`` and ``projections_``
+    (i.i.d. standard normal); ``n_bits`` may exceed the number of features."""
 
     projection_attribute = "projections_"
 

@@ -1,25 +1,20 @@
 """SpH: Spherical Hashing.
 
 Heo, Lee, He, Chang & Yoon, "Spherical Hashing", CVPR 2012 (Algorithm 1). Bit k is 1 when a
-point lies inside hypersphere k: ``||x - p_k|| <= r_k``. The pivots ``p_k`` and radii ``r_k`` are
-learned on a random sample of the training set (``n_samples`` items) so that
+point lies inside hypersphere k: ``||x - p_k|| <= r_k``, learned on a random sample of n training
+items (no centring) so that
 
 * each sphere holds half of the sample: ``r_k`` = the ceil(n/2)-th smallest distance from
   ``p_k`` to the sample (ties at the radius count as inside), re-chosen after every move;
-* each pair of spheres shares about a quarter of it: with ``o_ij`` = number of sample points in
-  both spheres i and j, pivots repel (``o_ij > n/4``) or attract (``o_ij < n/4``):
-  ``f_i<-j = 1/2 (o_ij - n/4) / (n/4) (p_i - p_j)``, ``p_i += (1/n_bits) sum_j f_i<-j``.
+* each pair of spheres shares about a quarter of it: with ``o_ij`` the sample points in both
+  spheres i and j, ``f_i<-j = 1/2 (o_ij - n/4) / (n/4) (p_i - p_j)``,
+  ``p_i += (1/n_bits) sum_j f_i<-j``,
 
-Iteration stops when ``mean_ij |o_ij - n/4| <= epsilon_mean n/4`` and ``std_ij(o_ij) <=
-epsilon_stddev n/4`` (the paper's 0.1 and 0.15; population standard deviation, over pairs
-i < j) after a move, or after ``max_iter`` moves. The pivots start at the mean of 5 random sample
-points each, as in the authors' MATLAB release (``random_center``). Data are used as given (no
-centring).
+until ``mean_ij |o_ij - n/4| <= epsilon_mean n/4`` and ``std_ij(o_ij) <= epsilon_stddev n/4``
+(population standard deviation over pairs i < j), or ``max_iter`` moves.
 
-Distance: the paper ranks with its "spherical Hamming distance" (|a XOR b| / |a AND b|). This
-project ranks every method by the plain Hamming distance, so SpH numbers here are *SpH codes
-under Hamming ranking*, as in most comparison tables that re-run SpH; expect them to be lower
-than the paper's SHD numbers.
+The paper ranks with its "spherical Hamming distance" (|a XOR b| / |a AND b|); this project ranks
+every method by the plain Hamming distance, which scores SpH codes lower.
 """
 
 from __future__ import annotations
@@ -36,47 +31,19 @@ _POINTS_PER_INITIAL_PIVOT = 5
 
 def _squared_distances(points: np.ndarray, pivots: np.ndarray) -> np.ndarray:
     """``(n, n_bits)`` squared L2 distances, by ``|x|^2 - 2 x.p + |p|^2``, clipped at 0."""
-    squared = (
-        np.einsum("ij,ij->i", points, points)[:, None]
-        - 2.0 * points @ pivots.T
-        + np.einsum("ij,ij->i", pivots, pivots)[None, :]
-    )
+    squared = (np.einsum("ij,ij->i", points, points)[:, None] - 2.0 * points @ pivots.T
+               + np.einsum("ij,ij->i", pivots, pivots)[None, :])
     return np.maximum(squared, 0.0)
 
 
 class SpH(BinaryHasher):
-    """Spherical Hashing: bit k = 1 iff ``||x - pivots_[k]|| <= radii_[k]``.
+    """Spherical Hashing (the module docstring): bit k = 1 iff ``||x - pivots_[k]|| <= radii_[k]``,
+    by squared distances ``|x|^2 - 2 x.p + |p|^2``, so a point within rounding of a sphere may land
+    on either side. Also learns ``n_iter_``, ``converged_``, and ``overlap_mean_error_`` and
+    ``overlap_std_`` (the final ``mean |o_ij - n/4|`` and ``std o_ij``, over n/4)."""
 
-    ``fit`` draws ``min(n_samples, n)`` training items without replacement (``random_state``),
-    starts each pivot at the mean of 5 of them, and runs the balancing iteration of the module
-    docstring. ``transform`` compares squared distances, computed as
-    ``|x|^2 - 2 x.p + |p|^2`` in float64 (one matrix product), with the squared radii; a point
-    within rounding (~1e-15 relative) of a sphere may therefore land on either side of it.
-
-    Args:
-        n_bits: code length (number of spheres); any positive integer.
-        n_samples: training items used to learn the spheres (the rest are ignored).
-        max_iter: maximum number of pivot moves (>= 0; 0 keeps the random initial pivots).
-        epsilon_mean: tolerance on the mean of ``|o_ij - n/4|``, as a fraction of n/4.
-        epsilon_stddev: tolerance on the standard deviation of ``o_ij``, as a fraction of n/4.
-        random_state: seed, ``np.random.RandomState`` or None (sample and initial pivots).
-
-    Attributes:
-        pivots_: ``(n_bits, d)`` float64. radii_: ``(n_bits,)`` float64.
-        n_iter_: pivot moves made. converged_: whether the tolerances were met.
-        overlap_mean_error_, overlap_std_: final ``mean |o_ij - n/4|`` and ``std o_ij`` divided by
-            n/4 (0 when n_bits = 1). n_bits_: code length. n_features_in_: d.
-    """
-
-    def __init__(
-        self,
-        n_bits: int = 32,
-        n_samples: int = 10_000,
-        max_iter: int = 50,
-        epsilon_mean: float = 0.1,
-        epsilon_stddev: float = 0.15,
-        random_state=None,
-    ):
+    def __init__(self, n_bits: int = 32, n_samples: int = 10_000, max_iter: int = 50,
+                 epsilon_mean: float = 0.1, epsilon_stddev: float = 0.15, random_state=None):
         self.n_bits = n_bits
         self.n_samples = n_samples
         self.max_iter = max_iter
@@ -88,8 +55,7 @@ class SpH(BinaryHasher):
         n_samples = check_int("n_samples", self.n_samples, 2)
         max_iter = check_int("max_iter", self.max_iter, 0)
         epsilon_mean = check_real("epsilon_mean", self.epsilon_mean, 0, 1, low_open=True)
-        epsilon_stddev = check_real("epsilon_stddev", self.epsilon_stddev, 0, 1,
-                                    low_open=True)
+        epsilon_stddev = check_real("epsilon_stddev", self.epsilon_stddev, 0, 1, low_open=True)
         rng = check_random_state(self.random_state)
         n = min(n_samples, X.shape[0])
         sample = np.asarray(X[np.sort(rng.choice(X.shape[0], n, replace=False))], np.float64)

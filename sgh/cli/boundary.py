@@ -19,8 +19,7 @@ from contextlib import contextmanager
 from sgh.artifacts.output_places import disk_error_line
 from sgh.errors import TrainingDiverged, TrainingInterrupted, UserInputError, resource_limit_line
 
-# Ending a process that has imported TensorFlow is mostly the interpreter's final garbage
-# collections; by atexit a command's files are whole, so what is alive is frozen out of them.
+# Ending a process that imported TensorFlow is mostly final garbage collections: skip them.
 atexit.register(gc.freeze)
 
 USAGE_ERROR_EXIT_CODE, DIVERGED_EXIT_CODE, INTERRUPTED_EXIT_CODE = 2, 3, 130
@@ -38,14 +37,13 @@ def exit_on_failure(program: str, *, output_key: str | None = None,
                     output_path: str | os.PathLike | None = None,
                     interrupted: str = "interrupted; nothing was left half-written: run the "
                                        "same command again"):
-    """Every way a command ends early, as one line on stderr and an exit status (module doc).
-    `output_key` / `output_path`: the setting and the place the command writes, for a disk
-    error that names no file; `interrupted`: the line of an interruption outside training."""
+    """Every way a command ends early (module doc). `output_key` / `output_path`: what the
+    command writes, for a disk error that names no file; `interrupted`: the line of an
+    interruption outside training."""
     shown = warnings.showwarning  # the library's warnings.warn: a warning of the `sgh` logger
     warnings.showwarning = lambda message, *_args, **_kwargs: logging.getLogger(
         "sgh").warning("%s", message)
-    # SIGTERM ends a command as SIGINT does, with 130 and the resume line, at any phase
-    # (training handles both itself); a handler someone else installed is kept.
+    # SIGTERM ends a command as SIGINT does; a handler someone else installed is kept.
     sigterm = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     if sigterm:
@@ -53,8 +51,7 @@ def exit_on_failure(program: str, *, output_key: str | None = None,
     try:
         yield
     except UserInputError as error:
-        # Raised while handling a limit reached (a file not opened for lack of descriptors):
-        # the limit is what to fix, not the file.
+        # Raised while handling a limit reached: the limit is what to fix, not the file.
         line = resource_limit_line(error) if error.__context__ is not None else None
         _report(program, f"error: {line or error}", USAGE_ERROR_EXIT_CODE)
     except TrainingDiverged as divergence:
@@ -64,8 +61,8 @@ def exit_on_failure(program: str, *, output_key: str | None = None,
     except KeyboardInterrupt:
         _report(program, interrupted, INTERRUPTED_EXIT_CODE)
     except BrokenPipeError:
-        # The reader of stdout has gone (`sgh-train --help | head`): exit as SIGPIPE would, and
-        # keep Python's final flush from failing again.
+        # The reader of stdout has gone (`--help | head`): exit as SIGPIPE would, and keep
+        # Python's final flush from failing again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(128 + signal.SIGPIPE) from None
     except Exception as error:  # noqa: BLE001  only the user's kinds are reported, bugs re-raised

@@ -1,8 +1,6 @@
 """`sgh-compare SWEEP_DIR [--out DIR] [--no-tensorboard]`: the comparison of a sweep's runs.
 
-Reads every `metrics.json` below SWEEP_DIR, and writes `comparison.csv`, `comparison.md`, the
-plots and `tensorboard_compare/` (see `sgh.reports.comparison`), replacing only its own earlier
-ones (`comparison.record.json` lists them).
+Every `metrics.json` below SWEEP_DIR, in tables, plots and TensorBoard (`sgh.reports.comparison`).
 """
 
 from __future__ import annotations
@@ -36,47 +34,43 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> None:
     with exit_on_failure("sgh-compare", output_key="--out"):
-        _compare(argv)
-
-
-def _compare(argv: list[str] | None) -> None:
-    parser = _OneLineParser(prog="sgh-compare", description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dir", help="an sgh-train sweep directory (searched recursively)")
-    parser.add_argument("--out", help="where to write the results (default: SWEEP_DIR)")
-    parser.add_argument("--no-tensorboard", action="store_true",
-                        help="skip the TensorBoard images (and the TensorFlow import)")
-    args = parser.parse_args(argv)
-    # Before reading and plotting every run: access() answers for read-only mounts too.
-    if args.out is None and Path(args.sweep_dir).is_dir() and not os.access(
-            args.sweep_dir, os.W_OK | os.X_OK):
-        raise _read_only(args.sweep_dir, "not writable (read-only or permission denied)")
-    # The library's warnings (repeated seeds, a missing PR curve) as "sgh-compare: warning: ...".
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(ConsoleFormatter("sgh-compare"))
-    handler.setLevel(logging.WARNING)
-    logging.getLogger("sgh").addHandler(handler)
-    logging.getLogger("sgh").setLevel(logging.INFO)
-    try:
-        table, paths = compare(args.sweep_dir, args.out, tensorboard=not args.no_tensorboard,
-                               planned_jobs=planned_jobs(Path(args.sweep_dir) / "multirun.yaml"))
-    except OSError as error:
-        if args.out is None and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            raise _read_only(args.sweep_dir, f"{os.strerror(error.errno).lower()} "
-                                             f"({error.filename or args.sweep_dir})") from None
-        line = disk_error_line(error, "--out", args.out or args.sweep_dir)
-        if line is None:
-            raise
-        raise UserInputError(line) from None
-    finally:
-        logging.getLogger("sgh").removeHandler(handler)
-    print(table)
-    for path in paths:
-        print(f"[sgh] wrote {path}")
+        parser = _OneLineParser(prog="sgh-compare", description=__doc__.splitlines()[0])
+        parser.add_argument("sweep_dir", help="an sgh-train sweep directory (searched recursively)")
+        parser.add_argument("--out", help="where to write the results (default: SWEEP_DIR)")
+        parser.add_argument("--no-tensorboard", action="store_true",
+                            help="skip the TensorBoard images (and the TensorFlow import)")
+        args = parser.parse_args(argv)
+        # Before reading and plotting every run: access() answers for read-only mounts too.
+        if args.out is None and Path(args.sweep_dir).is_dir() and not os.access(
+                args.sweep_dir, os.W_OK | os.X_OK):
+            raise _read_only(args.sweep_dir, "not writable (read-only or permission denied)")
+        # The library's warnings (repeated seeds, a missing PR curve) as "sgh-compare: warning:".
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(ConsoleFormatter("sgh-compare"))
+        handler.setLevel(logging.WARNING)
+        logging.getLogger("sgh").addHandler(handler)
+        logging.getLogger("sgh").setLevel(logging.INFO)
+        try:
+            planned = planned_jobs(Path(args.sweep_dir) / "multirun.yaml")
+            table, paths = compare(args.sweep_dir, args.out, tensorboard=not args.no_tensorboard,
+                                   planned_jobs=planned)
+        except OSError as error:
+            if args.out is None and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise _read_only(args.sweep_dir, f"{os.strerror(error.errno).lower()} "
+                                                 f"({error.filename or args.sweep_dir})") from None
+            line = disk_error_line(error, "--out", args.out or args.sweep_dir)
+            if line is None:
+                raise
+            raise UserInputError(line) from None
+        finally:
+            logging.getLogger("sgh").removeHandler(handler)
+        print(table)
+        for path in paths:
+            print(f"[sgh] wrote {path}")
 
 
 def planned_jobs(multirun: Path) -> int | None:
-    """How many jobs a sweep has, from the `multirun.yaml` Hydra writes into its directory: for
-    the basic sweeper, the product of each swept key's count of values; else None (an Optuna
+    """How many jobs a basic sweeper's sweep has, from its `multirun.yaml`; else None (an Optuna
     search, or no readable record)."""
     if not multirun.is_file():
         return None
@@ -94,12 +88,9 @@ def planned_jobs(multirun: Path) -> int | None:
 
 
 def _read_only(sweep_dir: str, reason: str) -> UserInputError:
-    """The comparison goes into the sweep directory by default: a read-only one (a shared or
-    archived sweep) needs another place."""
     return UserInputError(f"{sweep_dir}: {reason}, so the comparison cannot be written there; "
                           "pass --out DIR to write it elsewhere")
 
 
 if __name__ == "__main__":
     main()
-

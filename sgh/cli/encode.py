@@ -3,28 +3,9 @@
     sgh-encode run=RUN_DIR input=FILE out=CODES.npy [key=NAME] [batch_size=N]
     sgh-encode encoder=ENCODER_DIR input=FILE out=CODES.npy ...     (any exported encoder)
 
-`input` is `.npy`, `.npz` / `.mat` (`key` names the array; optional if there is one), `.fvecs`
-or `.bvecs` (`sgh.data.vector_files`). The features are converted exactly as at training
-(`as_float32_features`: uint8 / 255, other integers as they are), so the codes of a run's own
-data equal its `codes.npz` bit for bit. Input stored unlike the run's training features (its
-metrics.json `feature_conversion`) is refused, as `sgh-train` refuses such a mix of splits:
-uint8 for a run trained on other dtypes, or floats beyond [0, 1] for a run trained on uint8 /
-255 (floats already divided by 255 are its encoder's input); `input_scale=none` (values as
-they are) or `input_scale=uint8` (divided by 255) sets the conversion instead, for input stored
-otherwise than the training features on purpose. `out` is an `.npy` of packed uint8 codes
-(n, ceil(bits/8)), `np.packbits(bits, axis=1)` layout, which `np.load` memory-maps whatever its
-size. A `.npy` holds one array and nothing else, so what made the codes is written beside it,
-`<out>.json` (`codes.npy.json`): the model's fingerprint (the one its run's codes.npz and
-asymmetric.npz carry, `sgh.codes.model_fingerprint`; null for a run without an asymmetric score
-or an encoder outside a run), the exact code length, the encoder, the input and its conversion.
-Only such a record of sgh-encode's is replaced there; a file of the user's is refused.
-
-Streaming: `batch_size` rows are read, encoded and appended to the output at a time, so memory is
-bounded by the batch, not the file (`.npy`, `.fvecs`, `.bvecs`; `.npz` and `.mat` cannot be read
-by row range and are loaded whole). The output is written under a temporary name and renamed at
-the end: an existing `out` is replaced only by a complete file. `out` is never the input, nor
-one of a run's own files (`refuse_a_run_file`), nor a dataset file the run was trained on (its
-inputs.json, `refuse_a_runs_input`).
+Values are converted as at training (`sgh.cli.input_scale`), so the codes of a run's own data
+equal its `codes.npz` bit for bit; what made them is recorded beside them in `<out>.json`. The
+guide: docs/guide/export.md.
 """
 
 from __future__ import annotations
@@ -42,19 +23,13 @@ from sgh.artifacts.atomic import FileKind, atomic_file, refuse_to_replace, write
 from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file, refuse_a_runs_input
-from sgh.cli.input_scale import (
-    check_input_scale,
-    needs_unit_range,
-    refuse_another_scale,
-    refuse_unscaled_rows,
-    scaled,
-)
+from sgh.cli.input_scale import needs_unit_range, refuse_another_scale, refuse_unscaled_rows, scaled
 from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
-from sgh.config import EncodeCommandConfig
+from sgh.config import INPUT_SCALES, EncodeCommandConfig
 from sgh.data.feature_conversion import as_float32_features
 from sgh.data.vector_files import open_vectors
-from sgh.errors import UserInputError
+from sgh.errors import UserInputError, check_choice, check_int
 from sgh.model.quiet_tensorflow import import_tensorflow
 
 register_configs()
@@ -94,7 +69,6 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
                              "path ending in .npy")
     if Path(config.out).is_dir():
         raise UserInputError(f"out={config.out}: is a directory; accepted: a path ending in .npy")
-    # An output never replaces an input: not the features being encoded, nor a run's files.
     if Path(config.out).exists() and Path(config.input).exists() \
             and os.path.samefile(config.out, config.input):
         raise UserInputError(f"out={config.out} is the input file, which the codes would "
@@ -103,40 +77,30 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
                       runs=() if config.run is None else (config.run,))
     refuse_to_replace(record_path(config.out), _RECORD,
                       elsewhere="choose another out= (its record goes to OUT.json)")
-    # Nor a file the run was trained on (its inputs.json): it could not be re-scored after.
     run_dir = _run_dir(config)
     if config.run is not None or RunDirectory(run_dir, create=False).holds_a_run():
         refuse_a_runs_input("out", config.out, run_dir, "codes.npy")
-    check_input_scale(config.input_scale)
-    if not (isinstance(config.batch_size, int) and config.batch_size >= 1):
-        raise UserInputError(f"batch_size={config.batch_size!r} is impossible; accepted: an "
-                             "integer >= 1")
+    check_choice("input_scale", config.input_scale, INPUT_SCALES)
+    check_int("batch_size", config.batch_size, 1)
     check_writable_place("out", config.out, directory_wanted=False)
-
-
-def _training_conversion(config: EncodeCommandConfig) -> tuple[str, str] | None:
-    """(how the run's training features became float32; where that is recorded), from the
-    run's metrics.json (an exported encoder inside a run directory: its run's); None when
-    nothing records it (an encoder copied elsewhere, an older run, an angular run)."""
-    run_dir = _run_dir(config)
-    conversion = RunDirectory(run_dir, create=False).feature_conversion
-    return None if conversion is None else (conversion, f"run={run_dir}")
 
 
 def encode_file(config: EncodeCommandConfig) -> dict:
     """Encode `config.input` to `config.out`; print and return a summary."""
     _check_arguments(config)
     vectors = open_vectors(config.input, config.key)
-    # An explicit input_scale is the user's statement of the scale: nothing to compare.
-    training = _training_conversion(config) if config.input_scale == "auto" else None
+    # Nothing is compared without a record (an encoder copied elsewhere, an older run, angular).
+    run_dir = _run_dir(config)
+    conversion = (RunDirectory(run_dir, create=False).feature_conversion
+                  if config.input_scale == "auto" else None)
+    training = None if conversion is None else (conversion, f"run={run_dir}")
     refuse_another_scale(vectors, training)
     if needs_unit_range(training, vectors.dtype):
         # The first batch now, before the TensorFlow import; every batch as it is encoded.
         rows = vectors.read(0, min(len(vectors), config.batch_size))
         refuse_unscaled_rows(as_float32_features(rows, vectors.path, vectors.key)[0],
                              vectors.dtype, training, vectors.where, 0)
-    # TensorFlow is imported only now, so that bad arguments and files fail in a fraction of a
-    # second rather than after its several-second import.
+    # Only now, so that bad arguments and files fail before TensorFlow's import.
     import_tensorflow()
     from sgh.model.export import load_encoder, run_encoder_path
 
@@ -171,8 +135,7 @@ def encode_file(config: EncodeCommandConfig) -> dict:
 
 
 def _model_fingerprint(config: EncodeCommandConfig) -> str | None:
-    """The fingerprint of the run's model, as its codes.npz carries it (that of its asymmetric
-    score's encoder); None when the run has no asymmetric score, or the encoder no run."""
+    """The run's model fingerprint, as its codes.npz carries it; None without a run's score."""
     from sgh.search.score_set import ScoreSet
 
     scores = RunDirectory(_run_dir(config), create=False).asymmetric_score
@@ -182,15 +145,10 @@ def _model_fingerprint(config: EncodeCommandConfig) -> str | None:
         return None
 
 
-def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None,
-                  input_scale: str = "auto") -> str:
+def _stream_codes(vectors, encoder, out: Path, batch_size: int, training,
+                  input_scale: str) -> str:
     """Read, convert, encode and append `batch_size` rows at a time; return the conversion.
-
-    The `.npy` header is written first and the codes appended through a plain file handle (not
-    `np.lib.format.open_memmap`): written pages of a memory map stay in the process's resident
-    set until it is unmapped, plain writes go to the page cache, so memory stays bounded by the
-    batch whatever the number of vectors.
-    """
+    A plain file handle, not `open_memmap`: a map's written pages stay resident until unmapped."""
     n = len(vectors)
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)),
               "fortran_order": False, "shape": (n, encoder.code_bytes)}
@@ -198,9 +156,8 @@ def _stream_codes(vectors, encoder, out: Path, batch_size: int, training=None,
     with atomic_file(out, suffix=".npy") as temporary, open(temporary, "wb") as handle:
         np.lib.format.write_array_header_1_0(handle, header)
         for start in range(0, n, batch_size):
-            stop = min(start + batch_size, n)
-            features, conversion = scaled(vectors.read(start, stop), vectors, start,
-                                          input_scale)
+            rows = vectors.read(start, min(start + batch_size, n))
+            features, conversion = scaled(rows, vectors, start, input_scale)
             refuse_unscaled_rows(features, vectors.dtype, training, vectors.where, start)
             handle.write(encoder.encode_batch(features).tobytes())
         # An earlier record names another model's codes: gone before these take their place

@@ -1,10 +1,8 @@
 """`sgh-eval`: score saved codes (`codes=FILE`) or re-score a finished run (`run=DIR`).
 
-Codes from any method can be scored, as long as the file follows the `codes.npz` contract
-(`sgh.artifacts.codes_file`). The same `sgh.metrics.scoring.score` serves `sgh-train`. No
-TensorFlow here: a run's scores, a deep decoder's included, are plain arrays (asymmetric.npz).
-`run=DIR eval.ranking=asymmetric|rerank` reads the run's dataset again (its config.yaml) and
-its method's score (asymmetric.npz), so a finished run is re-scored without training.
+Any file in the `codes.npz` contract (`sgh.artifacts.codes_file`) is scored as `sgh-train` scores.
+`run=DIR eval.ranking=asymmetric|rerank` reads the run's dataset again (its config.yaml) and its
+method's score (asymmetric.npz, plain arrays: no TensorFlow here).
 """
 
 from __future__ import annotations
@@ -75,11 +73,9 @@ def _check_arguments(config: EvalCommandConfig) -> None:
     validate_eval(config.eval)
 
 
-def _check_output(out: Path, codes_path: Path, run_dir: Path | None = None) -> None:
-    """`out` can take the JSON, and replaces nothing but a JSON file of the user's: not the
-    codes file, not a file of a run (`run_dir`, the run re-scored, or any other; the eval.json
-    of `run_dir` excepted, the command's own output there, and only that run's), not a file of
-    another kind."""
+def _check_output(out: Path, codes_path: Path, run_dir: Path | None) -> None:
+    """`out` replaces nothing but a JSON file: not the codes file, nor a run's file (but the
+    eval.json of `run_dir`, the run re-scored)."""
     if out.exists() and codes_path.exists() and out.resolve() == codes_path.resolve():
         raise UserInputError(f"out={out} is the codes file, which the JSON would overwrite; "
                              "accepted: another path, e.g. out=scores.json")
@@ -92,15 +88,13 @@ def _check_output(out: Path, codes_path: Path, run_dir: Path | None = None) -> N
 
 
 def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
-    """The asymmetric or rescored ranking of a finished run: its dataset (read again from its
-    config.yaml, as trained) and its method's asymmetric score (asymmetric.npz)."""
+    """The asymmetric or rescored ranking of a finished run, and its similarity."""
     previous = run.previous_config()
     if previous is None or "dataset" not in previous:
         raise UserInputError(f"run={run.path}: no readable config.yaml; eval.ranking="
                              f"{config.ranking} reads the run's dataset from it")
     dataset = dataset_config_from(previous["dataset"])
     split = load_split(dataset)
-    # The features are read again: they must be the ones the run was trained and encoded on.
     recorded = run.previous_inputs()
     changes = [] if recorded is None else changed_inputs(recorded,
                                                           describe_inputs(input_files(dataset)))
@@ -115,7 +109,6 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
                                  f"{part} items, its codes {len(getattr(codes, part))}; the "
                                  "dataset changed since the run: train again")
     scores, without = None, ""
-    model = previous.get("model", {})
     if run.asymmetric_score.is_file():
         try:
             scores = ScoreSet.load(run.asymmetric_score)
@@ -124,7 +117,7 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
         refuse_another_models_scores(codes, scores, run.asymmetric_score)
     else:
         without = (f"run={run.path} has no {run.asymmetric_score.name} (model="
-                   f"{model.get('name')} has none, or the run predates it)")
+                   f"{previous.get('model', {}).get('name')} has none, or the run predates it)")
     ranking = evaluation_ranking(config, codes.database, codes.query, codes.bits, scores,
                                  split.query, split.database, split.similarity, without)
     return ranking, split.similarity

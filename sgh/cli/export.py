@@ -1,10 +1,5 @@
-"""`sgh-export RUN_DIR`: export the encoder of a finished run that has none.
-
-A run directory without `encoder/` (deleted, or never written) gets `<run_dir>/encoder/` rebuilt
-from `config.yaml` and the checkpoint that made `codes.npz` (read back whole first; damaged best
-weights come from the training checkpoint of the same step). It owns the run directory
-meanwhile, so it is refused while sgh-train writes there.
-"""
+"""`sgh-export RUN_DIR`: export the encoder of a finished run that has none (`<run_dir>/encoder/`,
+rebuilt from `config.yaml` and the checkpoint that made `codes.npz`)."""
 
 from __future__ import annotations
 
@@ -20,8 +15,8 @@ from sgh.model.quiet_tensorflow import import_tensorflow
 
 
 def export_run(run_dir: str | os.PathLike) -> Path:
-    """Export a finished run's encoder to `<run_dir>/encoder` (`sgh.model.export`), owning the
-    directory meanwhile (`sgh.artifacts.run_lock`): not while sgh-train writes it."""
+    """Export a finished run's encoder to `<run_dir>/encoder`, owning the directory meanwhile
+    (refused while sgh-train writes it)."""
     from sgh.model.export import export_encoder, restore_run_model  # TensorFlow
 
     run = RunDirectory(run_dir, create=False)

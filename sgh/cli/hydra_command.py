@@ -1,10 +1,8 @@
 """A Hydra command's command line (`sgh-train`, `sgh-eval`, `sgh-encode`), every mistake one line.
 
-A run is composed once here (Compose API), converted once and run by Hydra's own `run_job`:
-`@hydra.main` would compose it twice, and report a mistake in several lines after making the run
-directory. A sweep goes to `@hydra.main` once each of its jobs is composed and checked here;
-`--help`, `--cfg` and the other flags go to it unchecked. Refused though Hydra accepts them:
-`+key` for a key the schema lacks, `dataset.path` with a named dataset, `--experimental-rerun`.
+A run is composed once here and run by Hydra's own `run_job` (`@hydra.main` would compose it
+twice, and report a mistake in several lines after making the run directory). A sweep goes to
+`@hydra.main` once each job is composed and checked here; `--help`, `--cfg` and such go unchecked.
 """
 
 from __future__ import annotations
@@ -61,8 +59,7 @@ def run_hydra_command(program: str, config_name: str, hydra_main: Callable[[], o
 
 
 def _arguments(arguments: list[str]):
-    """The command line read by Hydra's own parser; what Hydra refuses with a bare ValueError (a
-    traceback), or would run but should not, refused in one line."""
+    """The command line read by Hydra's own parser, what it refuses (or should) in one line."""
     parser = get_args_parser()
 
     def refuse(message: str):  # argparse would print the usage and this in two lines
@@ -85,9 +82,8 @@ def _arguments(arguments: list[str]):
 
 
 def _quoted_beyond_ascii(text: str) -> str:
-    """`key=value` with letters beyond ASCII, which Hydra's grammar refuses unquoted, as
-    `key='value'` (a sweep's `a,b` as `'a','b'`); a value with quotes, backslashes or brackets
-    is left for the error line, which says how to quote it."""
+    """`key=value` with letters beyond ASCII, which Hydra refuses unquoted, as `key='value'`
+    (`a,b` as `'a','b'`); a value with quotes or brackets is left to the error line."""
     key, _, value = text.partition("=")
     if value.isascii() or any(mark in value for mark in "'\"\\[]{}()"):
         return text
@@ -105,9 +101,8 @@ def _parsed(text: str) -> Override:
 
 
 def _jobs(overrides: list[Override], multirun: bool) -> list[list[str]]:
-    """Each job's overrides: one job for a run (where Hydra refuses a sweep, saying how to read
-    it); for a sweep, the cross product of its values, as Hydra's basic sweeper makes them (an
-    interval, which only Optuna and such sample, left out)."""
+    """Each job's overrides: one for a run; for a sweep, the cross product of its values, as
+    Hydra's basic sweeper makes them (an interval, which only Optuna samples, left out)."""
     if not multirun:
         return [[override.input_line for override in overrides]]
     choices = []
@@ -123,8 +118,8 @@ def _jobs(overrides: list[Override], multirun: bool) -> list[list[str]]:
 
 def _composed(config_name: str, job: list[str],
               overrides: list[Override]) -> tuple[DictConfig, object]:
-    """One job's configuration (with its `hydra` node) and its typed dataclasses (the conversion
-    finds a missing mandatory value). A sweep's job is named by its swept values in the line."""
+    """One job's configuration (with its `hydra` node) and its typed dataclasses; an error
+    names a sweep's job by its swept values."""
     try:
         config = compose(config_name, overrides=job, return_hydra_config=True)
         _refuse_what_the_run_would_misread(config, overrides)
@@ -141,9 +136,8 @@ def _composed(config_name: str, job: list[str],
 
 
 def _refuse_what_the_run_would_misread(config: DictConfig, overrides: list[Override]) -> None:
-    """`+key` or `++key` adding a key to a section of the typed schema (the run would ignore it),
-    refused as a misspelt key is; `dataset.path=F` with a named dataset (the run would carry its
-    name). Hydra's own settings and groups are left to Hydra."""
+    """`+key` adding a key to the typed schema (the run would ignore it) is refused as a
+    misspelt key is; so is `dataset.path=F` with a named dataset (the run would carry its name)."""
     choices = config.hydra.runtime.choices
     for override in overrides:
         if override.key_or_group == "dataset.path" and not override.is_delete() \

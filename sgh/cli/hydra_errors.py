@@ -1,6 +1,5 @@
-"""Hydra's and OmegaConf's errors as one line: the override or key at fault and what is accepted
-(the keys of the section, the type of the value, the options of the group, how to quote).
-Hydra prints them in several lines, with `full_key:`, `object_type=` and search-path lines."""
+"""Hydra's and OmegaConf's errors, which span several lines, as one line: the override or key at
+fault and what is accepted (the section's keys, the value's type, the group's options)."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ _NOISE = ("full_key:", "object_type=", "reference_type=", "See https://hydra.cc"
 
 
 def hydra_error_line(error: BaseException, overrides: typing.Sequence[str] = ()) -> str | None:
-    """One line for an exception of Hydra or OmegaConf, None for any other (a bug).
+    """One line for an exception of Hydra or OmegaConf, None for any other (a bug);
     `overrides`: the command line's, to quote the one at fault as typed."""
     if isinstance(error, MissingConfigException) and "/" in (error.missing_cfg_file or ""):
         group, option = error.missing_cfg_file.rsplit("/", 1)
@@ -67,8 +66,7 @@ def override_parse_line(override: str, message: str) -> str:
 
 
 def _override_naming(full_key: str, overrides: typing.Sequence[str], message: str) -> str | None:
-    """The override (as typed) that set `full_key`: the key itself, an item below it
-    (eval.recall_n[1]) or a section above it (a misspelt `trainr` of trainr.steps)."""
+    """The override (as typed) that set `full_key`, an item below it or a section above it."""
     for override in reversed(overrides):
         key = override.partition("=")[0].lstrip("+~").partition("@")[0]
         if full_key == key or full_key.startswith((f"{key}.", f"{key}[")) \

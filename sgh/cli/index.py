@@ -1,24 +1,8 @@
-"""`sgh-index`: build an `SGHIndex` from a run over a vector file of any size, and query it.
+"""`sgh-index build|search`: build an `SGHIndex` from a run over a vector file, and query it.
 
-    sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] [mode=M]
-                    [decoder=model|bytes]
-    sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] out=RESULTS.npz [k=100]
-                     [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F]
-
-`build` without `input` indexes the run's own database codes (its codes.npz; with `nlist`, its
-dataset's database features are read again to learn and fill the lists; with `decoder=bytes`,
-its training features fit the byte decoder and its database features are encoded by it); with
-`input`, the file's vectors are encoded by the run's model and added, `batch_size` rows at a
-time, ids = rows (the lists' k-means and the byte decoder learn from a sample spread over the
-file). `search` writes ``D`` (float32 scores, smaller nearer) and ``I`` (int64 ids, -1 padding),
-``(nq, k)``, as `SGHIndex.search` returns them. Vector files are those `sgh-encode` reads, their
-values converted as at training (`as_float32_features`: uint8 / 255), and input stored unlike
-the run's training features is refused as `sgh-encode` refuses it unless ``input_scale`` says
-its scale (`sgh.cli.input_scale`; the index keeps the run's conversion for its searches).
-Progress goes to stderr.
-
-No Hydra here: the arguments are a handful of ``key=value`` pairs, checked before any work;
-an unknown key, a bad value or a file that cannot be read is one line and exit status 2.
+`build` indexes the run's own database codes, or the vectors of `input` (ids = rows); `search`
+writes ``D`` and ``I`` as `SGHIndex.search` returns them. Vector files are read as `sgh-encode`
+reads them. The guide: docs/guide/search.md.
 """
 
 from __future__ import annotations
@@ -35,15 +19,11 @@ from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file
 from sgh.cli.boundary import exit_on_failure
-from sgh.cli.input_scale import (
-    check_input_scale,
-    refuse_another_scale,
-    refuse_unscaled_rows,
-    scaled,
-)
+from sgh.cli.input_scale import refuse_another_scale, refuse_unscaled_rows, scaled
+from sgh.config import INPUT_SCALES
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.vector_files import open_vectors
-from sgh.errors import UserInputError, check_int
+from sgh.errors import UserInputError, check_choice, check_int
 from sgh.search.byte_decoder import FIT_ROWS
 from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, SGHIndex
@@ -53,7 +33,7 @@ USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME
          "       sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] "
          "out=RESULTS.npz [k=100] [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F] "
          "[input_scale=auto|none|uint8]")
-# The keys each action takes, and their defaults (None: required or unset).
+# The keys of each action, with their defaults (None: required or unset).
 KEYS = {"build": {"run": None, "out": None, "input": None, "key": None, "nlist": None,
                   "mode": "scan", "decoder": "model", "batch_size": "65536",
                   "input_scale": "auto"},
@@ -81,36 +61,29 @@ def parse_arguments(argv: list[str]) -> tuple[str, dict]:
         raise UserInputError(f"{', '.join(f'{name}=' for name in missing)} missing\n{USAGE}")
     for name in ("nlist", "k", "nprobe", "shortlist", "refine_factor", "batch_size"):
         if settings.get(name) is not None:
-            settings[name] = _integer(name, settings[name])
-    if settings["mode"] is not None and settings["mode"] not in MODES:
-        raise UserInputError(f"mode={settings['mode']} is not known; accepted: "
-                             f"{', '.join(MODES)}")
-    check_input_scale(settings["input_scale"])
-    if settings.get("decoder") not in (None, *DECODERS):
-        raise UserInputError(f"decoder={settings['decoder']} is not known; accepted: "
-                             f"{', '.join(DECODERS)}")
+            try:
+                value = int(settings[name])
+            except ValueError:
+                raise UserInputError(f"{name}={settings[name]} is impossible; accepted: an "
+                                     "integer >= 1") from None
+            settings[name] = check_int(name, value, 1)
+    for name, accepted in (("mode", MODES), ("decoder", DECODERS)):
+        if settings.get(name) not in (None, *accepted):
+            raise UserInputError(f"{name}={settings[name]} is not known; accepted: "
+                                 f"{', '.join(accepted)}")
+    check_choice("input_scale", settings["input_scale"], INPUT_SCALES)
     return action, settings
 
 
-def _integer(name: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UserInputError(f"{name}={text} is impossible; accepted: an integer >= 1") from None
-    return check_int(name, value, 1)
-
-
 def _batches(settings: dict, index: SGHIndex, where: str):
-    """``(first row, total, float32 rows)`` of the ``input`` vector file, converted as the
-    model's training features were (`sgh.cli.input_scale`; ``where``: the index's origin, named
-    in a refusal)."""
+    """``(first row, total, float32 rows)`` of the ``input`` file, converted as the model's
+    training features were; ``where``: the index's origin, for a refusal."""
     vectors = open_vectors(settings["input"], settings["key"])
     if vectors.shape[1] != index.dim:
         raise UserInputError(f"{vectors.where} has {vectors.shape[1]} features per vector but "
                              f"the model takes {index.dim}; give vectors of the kind it was "
                              "trained on")
     conversion = index.scores.feature_conversion
-    # An explicit input_scale is the user's statement of the scale: nothing to compare.
     training = None if conversion is None or settings["input_scale"] != "auto" \
         else (conversion, where)
     refuse_another_scale(vectors, training)
@@ -123,14 +96,12 @@ def _batches(settings: dict, index: SGHIndex, where: str):
 
 def _progress(verb: str, done: int, total: int, started: float) -> None:
     rate = done / max(time.perf_counter() - started, 1e-9)
-    print(f"[sgh] {verb} {done:,}/{total:,} vectors, {rate:,.0f}/s", file=sys.stderr,
-          flush=True)
+    print(f"[sgh] {verb} {done:,}/{total:,} vectors, {rate:,.0f}/s", file=sys.stderr, flush=True)
 
 
 def build(settings: dict) -> SGHIndex:
     """The index of `build` (module doc), saved at ``out``."""
-    out = Path(settings["out"])
-    # Before the work, which may take minutes: `save` checks again when it writes.
+    out = Path(settings["out"])  # checked before minutes of work, and again by `save`
     refuse_a_run_file("out", out, "mnist.sghindex", runs=(settings["run"],))
     refuse_to_replace(out, SAVED_INDEX)
     check_writable_place("out", out, directory_wanted=True)
@@ -146,10 +117,9 @@ def build(settings: dict) -> SGHIndex:
             raise UserInputError(f"run={run.path}: no {run.asymmetric_score.name} there; "
                                  "expected a finished sgh-train run of SGH, ITQ, PCAH or LSH")
         try:
-            scores = ScoreSet.load(run.asymmetric_score)
-            index = SGHIndex(dataclasses.replace(scores,
-                                                 feature_conversion=run.feature_conversion),
-                             settings["mode"], settings["nlist"], settings["decoder"])
+            scores = dataclasses.replace(ScoreSet.load(run.asymmetric_score),
+                                         feature_conversion=run.feature_conversion)
+            index = SGHIndex(scores, settings["mode"], settings["nlist"], settings["decoder"])
         except ValueError as error:
             raise UserInputError(str(error)) from None
         if not index.is_trained:
@@ -164,8 +134,8 @@ def build(settings: dict) -> SGHIndex:
 
 
 def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
-    """Rows spread evenly over the input to train on: for the lists' k-means (256 per list at
-    most) and the byte decoder (`FIT_ROWS` at most), whichever wants more."""
+    """Rows spread evenly over the input: 256 per list for k-means, or `FIT_ROWS` for the byte
+    decoder, whichever is more."""
     wanted = max(FIT_ROWS if index.decoder == "bytes" else 0, 256 * (index.nlist or 0))
     sample = []
     for start, total, rows in _batches(settings, index, f"run={settings['run']}"):
@@ -201,8 +171,7 @@ def search(settings: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _refuse_output(out: Path, queries: Path) -> None:
-    """`out` replaces only results this command wrote before: never the queries, a run's file,
-    or any other file of the user's."""
+    """`out` replaces only results this command wrote before."""
     if out.suffix != ".npz":
         raise UserInputError(f"out={out}: the results are an .npz (D, I); accepted: a path "
                              "ending in .npz")
@@ -222,9 +191,8 @@ def _refuse_output(out: Path, queries: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
     with exit_on_failure("sgh-index", output_key="out"):
-        action, settings = parse_arguments(argv)
+        action, settings = parse_arguments(sys.argv[1:] if argv is None else argv)
         (build if action == "build" else search)(settings)
 
 

@@ -1,57 +1,38 @@
 """Vectors read from a file, converted to the scale the model's training features had.
 
-A file's values are converted as training converts them (`as_float32_features`: uint8 / 255,
-other types as they are), so input stored like the training features lands on their scale.
-Input stored otherwise lands 255 times off, silently: uint8 for a model trained on floats, or
-raw pixels as floats for one trained on uint8 / 255. Both are refused, as `sgh-train` refuses
-such a mix of its splits, unless ``input_scale`` states the scale: ``none`` (values as they are)
-or ``uint8`` (divided by 255). `sgh-encode` and `sgh-index` share these rules.
-
-``training`` below is ``(conversion, where it is recorded)`` of the model's training features
-(`RunDirectory.feature_conversion`, which an `SGHIndex` of the run keeps in its scores), e.g.
-``("uint8 / 255", "run=RUN")``, or None where nothing records it (then nothing is checked).
+As at training (`as_float32_features`: uint8 / 255, others as they are), so input stored unlike
+the training features would land 255 times off, silently: refused unless ``input_scale`` states
+the scale, ``none`` (as stored) or ``uint8`` (divided by 255). ``training`` below: ``(conversion,
+where it is recorded)``, e.g. ``("uint8 / 255", "run=RUN")``, or None (nothing is checked).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sgh.config import INPUT_SCALES
 from sgh.data.feature_conversion import UINT8_CONVERSION, as_float32_features
 from sgh.errors import UserInputError
 
 
-def check_input_scale(value: str) -> str:
-    if value not in INPUT_SCALES:
-        raise UserInputError(f"input_scale={value!r} is not known; accepted: "
-                             f"{', '.join(INPUT_SCALES)}")
-    return value
-
-
 def refuse_another_scale(vectors, training: tuple[str, str] | None) -> None:
-    """uint8 input for a model trained on features of another dtype (module doc)."""
-    if training is None:
-        return
-    conversion, recorded = training
-    if vectors.dtype == np.uint8 and conversion != UINT8_CONVERSION:
+    """uint8 input for a model trained on features of another dtype."""
+    if training is not None and vectors.dtype == np.uint8 and training[0] != UINT8_CONVERSION:
         raise UserInputError(
-            f"{vectors.where} is uint8 (converted as '{UINT8_CONVERSION}') but {recorded} was "
-            f"trained on features converted as '{conversion}'; accepted: input_scale=none to "
+            f"{vectors.where} is uint8 (converted as '{UINT8_CONVERSION}') but {training[1]} was "
+            f"trained on features converted as '{training[0]}'; accepted: input_scale=none to "
             "take its values as they are (uint8 0..255 against features on the same scale, "
             "e.g. BIGANN .bvecs through a SIFT .fvecs run), or the input stored as the training "
             "features' dtype")
 
 
 def needs_unit_range(training: tuple[str, str] | None, stored) -> bool:
-    """Whether float input must lie in [0, 1]: the model saw uint8 / 255, the file holds no
-    uint8 (floats already divided by 255 are its input)."""
+    """Whether float input must lie in [0, 1]: the model saw uint8 / 255, the file has no uint8."""
     return training is not None and training[0] == UINT8_CONVERSION and stored != np.uint8
 
 
 def refuse_unscaled_rows(features: np.ndarray, stored, training, where: str,
                          first_row: int) -> None:
-    """Float rows beyond [0, 1] for a model trained on uint8 / 255: raw pixels, 255 times too
-    large."""
+    """Float rows beyond [0, 1] for a model trained on uint8 / 255 (raw pixels)."""
     if not needs_unit_range(training, stored):
         return
     outside = np.argwhere((features < 0) | (features > 1))
@@ -65,13 +46,11 @@ def refuse_unscaled_rows(features: np.ndarray, stored, training, where: str,
 
 
 def scaled(rows: np.ndarray, vectors, first_row: int, input_scale: str):
-    """`rows` as float32 model input, and how they were converted: as a file is for training
-    (`as_float32_features`, which also refuses NaN/Inf), or as `input_scale` says."""
+    """`rows` as float32 model input, and how they were converted (`input_scale`)."""
     if input_scale == "none" and rows.dtype == np.uint8:  # integers: no NaN/Inf to find
         return rows.astype(np.float32), "uint8 as stored (input_scale=none)"
     features, conversion = as_float32_features(rows, vectors.path, vectors.key, first_row)
     if input_scale == "uint8" and rows.dtype != np.uint8:
-        # A new array (float32 input may come back as the rows read, not a copy); the same
-        # float32(x) / float32(255) as uint8's.
+        # A new array (float32 input may come back uncopied), divided as uint8's is.
         return features / np.float32(255), f"{conversion} / 255 (input_scale=uint8)"
     return features, conversion

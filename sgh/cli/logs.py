@@ -1,23 +1,18 @@
 """How the library's log records look on a terminal (the run's `train.log` keeps full records).
 
-Library code logs through `logging` (loggers named `sgh.<module>`); only the command line
-decides where the records go. `sgh-train` routes them through Hydra's job logging
-(`configs/hydra/default.yaml`): progress lines to stdout as `[sgh] <message>`, the results
-table as it is, warnings to stderr as `warning: <message>`, and every record, with its time and
-logger, to `<run_dir>/train.log`.
+Library code logs through `logging` (`sgh.<module>`); `sgh-train` routes the records through
+Hydra's job logging (`configs/hydra/default.yaml`): progress to stdout, warnings to stderr.
 """
 
 from __future__ import annotations
 
 import logging
 
-# `logger.info(table, extra=PLAIN)`: a record shown without the "[sgh] " prefix.
-PLAIN = {"plain": True}
-
 
 class ConsoleFormatter(logging.Formatter):
-    """`[sgh] message` for progress, the bare message for PLAIN records, `warning: message`
-    (or `error: ...`) for warnings and worse; `program` prefixes the last (`sgh-compare: ...`)."""
+    """`[sgh] message` for progress, the bare message for records logged with
+    `extra={"plain": True}` (a results table), `warning: message` (or `error: ...`) for warnings
+    and worse; `program` prefixes the last (`sgh-compare: ...`)."""
 
     def __init__(self, program: str | None = None):
         super().__init__()

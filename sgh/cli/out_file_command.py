@@ -13,8 +13,7 @@ from sgh.errors import UserInputError
 
 
 def writing_out(program: str, out: str | os.PathLike | None, shown: object):
-    """The boundary (`exit_on_failure`) of one job writing `out`; `shown`: how the line of an
-    interruption names what was not written."""
+    """`exit_on_failure` for one job writing `out`; `shown` names it in an interruption's line."""
     return exit_on_failure(program, output_key="out", output_path=out,
                            interrupted=f"interrupted; {shown} was not written (or left as it "
                                        "was): run the same command again")
@@ -22,9 +21,7 @@ def writing_out(program: str, out: str | os.PathLike | None, shown: object):
 
 def refuse_a_shared_output(jobs: list, output_of: Callable[[object], str | os.PathLike | None]
                            ) -> None:
-    """Refuse a sweep (`-m`) two of whose `jobs` would write the same file: each job would
-    replace the one before, and only the last result would be kept. `output_of`: a job's
-    output path."""
+    """Refuse a sweep two of whose `jobs` would write the same file (`output_of` a job)."""
     writers: dict[str, object] = {}
     for job in jobs:
         out = output_of(job)
@@ -32,26 +29,20 @@ def refuse_a_shared_output(jobs: list, output_of: Callable[[object], str | os.Pa
             continue
         first = writers.setdefault(os.path.realpath(out), job)
         if first is not job:
+            one, two = flatten_config(first), flatten_config(job)
+            differences = "; ".join(f"{key}={one[key]} and {key}={two[key]}" for key in one
+                                    if one[key] != two.get(key)) or "the same settings"
             raise UserInputError(
                 f"out={out} would be written by more than one job of this sweep (the jobs "
-                f"with {_differences(first, job)}), each replacing the one before, so only the "
+                f"with {differences}), each replacing the one before, so only the "
                 "last result would be kept; accepted: one command per job, each with its own out=")
-
-
-def _differences(first, other) -> str:
-    """`codes=a.npz and codes=b.npz`: the settings two jobs differ in, for a message."""
-    one, two = flatten_config(first), flatten_config(other)
-    keys = [key for key in one if one[key] != two.get(key)]
-    return "; ".join(f"{key}={one[key]} and {key}={two[key]}"
-                     for key in keys) or "the same settings"
 
 
 def run_out_file_command(program: str, config_name: str, hydra_main: Callable[[], object],
                          job: Callable[[object], object], check_job: Callable[[object], None],
                          output_of: Callable[[object], str | os.PathLike | None]) -> None:
     """`run_hydra_command` with `out` as the output setting: `job` runs a typed configuration;
-    a sweep's jobs are each checked (`check_job`) before any runs, and refused then when two
-    would write the same file (`output_of` a job)."""
+    a sweep's jobs are each checked (`check_job`) before any runs."""
     def check_sweep(jobs: list, _config) -> None:
         for each in jobs:
             check_job(each)

@@ -1,6 +1,5 @@
-"""Where the shipped files live: the Hydra configurations, the bundled datasets and the docs.
-A checkout keeps them at its top level (`configs/`, `data/`, `docs/`); the wheel carries them as
-`sgh/configs/`, `sgh/bundled/` and `sgh/docs/` (pyproject.toml). Only this module knows where."""
+"""Where the shipped files live: the Hydra configurations, the bundled datasets and the docs (at
+a checkout's top level, or inside the wheel's `sgh/`, pyproject.toml)."""
 
 from __future__ import annotations
 

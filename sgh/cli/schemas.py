@@ -1,6 +1,5 @@
-"""The typed configuration (`sgh.config`) registered with Hydra's ConfigStore, and the resolvers
-of the configs. Each YAML option names its schema in its defaults list (`- sgh_schema`, ...), so
-a misspelt key fails when the configuration is composed, not somewhere in the run."""
+"""The typed configuration (`sgh.config`) registered with Hydra's ConfigStore, which each YAML
+option names in its defaults list (a misspelt key fails at compose time), and the resolvers."""
 
 from __future__ import annotations
 
@@ -24,14 +23,13 @@ CONFIG_PATH = str(CONFIG_DIR)  # an absolute path: Hydra never takes it for a pa
 
 
 def short_id(text: str) -> str:
-    """8 hex digits of `text`'s SHA-256: a sweep job's directory name from its overrides, short
-    and flat whatever they hold (configs/hydra/default.yaml)."""
+    """8 hex digits of `text`'s SHA-256: a sweep job's flat directory name from its overrides."""
     return hashlib.sha256(str(text).encode()).hexdigest()[:8]
 
 
 def config_groups() -> str:
-    """The groups a user composes from, one line each (`model: itq, lsh, ...`), for `--help`:
-    Hydra's own list also shows the schemas (`file_schema`, ...), which no one should pick."""
+    """The groups a user composes from, one line each (`model: itq, lsh, ...`), for `--help`
+    (Hydra's own list also shows the schemas)."""
     groups = [group for group in sorted(CONFIG_DIR.iterdir())
               if group.is_dir() and group.name != "hydra"]  # Hydra's settings, not the run's
     return "\n".join(f"{group.name}: {', '.join(sorted(o.stem for o in group.glob('*.yaml')))}"

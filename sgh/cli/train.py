@@ -1,8 +1,4 @@
-"""`sgh-train`: the Hydra boundary of `sgh.pipeline.run`.
-
-    sgh-train                                   SGH, 32 bits, on the bundled MNIST
-    sgh-train dataset=cifar10_gist model.bits=64
-    sgh-train -m model=sgh,itq model.bits=16,32,64     a sweep, one directory per job
+"""`sgh-train`: the Hydra boundary of `sgh.pipeline.run` (the guide: docs/guide/training.md).
 
 A run's directory (configs/hydra/default.yaml) is made and locked before Hydra writes into it:
 two commands started in the same second get two (`<time>`, `<time>_2`); a sweep's likewise.
@@ -36,16 +32,16 @@ from sgh.reports.comparison import written_by_compare
 register_configs()
 logger = logging.getLogger(__name__)
 
-# The second this command started (`_2`, `_3` ... once `_directory` found the name taken), set
-# by `main`, one value for the whole command: Hydra's `now` is read again at each composition.
+# The second this command started (`_2`, `_3` ... once `_directory` found the name taken), one
+# value for the whole command: Hydra's `now` is read again at each composition.
 _start_time = ""
 if not OmegaConf.has_resolver("sgh_start_time"):
     OmegaConf.register_new_resolver("sgh_start_time", lambda: _start_time)
 
 
 def _train(config: Config, existed: frozenset[Path] | None = None) -> float | None:
-    """One run, the command's or a sweep's job; returns its `optimized_metric` (for a sweeper
-    such as Optuna). `existed`: what the run's path held before the command."""
+    """One run; returns its `optimized_metric` (for a sweeper such as Optuna). `existed`: what
+    the run's path held before the command."""
     hydra_config = HydraConfig.get()
     run_dir = hydra_config.runtime.output_dir
     swept = hydra_config.mode == RunMode.MULTIRUN
@@ -59,7 +55,6 @@ def _train(config: Config, existed: frozenset[Path] | None = None) -> float | No
     else:
         resume = f"run the same command with hydra.run.dir={run_dir} to resume"
         where, interrupted = f". R{resume[1:]}", f"interrupted before the run finished; {resume}"
-    # `interrupted`: outside the training loop, where what was written is whole (atomic).
     with exit_on_failure("sgh-train", output_key="hydra.sweep.dir" if swept else "hydra.run.dir",
                          output_path=run_dir, interrupted=interrupted):
         try:
@@ -87,8 +82,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 
 def _claim_run_directory(config: DictConfig, typed: Config):
-    """The run's task, once its directory is new or an sgh run's, and locked, before Hydra
-    writes `.hydra/` and `train.log` there."""
+    """The run's task, once its directory is checked and locked, before Hydra writes there."""
     directory, existed = _directory(config, "hydra.run.dir")
     RunDirectory(directory, create=False).refuse_unless_ours("hydra.run.dir")
     take_before_hydra(directory)
@@ -105,7 +99,7 @@ def _check_sweep(jobs: list[Config], config: DictConfig) -> None:
 
 def _directory(config: DictConfig, key: str) -> tuple[str, frozenset[Path]]:
     """The directory `key` names, checked, and what existed of its path before; one named by the
-    start time (the default) made new, with `_2`, `_3` ... while another command has the name."""
+    start time (the default) made new, with `_2`, `_3` ... while the name is taken."""
     global _start_time
     HydraConfig.instance().set_config(config)  # for a name made with `${hydra:...}`
     directory = OmegaConf.select(config, key)

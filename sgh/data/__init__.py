@@ -1,8 +1,7 @@
 """Datasets: from a config to the `RetrievalSplit` every method trains and is scored on.
 
-A dataset section (`sgh.config`'s `FileDatasetConfig`, or `SyntheticDatasetConfig`: no `path`)
-is read by its fields: this room imports nothing of `sgh.config`, which reads its values (the
-similarities) from here.
+A dataset section (`FileDatasetConfig`, or `SyntheticDatasetConfig`: no `path`) is read by its
+fields, without importing `sgh.config`, which imports its similarities from here.
 """
 
 from __future__ import annotations
@@ -65,9 +64,8 @@ def load_split(dataset) -> RetrievalSplit:
 
 def input_files(dataset) -> dict[str, Path]:
     """The files `load_split(dataset)` reads, by the setting that names them (a texmex sibling
-    under the setting it stands in for): `dataset.path`, and for a database holding one array
-    its `dataset.query_path`, `dataset.groundtruth_path`, `dataset.learn_path`. Empty for
-    synthetic data. Call it after `load_split`, which reports missing files."""
+    under the setting it stands in for); empty for synthetic data. Call it after `load_split`,
+    which reports missing files."""
     if not hasattr(dataset, "path"):
         return {}
     path = Path(dataset.path).expanduser()
@@ -85,7 +83,6 @@ def input_files(dataset) -> dict[str, Path]:
 
 def _load_file(dataset) -> RetrievalSplit:
     path = Path(dataset.path).expanduser()
-    # Before anything opens it: a FIFO or device would block; a symlink loop cannot resolve.
     refuse_special_file(path, "dataset.path")
     if not path.exists():
         raise UserInputError(
@@ -102,8 +99,8 @@ def _load_file(dataset) -> RetrievalSplit:
     keys = list_keys(path)
     layout = npz_file.match_layout(keys)
     if layout is None:
-        # One array is a database only when its queries are named: otherwise the keys are more
-        # likely a misnamed layout, and the message says both.
+        # One array is a database only when its queries are named: else more likely a misnamed
+        # layout, and the message says both.
         if len(keys) == 1 and (dataset.query_path is not None or has_texmex_name(path)):
             return load_ann_files(dataset, path, similarity)
         raise UserInputError(f"{path}: keys found: {', '.join(sorted(keys)) or 'none'}; "
@@ -123,13 +120,12 @@ def _load_named_arrays(dataset, path: Path, layout: str, similarity: str) -> Ret
     arrays = npz_file.open_container(path)
 
     def features(key: str, reference: str | None = None):
-        if reference is None:
-            converted, conversion = npz_file.features(path, key, arrays[key])
-        else:
+        dim = None
+        if reference is not None:
             require_same_scaling(f"{path}: key {reference!r}", arrays[reference].dtype,
                                  f"{path}: key {key!r}", arrays[key].dtype)
-            converted, conversion = npz_file.features(path, key, arrays[key],
-                                                      arrays[reference].shape[1])
+            dim = arrays[reference].shape[1]
+        converted, conversion = npz_file.features(path, key, arrays[key], dim)
         if similarity == "angular":
             normalise_in_place(converted, f"{path}: key {key!r}")
         return converted, conversion_with(conversion, similarity)
@@ -151,7 +147,6 @@ def _load_named_arrays(dataset, path: Path, layout: str, similarity: str) -> Ret
     base, conversion = features("base")
     query, _ = features("query", "base")
     learn = features("learn", "base")[0] if "learn" in arrays else None
-    truth = None
-    if "groundtruth" in arrays:
-        truth = npz_file.groundtruth(path, arrays["groundtruth"], len(query), len(base))
+    truth = (npz_file.groundtruth(path, arrays["groundtruth"], len(query), len(base))
+             if "groundtruth" in arrays else None)
     return ann_split(dataset.name, base, query, truth, learn, conversion, similarity)

@@ -1,10 +1,6 @@
-"""Feature arrays whose buffer starts on a 64-byte boundary, so training adopts them as they are.
-
-TensorFlow's CPU tensors need that alignment (Eigen's `EIGEN_MAX_ALIGN_BYTES`). The trainer
-keeps the training set on the device; a float32 array with it is adopted through DLPack,
-without a copy (`sgh.training.loop`), where any other array is copied: as much memory again as
-the training set itself (188 MB for MNIST). numpy aligns its buffers to 16 bytes only, so the
-stages that make a training set in memory allocate it here.
+"""Feature arrays whose buffer starts on a 64-byte boundary, the alignment TensorFlow's CPU
+tensors need: training adopts such a float32 training set through DLPack without a copy
+(`sgh.training.loop`), and copies any other. numpy aligns to 16 bytes only.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """ann-benchmarks datasets (github.com/erikbern/ann-benchmarks): an HDF5 file as a split.
 
-The file holds the datasets `train` (the database, and the training set), `test` (the queries),
-`neighbors` (test x K ids into `train`, 0-based, nearest first; optional here, computed exactly
-when absent) and `distances` (not needed, not read), and the root attribute `distance`:
-`euclidean`, `angular` or `dot` (inner product), which `dataset.similarity=auto` follows. The
-file is read, and checked, by `sgh.data.hdf5_files`.
+`train` is the database and training set, `test` the queries, `neighbors` (optional) the ground
+truth, and the root attribute `distance` the similarity `dataset.similarity=auto` follows.
 """
 
 from __future__ import annotations
@@ -14,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sgh.data.ann_files import refuse_companion_paths
-from sgh.data.feature_conversion import read_float32, require_same_scaling
+from sgh.data.ann_files import loaded_features, refuse_companion_paths
+from sgh.data.feature_conversion import conversion_of, require_same_scaling
 from sgh.data.ground_truth import checked_ids
 from sgh.data.hdf5_files import (
     _ANN_FILE,
@@ -24,14 +21,10 @@ from sgh.data.hdf5_files import (
     _opened,
     _string_attribute,
 )
-from sgh.data.similarity import (
-    conversion_with,
-    nearness,
-    normalise_in_place,
-    resolve_similarity,
-)
+from sgh.data.similarity import conversion_with, nearness, resolve_similarity
 from sgh.data.split import RetrievalSplit, ann_split
-from sgh.data.streamed_features import StreamedFeatures, choose_streaming
+from sgh.data.streamed_features import choose_streaming
+from sgh.data.vector_file import _where
 from sgh.errors import UserInputError
 
 # ann-benchmarks' `distance` attribute -> dataset.similarity. Its binary datasets (hamming,
@@ -70,7 +63,6 @@ def _checked_neighbours(path: Path, n_queries: int, n_database: int) -> np.ndarr
                        "'train'")
 
 
-_KEY_NAMES = {"inner_product": "minus the inner product"}
 # Queries whose listed neighbours are checked against exact ones, and how many of each.
 _SPOT_CHECKED_QUERIES, _SPOT_CHECKED_NEIGHBOURS = 8, 10
 
@@ -78,13 +70,12 @@ _SPOT_CHECKED_QUERIES, _SPOT_CHECKED_NEIGHBOURS = 8, 10
 def _spot_check_neighbours(where: str, truth: np.ndarray, query: np.ndarray,
                            database: np.ndarray, similarity: str) -> None:
     """A sample of queries: their first listed neighbours must be their nearest `train` items
-    (exact keys equal up to float32 rounding; ties may list either of equal items). A file
-    whose `neighbors` do not fit its vectors (another file's, shuffled rows, the farthest
-    points) would score every method on a wrong ground truth, silently."""
+    (exact keys equal up to float32 rounding; ties may list either), else every method would
+    be scored on a wrong ground truth, silently."""
     k = min(_SPOT_CHECKED_NEIGHBOURS, truth.shape[1])
+    key = "minus the inner product" if similarity == "inner_product" else "squared distance"
     rows = np.unique(np.linspace(0, len(query) - 1, _SPOT_CHECKED_QUERIES).astype(int))
-    # Imported here: the exact scan compiles with numba, which `import sgh.data` should not load
-    # (a streaming reader's whole memory budget is smaller than numba's import).
+    # Imported here: `import sgh.data` should not load numba.
     from sgh.data.neighbours import exact_neighbours
 
     nearest = exact_neighbours(query[rows], database, k, similarity)
@@ -96,16 +87,14 @@ def _spot_check_neighbours(where: str, truth: np.ndarray, query: np.ndarray,
             raise UserInputError(
                 f"{where}: the neighbours of query {row} are not its {k} nearest 'train' items "
                 f"under {similarity} (the nearest is at {best[0]:.6g}, the file's first at "
-                f"{listed[0]:.6g}, as {_KEY_NAMES.get(similarity, 'squared distance')}); "
+                f"{listed[0]:.6g}, as {key}); "
                 "the ground truth does not fit the vectors: fix the file, or remove "
                 "'neighbors' to have it computed exactly")
 
 
 def load_hdf5_split(dataset, path: Path) -> RetrievalSplit:
-    """The split of an ann-benchmarks HDF5 file: database = training set = `train`, queries =
-    `test`, ground truth = `neighbors` if present; the similarity from `dataset.similarity` and
-    the file's `distance` attribute (`sgh.data.similarity.resolve_similarity`). Every header is
-    checked before any data is read."""
+    """The split of an ann-benchmarks HDF5 file, its similarity from `dataset.similarity` and
+    the file's `distance`; every header is checked before any data is read."""
     refuse_companion_paths(dataset, f"{path} is {_ANN_FILE}")
     with _opened(path, _ANN_FILE) as file:
         names = _member_names(file, path)
@@ -120,23 +109,13 @@ def load_hdf5_split(dataset, path: Path) -> RetrievalSplit:
         raise UserInputError(f"{test.where} has {test.shape[1]} features per item but "
                              f"{train.where} has {train.shape[1]}; all splits must agree")
     require_same_scaling(train.where, train.dtype, test.where, test.dtype)
-    truth = (_checked_neighbours(path, len(test), len(train)) if "neighbors" in names
-             else None)
-
-    angular = similarity == "angular"
-    query, conversion = read_float32(test)
-    if angular:
-        normalise_in_place(query, test.where)
-    if choose_streaming(dataset.streaming, [train]):
-        database = StreamedFeatures(train, unit_normalise=angular)
-    else:
-        database = read_float32(train)[0]
-        if angular:
-            normalise_in_place(database, train.where)
-    if truth is not None and not isinstance(database, StreamedFeatures):
-        _spot_check_neighbours(Hdf5Vectors(path, "neighbors").where, truth, query, database,
-                               similarity)
+    truth = _checked_neighbours(path, len(test), len(train)) if "neighbors" in names else None
+    query = loaded_features(test, similarity)
+    streamed = choose_streaming(dataset.streaming, [train])
+    database = loaded_features(train, similarity, streamed)
+    if truth is not None and not streamed:
+        _spot_check_neighbours(_where(path, "neighbors"), truth, query, database, similarity)
     split = ann_split(dataset.name, database, query, truth, None,
-                      conversion_with(conversion, similarity), similarity)
+                      conversion_with(conversion_of(test.dtype), similarity), similarity)
     return replace(split, protocol=("ann-benchmarks HDF5: database = training set = train, "
                                     "queries = test"))

@@ -1,18 +1,6 @@
-"""ANN datasets kept as one array per file: the database, its queries, and optionally their
-ground truth and a separate training set (protocol C, as the `.npz` ANN layout).
-
-The companions of `dataset.path` (the database) are, for each role, the explicit setting if given,
-else the texmex sibling when the database is named `<name>_base<ext>`:
-
-- queries (required): `dataset.query_path`, else `<name>_query<ext>`;
-- ground truth, query x K ids into the database, 0-based (optional: computed exactly when
-  absent): `dataset.groundtruth_path`, else `<name>_groundtruth.ivecs`;
-- training set (optional: the database when absent): `dataset.learn_path`, else
-  `<name>_learn<ext>`.
-
-Every file may be in any format of `sgh.data.vector_files` holding one array. All headers are
-checked (dimensions agree, ground truth has a row per query) before any data is read, except
-that a database in a format read whole (`.npz`, `.mat`) is read first.
+"""ANN datasets kept as one array per file: the database at `dataset.path` and its companions,
+given or found by texmex name (docs/guide/data.md, "One array per file"). All headers are
+checked before any data is read, except that a database in a format read whole is read first.
 """
 
 from __future__ import annotations
@@ -23,7 +11,7 @@ from sgh.data.feature_conversion import conversion_of, read_float32, require_sam
 from sgh.data.npz_file import groundtruth as checked_groundtruth
 from sgh.data.similarity import conversion_with, normalise_in_place
 from sgh.data.split import RetrievalSplit, ann_split
-from sgh.data.streamed_features import StreamedFeatures, choose_streaming
+from sgh.data.streamed_features import Features, StreamedFeatures, choose_streaming
 from sgh.data.vector_file import VectorFile
 from sgh.data.vector_files import WholeArrayVectors, open_vectors, refuse_special_file
 from sgh.errors import UserInputError
@@ -34,8 +22,8 @@ SETTINGS = {"query": "dataset.query_path", "groundtruth": "dataset.groundtruth_p
 
 
 def refuse_companion_paths(dataset, what: str) -> None:
-    """The `dataset.*_path` settings name the companions of a single-array database; refuse
-    them, in one line, for a file that holds its queries itself (`what` says what it holds)."""
+    """Refuse the `dataset.*_path` settings (companions of a single-array database) for a file
+    that holds its queries itself (`what` says what it holds)."""
     for role, setting in SETTINGS.items():
         value = getattr(dataset, f"{role}_path", None)
         if value is not None:
@@ -54,7 +42,7 @@ def companion_paths(dataset, base: Path) -> dict[str, Path | None]:
     siblings = {"query": f"{prefix}_query{base.suffix}",
                 "groundtruth": f"{prefix}_groundtruth.ivecs",
                 "learn": f"{prefix}_learn{base.suffix}"}
-    paths: dict[str, Path | None] = {}
+    paths: dict[str, Path | None] = dict.fromkeys(SETTINGS)
     for role, setting in SETTINGS.items():
         explicit = getattr(dataset, setting.split(".")[1])
         if explicit is not None:
@@ -64,8 +52,6 @@ def companion_paths(dataset, base: Path) -> dict[str, Path | None]:
                 raise UserInputError(f"{setting}={explicit}: no such file")
         elif prefix is not None and (base.parent / siblings[role]).exists():
             paths[role] = base.parent / siblings[role]
-        else:
-            paths[role] = None
     if paths["query"] is None:
         hint = (f"expected its queries in {base.parent / siblings['query']} (texmex naming)"
                 if prefix is not None else
@@ -76,58 +62,51 @@ def companion_paths(dataset, base: Path) -> dict[str, Path | None]:
     return paths
 
 
+def loaded_features(vectors: VectorFile, similarity: str, streamed: bool = False,
+                    reader: str = "mmap") -> Features:
+    """The float32 features of `vectors`, in memory or streamed, unit-normalised for angular."""
+    angular = similarity == "angular"
+    if streamed:
+        return StreamedFeatures(vectors, unit_normalise=angular, reader=reader)
+    rows = read_float32(vectors)[0]
+    return normalise_in_place(rows, vectors.where) if angular else rows
+
+
 def load_ann_files(dataset, base_path: Path, similarity: str = "euclidean") -> RetrievalSplit:
-    """The protocol-C split of the database at `base_path` and its companion files; with
-    `similarity` angular, every file's rows unit-normalised (streamed ones as they are read)."""
+    """The protocol-C split of the database at `base_path` and its companion files."""
     base = open_vectors(base_path)  # first: a directory, a bad extension, ... is said as such
     if isinstance(base, WholeArrayVectors):
         # Read whole anyway (.npz, .mat): its corruption is reported before missing companions.
         base.read(0, 1)
     paths = companion_paths(dataset, base_path)
-    features = {"query": open_vectors(paths["query"])}
+    files = {"query": open_vectors(paths["query"])}
     if paths["learn"] is not None:
-        features["learn"] = open_vectors(paths["learn"])
-    for vectors in features.values():
-        _require_same_dimension(base, vectors)
+        files["learn"] = open_vectors(paths["learn"])
+    for vectors in files.values():
+        if vectors.shape[1] != base.shape[1]:
+            raise UserInputError(f"{vectors.where} has {vectors.shape[1]} features per item but "
+                                 f"the database ({base.where}) has {base.shape[1]}; all splits "
+                                 "must agree")
         require_same_scaling(f"the database ({base.where})", base.dtype, vectors.where,
                              vectors.dtype)
     truth_file = None
     if paths["groundtruth"] is not None:
         truth_file = open_vectors(paths["groundtruth"])
-        if len(truth_file) != len(features["query"]):
+        if len(truth_file) != len(files["query"]):
             raise UserInputError(
                 f"{truth_file.path}: has {len(truth_file)} rows of ground truth but "
-                f"{features['query'].path} has {len(features['query'])} queries; they must match")
+                f"{files['query'].path} has {len(files['query'])} queries; they must match")
 
-    angular = similarity == "angular"
-
-    def loaded(vectors: VectorFile):
-        rows = read_float32(vectors)[0]
-        return normalise_in_place(rows, vectors.where) if angular else rows
-
-    query = loaded(features["query"])
-    stored = [base] + ([features["learn"]] if "learn" in features else [])
-    conversion = conversion_with(conversion_of(base.dtype), similarity)
-    if choose_streaming(dataset.streaming, stored):
-        base_features = StreamedFeatures(base, unit_normalise=angular,
-                                         reader=dataset.stream_reader)
-        learn = (StreamedFeatures(features["learn"], unit_normalise=angular,
-                                  reader=dataset.stream_reader)
-                 if "learn" in features else None)
-    else:
-        base_features = loaded(base)
-        learn = loaded(features["learn"]) if "learn" in features else None
+    query = loaded_features(files["query"], similarity)
+    learn_file = files.get("learn")
+    streamed = choose_streaming(dataset.streaming,
+                                [base] if learn_file is None else [base, learn_file])
+    base_features = loaded_features(base, similarity, streamed, dataset.stream_reader)
+    learn = (None if learn_file is None
+             else loaded_features(learn_file, similarity, streamed, dataset.stream_reader))
     truth = None
     if truth_file is not None:
         truth = checked_groundtruth(truth_file.path, truth_file.read(0, len(truth_file)),
                                     len(query), len(base_features), key=None)
+    conversion = conversion_with(conversion_of(base.dtype), similarity)
     return ann_split(dataset.name, base_features, query, truth, learn, conversion, similarity)
-
-
-def _require_same_dimension(base: VectorFile, other: VectorFile) -> None:
-    if other.shape[1] != base.shape[1]:
-        raise UserInputError(f"{other.where} has {other.shape[1]} features per item but the "
-                             f"database ({base.where}) has {base.shape[1]}; all splits must "
-                             "agree")
-
-

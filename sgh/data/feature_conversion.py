@@ -1,10 +1,5 @@
-"""Features as float32: how the values a vector file stores become the features SGH trains on.
-
-uint8 values are divided by 255 (images), other integers and booleans are taken as they are,
-floats are rounded to float32; NaN and Inf are refused with their position. A split whose files
-would be converted to different scales (uint8 beside another dtype) is refused
-(`require_same_scaling`). `read_float32` converts a whole `sgh.data.vector_file.VectorFile`
-chunk by chunk.
+"""Features as float32: how the values a vector file stores become the features SGH trains on
+(docs/guide/data.md, "Feature conversion and normalisation").
 """
 
 from __future__ import annotations
@@ -15,14 +10,12 @@ from sgh.data.vector_file import VectorFile, _check_numeric, _where
 from sgh.errors import UserInputError
 
 UINT8_CONVERSION = "uint8 / 255"
-# Rows converted per chunk by read_float32: 64 Ki rows of 128 bytes is 8 MiB of uint8 input.
 CHUNK_ROWS = 1 << 16
 
 
 def read_float32(vectors: VectorFile, chunk_rows: int = CHUNK_ROWS) -> tuple[np.ndarray, str]:
-    """The whole file as float32 features, converted chunk by chunk (`as_float32_features`);
-    return (features, conversion). For `.npy` and texmex files only one chunk of the stored
-    array is in memory at a time beside the result."""
+    """(features, conversion): the whole file as float32, converted chunk by chunk, so that
+    only one chunk of the stored array is in memory beside the result."""
     features = np.empty(vectors.shape, np.float32)
     for start in range(0, len(vectors), chunk_rows):
         stop = min(start + chunk_rows, len(vectors))
@@ -32,7 +25,7 @@ def read_float32(vectors: VectorFile, chunk_rows: int = CHUNK_ROWS) -> tuple[np.
 
 
 def conversion_of(dtype) -> str:
-    """How features of this dtype become float32 (see `as_float32_features`)."""
+    """How features of this dtype become float32."""
     dtype = np.dtype(dtype)
     if dtype == np.uint8:
         return UINT8_CONVERSION
@@ -42,9 +35,8 @@ def conversion_of(dtype) -> str:
 
 
 def require_same_scaling(reference: str, reference_dtype, other: str, other_dtype) -> None:
-    """Refuse splits whose conversions put them on different scales: uint8 features are divided
-    by 255 and other types are not, so uint8 queries against a float database would be
-    compared at 1/255 of its scale."""
+    """Refuse splits whose conversions put them on different scales (uint8 is divided by 255,
+    other types are not)."""
     if (np.dtype(reference_dtype) == np.uint8) != (np.dtype(other_dtype) == np.uint8):
         raise UserInputError(
             f"{other} is converted as '{conversion_of(other_dtype)}' but {reference} as "
@@ -53,12 +45,8 @@ def require_same_scaling(reference: str, reference_dtype, other: str, other_dtyp
 
 
 def as_float32_features(rows: np.ndarray, path, key: str | None, first_row: int = 0):
-    """Convert rows of features to float32; return (features, conversion description).
-
-    uint8 -> `float32(x) / float32(255)` (images), other integers and booleans -> float32 as they
-    are, floats -> float32. NaN/Inf raise UserInputError with their count in these rows and the
-    first one's position as a global row index (`first_row + r`) and column.
-    """
+    """Convert rows of features to float32; return (features, conversion description). NaN/Inf
+    are refused with their count and the first one's row (`first_row + r`) and column."""
     where = _where(path, key)
     dtype = rows.dtype
     _check_numeric(where, dtype)
@@ -67,7 +55,7 @@ def as_float32_features(rows: np.ndarray, path, key: str | None, first_row: int 
         if dtype == np.uint8:
             converted /= np.float32(255)  # in place: the same float32(x) / float32(255)
         return converted, conversion_of(dtype)
-    with np.errstate(over="ignore"):  # float64 overflow to Inf is reported below
+    with np.errstate(over="ignore"):  # reported below
         converted = rows.astype(np.float32, copy=False)
     finite = np.isfinite(converted)
     if not finite.all():

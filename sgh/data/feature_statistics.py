@@ -1,11 +1,8 @@
-"""Per-dimension mean and variance of a training set in one streaming pass.
-
-The model's normaliser and initial weights need only these (`SGH.from_statistics`), so a
-training set on disk is read once, chunk by chunk, and never held whole. Chunks are merged with
-the pairwise update of Chan, Golub and LeVeque (1979) in float64, which stays accurate where the
-textbook sum-of-squares formula cancels catastrophically (features far from zero). In-memory and
-streamed features are chunked at the same boundaries (`iter_chunks`), so both give the same
-statistics bit for bit.
+"""Per-dimension mean and variance of a training set in one streaming pass, all the model's
+normaliser and initial weights need (`SGH.from_statistics`). Chunks are merged with the pairwise
+update of Chan, Golub and LeVeque in float64, which stays accurate where the textbook
+sum-of-squares formula cancels; in-memory and streamed features are chunked at the same
+boundaries (`iter_chunks`), so both give the same statistics bit for bit.
 """
 
 from __future__ import annotations
@@ -33,10 +30,8 @@ def feature_statistics(features: Features) -> FeatureStatistics:
     """Count, mean and summed squared deviations of `features` (in memory or streamed)."""
     dim = features.shape[1]
     count, mean, deviations = 0, np.zeros(dim), np.zeros(dim)
-    # One float64 buffer for every chunk: allocating one per chunk would spend a good part of
-    # the pass faulting its pages in.
-    widened = None
-    for _, rows in iter_chunks(features):  # 32 MiB as float32, 64 MiB in this float64 copy
+    widened = None  # one float64 buffer for every chunk, faulted in once
+    for _, rows in iter_chunks(features):
         if widened is None or len(widened) < len(rows):
             widened = np.empty(rows.shape, np.float64)
         chunk = widened[:len(rows)]

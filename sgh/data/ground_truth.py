@@ -1,10 +1,6 @@
-"""The ground truth of a split for Recall K@N: the dataset's own, or the exact neighbours.
-
-`split_ground_truth` is what a run asks for: the dataset file's neighbours when it has enough,
-else the exact ones by the split's similarity (`RetrievalSplit.similarity`: Euclidean, angular
-or inner product; `sgh.data.neighbours.exact_neighbours`), computed here each time, or found
-through the cache a run keeps beside the dataset
-(`sgh.artifacts.ground_truth_cache.cached_exact_neighbours`).
+"""The ground truth of a split for Recall K@N: the dataset file's neighbours when it has enough,
+else the exact ones by the split's similarity, computed each time or found through the cache a
+run keeps beside the dataset (`sgh.artifacts.ground_truth_cache.cached_exact_neighbours`).
 """
 
 from __future__ import annotations
@@ -27,10 +23,8 @@ logger = logging.getLogger(__name__)
 def checked_ids(where: str, ids: np.ndarray, n_database: int,
                 database: str = "the database") -> np.ndarray:
     """A ground truth's ids (int64, a row per query) if each is a 0-based row of `database`
-    and no row lists one twice; else one line naming the first fault. Every reader of a ground
-    truth (a dataset's `.npz`, `.ivecs`, HDF5 `neighbors`, a codes file, the cache) checks
-    through here. A repeated id would let Recall K@N count one neighbour twice (a ground truth
-    of 10 ids, 9 distinct, scored 0.9 at best), so it is refused rather than scored."""
+    and no row lists one twice (Recall K@N would count that neighbour twice); else one line
+    naming the first fault. Every reader of a ground truth checks through here."""
     outside = np.argwhere((ids < 0) | (ids >= n_database))
     if outside.size:
         row, column = outside[0]
@@ -47,32 +41,24 @@ def checked_ids(where: str, ids: np.ndarray, n_database: int,
 
 
 def computed_source(similarity: str) -> str:
-    """Where exact neighbours come from, as metrics.json says it (a cache adds where it kept
-    them): ``exact inner-product neighbours, computed blockwise``."""
+    """Where exact neighbours come from, as metrics.json says it."""
     return f"exact {NEIGHBOUR_LABELS[similarity]} neighbours, computed blockwise"
 
 
 def exact_ground_truth(query: np.ndarray, database, k: int,
                        similarity: str = "euclidean") -> tuple[np.ndarray, str]:
-    """Each query's exact ``k`` best database items (`sgh.data.neighbours.exact_neighbours`),
-    computed now, and where they come from (`computed_source`)."""
+    """Each query's exact ``k`` best database items, computed now, and where they come from."""
     from sgh.data.neighbours import exact_neighbours  # numba: only where neighbours are computed
 
     return exact_neighbours(query, database, k, similarity), computed_source(similarity)
 
 
-def split_ground_truth(
-    split: RetrievalSplit, k: int,
-    exact: Callable[..., tuple[np.ndarray, str]] = exact_ground_truth,
-) -> tuple[np.ndarray, str]:
-    """The split's neighbours by its similarity, and where they come from (a line for
-    metrics.json).
-
-    The dataset's own if it has k of them per query; else (with a warning when the dataset has
-    fewer) the exact ones, by ``exact(query, database, k, similarity=...) -> (ids, source)``:
-    computed each time by default (`exact_ground_truth`); a run passes the cache beside the
-    dataset (`sgh.artifacts.ground_truth_cache.cached_exact_neighbours`).
-    """
+def split_ground_truth(split: RetrievalSplit, k: int,
+                       exact: Callable[..., tuple[np.ndarray, str]] = exact_ground_truth,
+                       ) -> tuple[np.ndarray, str]:
+    """The split's neighbours by its similarity, and where they come from (for metrics.json):
+    the dataset's own if it has k per query, else (with a warning if it has fewer) those of
+    ``exact(query, database, k, similarity=...) -> (ids, source)``."""
     if split.groundtruth is not None and split.groundtruth.shape[1] >= k:
         return split.groundtruth, "from the dataset file"
     if split.groundtruth is not None:

@@ -1,26 +1,11 @@
-"""HDF5 files, read with h5py: datasets of `.hdf5`, `.h5` files and MATLAB v7.3 `.mat` variables.
+"""HDF5 files, read with h5py: datasets of `.hdf5`, `.h5` files and MATLAB v7.3 `.mat` variables
+(HDF5 after a 512-byte header, stored column-major: read transposed). The file is opened for each
+read: no handle is kept between reads, nor across a fork.
 
-An ann-benchmarks file (`train`, `test`, `neighbors`, ...) is read through here as a split by
-`sgh.data.ann_benchmarks`.
-
-**MATLAB v7.3** (`save(..., '-v7.3')`): an HDF5 file after a 512-byte header; each variable is a
-dataset with the attribute `MATLAB_class`. MATLAB stores column-major, so an (n, d) matrix is
-an HDF5 (d, n) dataset and is read transposed. Char, cell, struct, sparse, object and complex
-variables are refused with one line; `logical` reads as bool, as from a v5 file.
-
-**Reading in parts.** `Hdf5Vectors` is a `VectorFile`: `read(start, stop)` and `take(rows)`
-read only those rows (hyperslabs), so a large `train` is streamed (`dataset.streaming`) as a
-`.npy` file is. The file is opened for each read and closed after it (no handle is kept
-between reads, nor across a fork).
-
-**Safety.** The HDF5 library parses the file; everything it reports becomes one
-`UserInputError` line naming the file (and the dataset). A dataset's type is checked before any
-of its data is read: only integers, floats and booleans are ever read, never variable-length,
-reference or object data (nothing is unpickled), and links to other files are refused. A
-string attribute is read only after its type is checked to be a string: HDF5 1.14 crashes
-converting some damaged non-string attributes (found by fuzzing). One thing no check here can
-catch: damage inside the global heap that holds a variable-length string attribute (an
-ann-benchmarks `distance`) can make the library loop forever.
+Everything the HDF5 library reports is one `UserInputError` line naming the file (and dataset).
+Types are checked before any data is read: only integers, floats and booleans are read; links to
+other files are refused. Not caught: a damaged global heap under a variable-length string
+attribute (ann-benchmarks' `distance`) can make the library loop forever.
 """
 
 from __future__ import annotations
@@ -35,13 +20,12 @@ from sgh.data.vector_file import MAT_NUMERIC_CLASSES, VectorFile, _where
 from sgh.errors import UserInputError, one_line
 
 HDF5_SUFFIXES = (".hdf5", ".h5")
-ANN_BENCHMARKS_LAYOUT = ("train (the database and training set), test (the queries), optional "
-                         "neighbors (test x K ids into train, 0-based) and distances")
-_ANN_FILE = "an ann-benchmarks HDF5 file: " + ANN_BENCHMARKS_LAYOUT
+_ANN_FILE = ("an ann-benchmarks HDF5 file: train (the database and training set), test (the "
+             "queries), optional neighbors (test x K ids into train, 0-based) and distances")
 _MAT_FILE = "a MATLAB v7.3 .mat file (save(..., '-v7.3'))"
 _MATRIX = f"a full numeric matrix ({', '.join(MAT_NUMERIC_CLASSES)})"
 # take(): rows this close are read as one range (reading the rows between costs less than
-# another read call); one range is at most _MAX_SPAN_BYTES.
+# another call), of at most _MAX_SPAN_BYTES.
 _MERGE_GAP_BYTES = 1 << 16
 _MAX_SPAN_BYTES = 1 << 23
 
@@ -54,14 +38,12 @@ def _h5py():
 
 @contextlib.contextmanager
 def _hdf5_errors(where: str, what: str, advice: str = "") -> Iterator[None]:
-    """Any error of the HDF5 library inside becomes one line: `WHERE: WHAT (its reason)`, then
-    `; ADVICE` if given."""
+    """Any error of the HDF5 library inside becomes one line: `WHERE: WHAT (reason); ADVICE`."""
     try:
         yield
     except UserInputError:
         raise
-    # h5py raises OSError, KeyError, RuntimeError, ValueError, TypeError ... on damaged bytes;
-    # at this boundary each means a damaged file.
+    # h5py raises OSError, KeyError, RuntimeError, ... on damaged bytes: each means a damaged file.
     except Exception as error:  # noqa: BLE001
         advice = f"; {advice}" if advice else ""
         raise UserInputError(f"{where}: {what} ({one_line(error)}){advice}") from None
@@ -72,13 +54,10 @@ def _opened(path: Path, expected: str):
     """The file opened read-only (and closed after); a file HDF5 cannot open is one line."""
     h5py = _h5py()
     with _hdf5_errors(str(path), "corrupt, truncated or not an HDF5 file", f"expected {expected}"):
-        # No file lock: the file is only read, and locks fail on some network and read-only
-        # file systems.
+        # No lock: the file is only read, and locks fail on some network and read-only systems.
         file = h5py.File(path, "r", locking=False)
-    try:
+    with file:  # closes it
         yield file
-    finally:
-        file.close()
 
 
 def _member_names(file, path: Path, skip_matlab_internals: bool = False) -> list[str]:
@@ -130,8 +109,8 @@ def _string_attribute(member, name: str, where: str) -> str | None:
 
 
 def _numbers(member, where: str) -> tuple[tuple[int, ...], np.dtype]:
-    """(shape, dtype) of `member` if it is a dataset of integers, floats or booleans; refused
-    (with what it is) before any of its data is read otherwise."""
+    """(shape, dtype) of `member` if it is a dataset of integers, floats or booleans, else
+    refused (saying what it is) before any of its data is read."""
     h5py = _h5py()
     if not isinstance(member, h5py.Dataset):
         raise UserInputError(f"{where} is an HDF5 group, not a dataset; expected a 2-D numeric "
@@ -163,11 +142,8 @@ def _numbers(member, where: str) -> tuple[tuple[int, ...], np.dtype]:
 
 
 class Hdf5Vectors(VectorFile):
-    """A 2-D numeric dataset (`key`) of an HDF5 file, read by row ranges and rows.
-
-    `matlab`: a MATLAB v7.3 variable, stored transposed ((d, n) for an (n, d) matrix) and
-    checked by its `MATLAB_class`. Construct with `open_hdf5_vectors`.
-    """
+    """A 2-D numeric dataset (`key`) of an HDF5 file, read by row ranges and rows; `matlab`: a
+    MATLAB v7.3 variable (transposed, checked by its `MATLAB_class`)."""
 
     def __init__(self, path: Path, key: str, matlab: bool = False):
         self.matlab = matlab
@@ -183,8 +159,7 @@ class Hdf5Vectors(VectorFile):
         super().__init__(path, key, shape, dtype)
 
     def _matlab_layout(self, member, where: str):
-        """(shape as MATLAB has it, dtype, (shape, dtype) as stored) of a numeric MATLAB
-        variable; refuses the others."""
+        """(shape as MATLAB has it, dtype, (shape, dtype) as stored); refuses non-numeric ones."""
         h5py = _h5py()
         matlab_class = _string_attribute(member, "MATLAB_class", where)
         if isinstance(member, h5py.Group):  # structs, sparse matrices, objects
@@ -228,8 +203,7 @@ class Hdf5Vectors(VectorFile):
             return self._finish(self._rows(member, start, stop))
 
     def _take_unstrided(self, rows):
-        # h5py's own fancy indexing wants increasing indices and is slow (about 50 us a row):
-        # read sorted distinct rows as ranges instead, rows close together in one range.
+        # h5py's fancy indexing is slow: read sorted distinct rows as ranges instead.
         unique, inverse = np.unique(rows, return_inverse=True)
         if unique[0] < 0 or unique[-1] >= len(self):  # `take` checks sorted rows only
             raise ValueError(f"rows outside 0..{len(self)}")
@@ -245,12 +219,11 @@ class Hdf5Vectors(VectorFile):
 
 
 def _ranges(rows: np.ndarray, gap: int, span: int) -> list[tuple[int, int]]:
-    """[first, last) positions of sorted `rows` read together: neighbours at most `gap` rows
-    apart, each range at most `span` rows long."""
+    """[first, last) positions of sorted `rows` read together: neighbours at most `gap` apart,
+    each range at most `span` rows long."""
     breaks = np.flatnonzero(np.diff(rows) > gap) + 1
     ranges = []
     for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(rows)], strict=True):
-        # Split a long group at multiples of `span` from its first row.
         parts = (rows[first:last] - rows[first]) // span
         cuts = first + np.flatnonzero(np.diff(parts)) + 1
         ranges += list(zip(np.r_[first, cuts], np.r_[cuts, last], strict=True))
@@ -264,8 +237,7 @@ def variable_names(path: Path, matlab: bool = False) -> list[str]:
 
 
 def open_hdf5_vectors(path: Path, key: str | None, matlab: bool = False) -> Hdf5Vectors:
-    """The dataset `key` of an HDF5 file (or MATLAB v7.3 variable); `key` may be omitted when
-    the file holds exactly one."""
+    """The dataset `key` of an HDF5 file (or MATLAB v7.3 variable), optional if it holds one."""
     if key is None:
         names = variable_names(path, matlab)
         if not names:
@@ -280,8 +252,7 @@ def open_hdf5_vectors(path: Path, key: str | None, matlab: bool = False) -> Hdf5
 
 class Mat73Arrays(Mapping):
     """The variables of a MATLAB v7.3 file by name, each read (whole, in MATLAB's shape) when
-    first asked for: variables the layout does not use (a char description, a struct of
-    settings) are never read, so they are never refused."""
+    first asked for: variables the layout does not use are never read, nor refused."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -304,12 +275,3 @@ class Mat73Arrays(Mapping):
 
     def __len__(self) -> int:
         return len(self._names)
-
-
-def read_mat73_arrays(path: Path, names: list[str] | None = None) -> Mapping[str, np.ndarray]:
-    """Variables of a MATLAB v7.3 file as arrays in MATLAB's shape: all of them (read when
-    first used), or the `names` given (read now)."""
-    arrays = Mat73Arrays(path)
-    if names is None:
-        return arrays
-    return {name: arrays[name] for name in names}

@@ -1,14 +1,11 @@
-"""Rows at scattered positions of a vector file, gathered through one memory map of the file:
-`dataset.stream_reader=mmap`, the default (the user's view and the measurements:
-docs/guide/data.md, "How rows are gathered").
+"""Rows at scattered positions of a vector file, gathered through one memory map of the file
+(`dataset.stream_reader=mmap`, the default; docs/guide/data.md, "How rows are gathered").
 
 The map lives as long as its `StreamedFeatures`: mapping afresh for every call would fault every
-page in again. Only row gathers are mapped; sequential chunks are one read per 32 MiB already,
-which a map would not speed up but would add to RSS. Reading a mapped page beyond the end of
-its file raises SIGBUS, which kills the process: so before every gather the file's current size
-is checked (one `fstat`), and rows beyond it are left to the positioned reads, which report the
-short file in one line. A file cut during the milliseconds of one gather can still kill it
-(`pread` cannot); a file renamed over keeps being read as it was when mapped.
+page in again. Reading a mapped page beyond the end of its file raises SIGBUS, which kills the
+process: so before every gather the file's current size is checked (one `fstat`), and rows
+beyond it are left to the positioned reads, which report the short file in one line. A file cut
+during one gather can still kill it (`pread` cannot); one renamed over is read as mapped.
 """
 
 from __future__ import annotations
@@ -23,8 +20,7 @@ from sgh.errors import UserInputError
 
 
 class MappedRows:
-    """Rows of a fixed-stride `VectorFile` (`.npy` in C order, `.fvecs` / `.bvecs` / `.ivecs`)
-    gathered through a read-only memory map of the file, made on the first gather and kept."""
+    """Rows of a fixed-stride `VectorFile` (C-order `.npy`, texmex), through a read-only map."""
 
     def __init__(self, vectors: VectorFile, offset: int, record: np.dtype):
         self.vectors = vectors
@@ -43,17 +39,15 @@ class MappedRows:
         needed = self.offset + (int(rows.max()) + 1) * self.record.itemsize
         stored = self._stored_rows()
         if stored is None or self._map.size() < needed:
-            # Not mapped, or the file is now shorter than its header said (see the module doc):
-            # the positioned reads name the first short run as reader=pread would, or read the
-            # rows (a file restored meanwhile, a file system that cannot map files).
+            # Not mapped, or the file is now shorter than mapped: the positioned reads name the
+            # first short run as reader=pread would, or read the rows.
             unique, inverse = np.unique(rows, return_inverse=True)
             return self.vectors.take(unique)[inverse.reshape(-1)]
         records = np.take(stored, rows, axis=0)  # faster than stored[rows]
         try:
             return self.vectors.from_records(records, rows)
         except UserInputError:
-            # Name the offending row first in file order, as the positioned reads (which read
-            # sorted rows) do, whatever order the rows were asked in.
+            # Name the first offending row in file order, as the positioned reads do.
             order = np.argsort(rows, kind="stable")
             self.vectors.from_records(records[order], rows[order])
             raise
@@ -64,11 +58,9 @@ class MappedRows:
             if self._stored is None:
                 with open(self.vectors.path, "rb") as handle:
                     try:
-                        # The map keeps its own duplicate of the descriptor (`size()` below).
                         self._map = mmap.mmap(handle.fileno(), self._mapped_bytes,
                                               access=mmap.ACCESS_READ)
-                    # ValueError: the file is shorter than the map; OSError: its file system
-                    # cannot map files (ENODEV).
+                    # ValueError: the file is shorter than the map; OSError: cannot be mapped.
                     except (ValueError, OSError):
                         return None
                 # Never closed explicitly: numpy does not pin the map's buffer, so closing it

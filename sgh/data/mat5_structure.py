@@ -1,18 +1,16 @@
 """A structural check of MATLAB v5 files, run before scipy parses them.
 
-scipy's compiled MAT-v5 reader trusts the data-type code of each element: a file with an unknown
-code (one flipped byte in a tag suffices) crashes the process with a segmentation fault instead
-of raising. So before scipy sees a v5 file, we walk its data elements (the layout of the MAT-File
-Format document, "Data Element Format") and check that every tag has a known type and a size
-that fits inside its parent, decompressing `miCOMPRESSED` elements to walk their contents.
+scipy's compiled MAT-v5 reader trusts each element's data-type code: an unknown code (one flipped
+byte) crashes the process with a segmentation fault instead of raising. So every data element
+of a v5 file is walked first (the MAT-File Format's "Data Element Format"): each tag must have a
+known type and a size that fits inside its parent, and its data must match the matrix's flags
+and dimensions (a complex flag without an imaginary part also crashes scipy).
 
-Layout: a 128-byte header (text, then at byte 124 the version and the endian indicator `IM`
-little-endian / `MI` big-endian), then data elements. A tag is two uint32 (type, byte count)
-followed by the data, padded to 8 bytes; a "small" element packs (byte count << 16 | type) in
-one uint32 and at most 4 data bytes in the next. `miMATRIX` elements contain sub-elements
-(array flags, dimensions, name, then the data); `miCOMPRESSED` elements are zlib streams of one
-element and are not padded. For numeric matrices the data must match the flags and dimensions:
-a complex flag without an imaginary part also crashes scipy.
+Layout: a 128-byte header (at byte 124 the version and the endian indicator `IM` / `MI`), then
+data elements. A tag is two uint32 (type, byte count), then the data padded to 8 bytes; a
+"small" element packs (byte count << 16 | type) in one uint32 and at most 4 data bytes in the
+next. `miMATRIX` elements hold sub-elements (array flags, dimensions, name, data);
+`miCOMPRESSED` elements are unpadded zlib streams of one element.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from typing import BinaryIO
 
 HEADER_BYTES = 128
 MI_INT32, MI_UINT32, MI_MATRIX, MI_COMPRESSED = 5, 6, 14, 15
-# miINT8 .. miUTF32; 8, 10 and 11 are reserved by the format.
+# miINT8 .. miUTF32 (8, 10 and 11 are reserved).
 KNOWN_TYPES = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 12, 13, 14, 15, 16, 17, 18})
 # Bytes per value of the numeric data types (miINT8 ... miUINT64).
 VALUE_BYTES = {1: 1, 2: 1, 3: 2, 4: 2, 5: 4, 6: 4, 7: 4, 9: 8, 12: 8, 13: 8}
@@ -47,11 +45,8 @@ def is_mat_v4(head: bytes) -> bool:
 
 
 def check_mat5_structure(handle: BinaryIO) -> set[str]:
-    """Walk every data element of an open v5 file; raise MalformedMat if one is broken.
-
-    Returns the names of the complex variables (scipy's `mat_dtype=True` would silently drop
-    their imaginary part).
-    """
+    """Walk every data element of an open v5 file, raising MalformedMat if one is broken; return
+    the complex variables' names (scipy's `mat_dtype=True` would drop their imaginary part)."""
     header = handle.read(HEADER_BYTES)
     if len(header) < HEADER_BYTES:
         raise MalformedMat(f"{len(header)} bytes, shorter than the {HEADER_BYTES}-byte header")
@@ -109,8 +104,8 @@ def _check_payload(kind: int, payload: bytes, order: str, position: int,
 
 def _elements(data: bytes, order: str, base: int, depth: int,
               padded: bool) -> list[tuple[int, bytes, tuple[str, bool] | None]]:
-    """The (type, payload, what `_check_payload` said) elements inside a matrix (padded to 8
-    bytes) or a decompressed stream (not), each checked recursively."""
+    """The (type, payload, what `_check_payload` said) elements inside a matrix (`padded` to 8
+    bytes) or a decompressed stream, each checked recursively."""
     elements, offset = [], 0
     while offset < len(data):
         if len(data) - offset < 8:
@@ -128,10 +123,8 @@ def _elements(data: bytes, order: str, base: int, depth: int,
 
 
 def _check_matrix(elements: list, order: str, position: int) -> tuple[str, bool]:
-    """A matrix's array flags and dimensions, and the data parts its class implies: numeric and
-    char arrays one real part of prod(dims) values (and an imaginary part exactly when flagged
-    complex), sparse arrays row indices, column starts and values, cells and structs one
-    matrix per element (and field)."""
+    """A matrix's array flags and dimensions, and the data parts its class implies; return its
+    (name, complex)."""
     if len(elements) < 3 or elements[0][0] != MI_UINT32 or len(elements[0][1]) != 8:
         raise MalformedMat(f"matrix at byte {position} lacks its array flags, dimensions or name")
     flags = struct.unpack(order + "I", elements[0][1][:4])[0]

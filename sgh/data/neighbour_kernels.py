@@ -1,7 +1,6 @@
 """The compiled kernels of the exact neighbour search (`sgh.data.neighbours`, whose module doc
-gives the method): the centring of a chunk, and the scan of its products with the queries that
-keeps each query's k smallest approximate keys in a heap and lists the candidates within its
-threshold. Each runs on one worker's rows or queries, without the GIL (`sgh.compiled`).
+gives the method): centring a chunk, and scanning its products with the queries. Each runs on
+one worker's rows or queries, without the GIL (`sgh.compiled`).
 """
 
 from __future__ import annotations
@@ -10,9 +9,8 @@ import numpy as np
 
 from sgh.compiled import compiled
 
-# Queries screened at a time by the scan once an item passes some query's threshold (one
-# vectorised pass over all its products comes first): only the segments it passes in are
-# looked at query by query.
+# Queries screened at a time once an item passes some query's threshold: only the segments it
+# passes in are looked at query by query.
 _SEGMENT = 64
 
 
@@ -26,11 +24,9 @@ def column_sums(rows, sums):
 
 @compiled
 def centre_rows(rows, shift, centred, squared_norms):
-    """``centred = rows - shift`` (the difference in float64, rounded once to ``centred``'s
-    dtype) and each centred row's squared norm, summed in float64 from the rounded values.
-
-    Four running sums (any order of summation has the same error bound): one sum is a chain
-    of dependent adds, which bounds the loop's speed."""
+    """``centred = rows - shift`` (in float64, rounded once to ``centred``'s dtype) and each
+    centred row's squared norm, summed in float64 from the rounded values: in four running sums
+    (any order has the same error bound), as one chain of dependent adds bounds the speed."""
     dim = rows.shape[1]
     for i in range(rows.shape[0]):
         row = centred[i]
@@ -50,8 +46,7 @@ def centre_rows(rows, shift, centred, squared_norms):
 @compiled
 def count_within(products, item_term, product_scale, thresholds):
     """How many queries' keys ``item_term + product_scale * products`` (one item's products
-    with a run of queries) are <= their thresholds: branch-free, so the compiler vectorises
-    it."""
+    with a run of queries) are <= their thresholds; branch-free, so that it vectorises."""
     count = 0
     for i in range(products.shape[0]):
         count += item_term + product_scale * np.float64(products[i]) <= thresholds[i]
@@ -92,24 +87,22 @@ def keep_within(keys, ids, count, threshold):
 @compiled
 def offer_items(products, item_terms, product_scale, first_id, margins, ceilings, thresholds,
                  heaps, keys, ids, counts):
-    """Scan a block of items against a block of queries: ``products[j, i]`` is item
-    ``first_id + j`` with query i, whose key is ``item_terms[j] + product_scale *
-    products[j, i]`` in float64.
+    """Scan a block of items against a block of queries: item ``first_id + j`` has with query i
+    the float64 key ``item_terms[j] + product_scale * products[j, i]``.
 
-    Per query: ``heaps[i]`` (a max-heap of the k smallest keys so far, +inf when empty) is
-    updated, ``thresholds[i]`` kept at min(``ceilings[i]``, its root + ``margins[i]``), and
-    every key <= the threshold at its turn is listed in ``keys[i]`` / ``ids[i]`` after the
-    ``counts[i]`` already there. The root only decreases, so the final list holds every item
-    within the final threshold. A full list is compacted to the current threshold; a query
-    whose list stays over half full (many near ties) gets count -1 and is skipped from then on
-    (the caller scans it again with a longer list).
+    Per query, ``heaps[i]`` (a max-heap of the k smallest keys so far) is updated,
+    ``thresholds[i]`` kept at min(``ceilings[i]``, its root + ``margins[i]``), and every key
+    <= the threshold at its turn listed in ``keys[i]`` / ``ids[i]`` after the ``counts[i]``
+    already there; the root only decreases, so the final list holds every item within the
+    final threshold. A full list is compacted; one that stays over half full (many near ties)
+    gets count -1 and is skipped from then on (the caller scans it again with a longer list).
     """
     capacity = keys.shape[1]
     n_queries = products.shape[1]
     for j in range(products.shape[0]):
         term = item_terms[j]
         if count_within(products[j], term, product_scale, thresholds) == 0:
-            continue  # the usual case: one vectorised pass over the item's products
+            continue  # the usual case
         for start in range(0, n_queries, _SEGMENT):
             stop = min(start + _SEGMENT, n_queries)
             row = products[j, start:stop]

@@ -1,42 +1,16 @@
 """Exact nearest neighbours in the original feature space (ground truth for Recall K@N).
 
-`exact_neighbours(query, database, k, similarity)` is the entry point: bounded memory, for an
-in-memory or streamed database, by the split's similarity (`sgh/data/similarity.py`):
-
-- euclidean (and angular, whose features are unit-normalised when loaded, so that their
-  Euclidean order is the angular one): the SGH paper's protocol, the exact k nearest database
-  items of each query by squared L2 distance, ties broken by database index;
-- inner_product (maximum inner product search): the k database items of largest <q, x>, ties
-  broken by database index.
-
-"Exact" matters: a float32 expansion |q|^2 - 2 q.x + |x|^2 (or a float32 q.x) can swap
-near-tied neighbours, and then Recall K@N of a perfect hash is not 1. So the ranking keys are
-float64 values computed directly from the given features (`sgh.data.similarity.nearness`:
-sum((x - q)^2), or -sum(q * x)), and only candidates are found the fast way, one database
-chunk at a time:
-
-1. Centre. The chunk is shifted by its mean m, and for distances the queries by the same m:
-   |(q - m) - (x - m)|^2 = |q - x|^2, and <q, x - m> = <q, x> - <q, m> differs from <q, x> by
-   a constant per query, so neither order over x changes (shifting the queries too would not
-   keep the inner-product order: <q - m, x> - <q, x> = -<m, x> depends on x). The shift is no
-   part of the keys, so any m is exact, and each chunk may have its own (a streamed database
-   is read once); the mean only makes the norms small. The rounding error of the fast product
-   grows with the norms: uncentred, data far from the origin (SIFT-like items + 1000) put
-   every item within the margin, and the exact ranking of all of them dominates.
-2. Fast product. The centred values, rounded once to float32, go through one float32 matrix
-   product (sgemm, faster than float64's: `docs/performance.md`); features whose values float32
-   does not hold exactly (float64, wide integers) keep float64 products, since their
-   neighbours may differ below float32's resolution. A compiled scan
-   (`sgh.data.neighbour_kernels`, as is the centring) keeps each query's k smallest
-   approximate keys in a heap and lists every item within a rigorous margin of the k-th
-   (`_margins`), so no item of the chunk's exact top k is missed; nor, below a ceiling from
-   the exact k-th key found in earlier chunks, any item that could still enter the k best
-   (`_ceilings`): after the first chunks few items pass.
-3. Exact ranking. The listed candidates' float64 keys are merged with the k best so far,
-   ordered by (key, database index) with `np.lexsort`.
-
-The results are those of ranking every item by its float64 key: a cached ground truth
-(`sgh/artifacts/ground_truth_cache.py`) stays valid across changes of method.
+`exact_neighbours` ranks an in-memory or streamed database in bounded memory by the split's
+similarity (`sgh.data.similarity.nearness`), ties by database index. "Exact" matters: float32
+keys can swap near-tied neighbours, and then Recall K@N of a perfect hash is not 1. So items are
+ranked by float64 keys of the given features, and only candidates are found the fast way, one
+database chunk at a time: the chunk is centred on its mean (small norms, small rounding errors),
+multiplied with the queries in float32 (float64 where float32 does not hold the features
+exactly), and scanned (`sgh.data.neighbour_kernels`) for every item within a rigorous margin
+(`_margins`) of each query's k-th approximate key and below a ceiling from the exact k-th key of
+earlier chunks; the candidates' float64 keys are then merged with the k best so far by (key,
+database index). The results are those of ranking every item by its float64 key, so a cached
+ground truth (`sgh/artifacts/ground_truth_cache.py`) stays valid across changes of method.
 """
 
 from __future__ import annotations
@@ -51,15 +25,12 @@ from sgh.data.neighbour_kernels import centre_rows, column_sums, offer_items
 from sgh.data.similarity import SIMILARITIES, nearness
 from sgh.errors import check_choice, check_int
 
-# Database rows per chunk of `exact_neighbours`: 64 MiB as float64 (65,536 rows at 128
-# dimensions); each chunk is centred on its own mean, into one float32 copy of half that.
+# Database rows per chunk of `exact_neighbours`: 64 MiB as float64.
 _DATABASE_CHUNK_BYTES = 1 << 26
-# The products of one block of database rows against one worker's block of queries: 4 MiB
-# (2,048 rows by 500 queries), which stays in cache between the matrix product that writes it
-# and the scan that reads it.
+# The products of one block of database rows with one worker's block of queries, sized to stay
+# in cache between the matrix product that writes it and the scan that reads it.
 _PRODUCT_BLOCK_BYTES = 1 << 22
-# Queries per product block by default (a worker's share if smaller): enough for an efficient
-# matrix product.
+# Queries per product block by default (a worker's share if smaller).
 _QUERY_BLOCK = 1024
 # Candidate rows gathered as float64 for their exact keys at a time.
 _CANDIDATE_PIECE_BYTES = 1 << 25
@@ -77,13 +48,10 @@ def default_workers() -> int:
 
 def _as_features(array: np.ndarray, name: str) -> np.ndarray:
     array = np.asarray(array)
-    if array.ndim != 2 or not (
-        np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
-    ):
-        raise ValueError(
-            f"{name} must be a 2-D real array (n, dim), got dtype {array.dtype} and shape "
-            f"{array.shape}"
-        )
+    if array.ndim != 2 or not (np.issubdtype(array.dtype, np.floating)
+                               or np.issubdtype(array.dtype, np.integer)):
+        raise ValueError(f"{name} must be a 2-D real array (n, dim), got dtype {array.dtype} "
+                         f"and shape {array.shape}")
     if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
         raise ValueError(f"{name} contains NaN or infinite values; neighbours are undefined")
     return array
@@ -91,9 +59,7 @@ def _as_features(array: np.ndarray, name: str) -> np.ndarray:
 
 def _holds_float32_exactly(dtype: np.dtype) -> bool:
     """Whether float32 represents every value of ``dtype`` (float16/32, integers up to 16 bits)."""
-    if np.issubdtype(dtype, np.integer):
-        return dtype.itemsize <= 2
-    return dtype.itemsize <= 4
+    return dtype.itemsize <= (2 if np.issubdtype(dtype, np.integer) else 4)
 
 
 def _kernel_input(rows: np.ndarray) -> np.ndarray:
@@ -117,26 +83,22 @@ def _gamma(terms: int, unit_roundoff: float) -> float:
 # --- one chunk of the database -----------------------------------------------------------------
 
 class _Threads:
-    """Runs work over row ranges on the worker threads (the matrix products and the compiled
-    kernels release the GIL)."""
+    """Runs work over row ranges on the worker threads (products and kernels release the GIL)."""
 
-    def __init__(self, pool: ThreadPoolExecutor | None, workers: int):
+    def __init__(self, pool: ThreadPoolExecutor, workers: int):
         self.pool = pool
         self.workers = workers
 
     def over_rows(self, n_rows: int, task, min_rows: int) -> None:
         """``task(part, start, stop)`` over at most ``workers`` consecutive ranges of
-        ``0..n_rows`` of ``min_rows`` rows at least (less work than that is not worth a
-        thread), numbered ``part`` = 0, 1, ..."""
+        ``0..n_rows``, numbered ``part`` = 0, 1, ..., of at least ``min_rows`` rows each."""
         parts = max(1, min(self.workers, n_rows // min_rows))
         ranges = [(part, n_rows * part // parts, n_rows * (part + 1) // parts)
                   for part in range(parts)]
-        if self.pool is None or parts == 1:
-            for bound in ranges:
-                task(*bound)
-            return
-        for _ in self.pool.map(lambda bound: task(*bound), ranges):  # re-raises errors
-            pass
+        if parts == 1:
+            task(0, 0, n_rows)
+        else:
+            list(self.pool.map(lambda bound: task(*bound), ranges))  # re-raises errors
 
 
 # Rows of centring or summing, and queries of a scan, per thread at least.
@@ -175,26 +137,17 @@ def _margins(query_norms: np.ndarray, largest_norm: float, shift_norm: float, di
     """Per query, a margin 4E on the approximate keys, E bounding |approximate key - float64
     key - c| for every item (c a constant per query).
 
-    Notation: a = q - m (euclidean) or q (inner product) and b = x - m exactly, their rounded
-    centred values a', b' with Q = |a'| (``query_norms``), P = max |b'| (``largest_norm``);
-    u, gamma_n the unit roundoff and error constant of the working precision, u64, g_n of
-    float64. The approximate key is |b'|^2 - 2 a'.b' (= |a' - b'|^2 - |a'|^2) or -a'.b'.
-
-    - The matrix product: |computed a'.b' - a'.b'| <= gamma_d Q P (any summation order); the
-      squared norms (float64 sums) and the key's own rounding add g_d P^2 + u64 (P^2 + 2QP).
-    - The centring: each component is rounded at most twice (float64 difference, then the
-      working precision), |b' - b| <= rho |b|, rho = u + u64 + u u64, so
-      | |a' - b'|^2 - |a - b|^2 | <= rho (2 + rho) (|a| + |b|)^2, about 2u (Q + P)^2.
-    - The float64 key itself: sum((x - q)^2) is within g_(d+2) |q - x|^2 of the exact value,
-      and |q - x| <= |a| + |b|; -sum(q * x) within g_d |q| |x|, |x| <= P + |m|.
-
-    Every term fits in E = (gamma_(d+4) + 4 g_(d+4)) (Q + P)^2 for distances, and in
-    E = Q (gamma_(d+4) P + 4 g_(d+4) (P + |m|)) for inner products (2QP <= (Q + P)^2; the
-    extra 4 terms of gamma_(d+4) cover the centring, the g slack the threshold's float64
-    rounding). Then every item of the exact top k has a key <= K_(k) + 2E, K_(k) the k-th
-    smallest key: the k items of smallest key have float64 keys <= K_(k) + E, so the k-th
-    float64 key is too. The margin is twice that, so that the rounding of the bound's own
-    arithmetic (norms, square roots) cannot matter.
+    a = q - m (euclidean) or q (inner product) and b = x - m, rounded to a', b' when centred;
+    Q = |a'| (``query_norms``), P = max |b'| (``largest_norm``); u, gamma_n the unit roundoff
+    and error constant of the working precision, u64, g_n of float64. The approximate key is
+    |b'|^2 - 2 a'.b' (= |a' - b'|^2 - |a'|^2) or -a'.b'. Its errors: the matrix product
+    gamma_d Q P; the norms and the key's rounding g_d P^2 + u64 (P^2 + 2QP); the centring
+    (each component rounded at most twice, rho = u + u64 + u u64) rho (2 + rho) (Q + P)^2,
+    about 2u (Q + P)^2; the float64 key itself g_(d+2) (|a| + |b|)^2, or g_d |q| (P + |m|).
+    All fit in E = (gamma_(d+4) + 4 g_(d+4)) (Q + P)^2 for distances, E = Q (gamma_(d+4) P +
+    4 g_(d+4) (P + |m|)) for inner products. The k items of smallest key K_(k) have float64
+    keys <= K_(k) + E, so every item of the exact top k has a key <= K_(k) + 2E; the margin is
+    twice that, so that the rounding of the bound's own arithmetic cannot matter.
     """
     gamma_work = _gamma(dim + 4, float(np.finfo(work).eps) / 2)
     gamma_64 = 4 * _gamma(dim + 4, _UNIT_ROUNDOFF_64)
@@ -202,20 +155,6 @@ def _margins(query_norms: np.ndarray, largest_norm: float, shift_norm: float, di
         return 4.0 * query_norms * (gamma_work * largest_norm
                                     + gamma_64 * (largest_norm + shift_norm))
     return 4.0 * (gamma_work + gamma_64) * (query_norms + largest_norm) ** 2
-
-
-def _ceilings(best_kth: np.ndarray, offsets: np.ndarray, margins: np.ndarray) -> np.ndarray:
-    """Per query, the largest approximate key an item of this chunk may have and still enter
-    the k best: ``best_kth + offsets + margins / 2`` (+inf while fewer than k are known).
-
-    ``best_kth`` is the k-th smallest float64 key of the earlier chunks; an item of this chunk
-    (whose ids come later, so it loses ties) enters only if its float64 key F is below it. Its
-    approximate key is within E (``margins`` = 4E, `_margins`) of F + c, c = -|a'|^2 for
-    distances and <q, m> for inner products, computed here as ``offsets`` within far less
-    than E; so F < best_kth implies a key < best_kth + c + E, and the ceiling, with E of
-    slack for the rounding of c and of the sum, is above that.
-    """
-    return best_kth + offsets + margins / 2
 
 
 def _chunk_candidates(query: np.ndarray, rows: np.ndarray, k: int, similarity: str,
@@ -228,14 +167,13 @@ def _chunk_candidates(query: np.ndarray, rows: np.ndarray, k: int, similarity: s
     n_rows, dim = rows.shape
     work = (np.float32 if _holds_float32_exactly(query.dtype)
             and _holds_float32_exactly(rows.dtype) else np.float64)
+    # Any shift m keeps the order over x: |(q - m) - (x - m)| = |q - x|, and <q, x - m> differs
+    # from <q, x> by a constant per query (shifting the queries too would not keep that).
     shift = _mean(rows, threads)
     query_shift = np.zeros(dim) if maximum else shift
     while True:
         centred, item_norms = _centred(rows, shift, work, threads)
         if not np.isfinite(item_norms).all():
-            # NaN or infinite rows make every norm so; a precise check names them (the norms
-            # replace a separate pass over every chunk).
-            _as_features(rows, "database")
             _refuse_overflow("database", rows)
         centred_query, query_squared_norms = _centred(query, query_shift, work, threads)
         if not np.isfinite(query_squared_norms).all():
@@ -251,15 +189,17 @@ def _chunk_candidates(query: np.ndarray, rows: np.ndarray, k: int, similarity: s
     # hypot: |m| without overflowing where m's squares would.
     margins = _margins(query_norms, largest_norm, float(np.hypot.reduce(shift)), dim, work,
                        maximum)
-    # Keys: |b'|^2 - 2 a'.b' = |a' - b'|^2 - |a'|^2 (euclidean), or -a'.b' (inner product).
     item_terms = np.zeros(n_rows) if maximum else item_norms
     product_scale = -1.0 if maximum else -2.0
     offsets = query.astype(np.float64) @ shift if maximum else -query_squared_norms
-    ceilings = _ceilings(best_kth, offsets, margins)
+    # The largest approximate key an item of this chunk may have and still enter the k best
+    # (+inf while fewer than k are known): its ids come later, so it enters only if its float64
+    # key F < best_kth, and its key is within E = margins / 4 of F + offsets; E more covers the
+    # rounding of the offsets and of the sum.
+    ceilings = best_kth + offsets + margins / 2
 
     # A list is expected to hold about k (1 + ln(rows / k)) entries in the first chunk, far
-    # fewer later, plus the margin's near ties; queries whose list overflows are scanned again
-    # with a 16 times longer one.
+    # fewer later; queries whose list overflows are scanned again with a 16 times longer one.
     capacity = 4 * k + 64
     pending = np.arange(len(query))
     candidate_queries, candidate_ids = [], []
@@ -306,9 +246,7 @@ def _scan(centred_query, margins, ceilings, centred, item_terms, product_scale, 
             mine = slice(q0, min(q0 + block, last))
             for i0 in range(0, n_rows, item_block):
                 i1 = min(i0 + item_block, n_rows)
-                # Items x queries: the matrix product packs the small query block once per
-                # call and streams the items, faster than queries x items. A contiguous view
-                # of the buffer, which matmul fills in place.
+                # Items x queries (packs the small query block once), into a contiguous view.
                 products = buffer[:(i1 - i0) * (mine.stop - q0)].reshape(i1 - i0, -1)
                 np.matmul(centred[i0:i1], centred_query[mine].T, out=products)
                 offer_items(products, item_terms[i0:i1], product_scale, i0, margins[mine],
@@ -353,29 +291,10 @@ def _merged(best_ids, best_keys, candidate_queries, candidate_ids, candidate_key
 def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euclidean",
                      chunk_rows: int | None = None, block_size: int | None = None,
                      workers: int | None = None) -> np.ndarray:
-    """Each query's exact ``k`` best database items by ``similarity``, ties by database index.
-
-    The entry point for ground truth: any database size (in memory, or
-    `sgh.data.streamed_features.StreamedFeatures` read from disk) in bounded memory.
-
-    Args:
-        query: ``(n_queries, dim)`` real array (``xq``).
-        database: ``(n_database, dim)`` real array, or streamed features (``xb``).
-        k: neighbours per query, 1 <= k <= n_database.
-        similarity: ``euclidean`` (smallest squared L2 distance), ``angular`` (the same on
-            the given vectors, which the loader has unit-normalised: the Euclidean order of
-            unit vectors is the angular one) or ``inner_product`` (largest ``q . x``).
-        chunk_rows: database rows per chunk; default 64 MiB as float64.
-        block_size: queries per matrix product; default 1024, or a worker's share if fewer.
-        workers: threads (default `default_workers`), each running the matrix products and
-            scans of its share of the queries, with BLAS limited to one thread meanwhile.
-
-    Returns:
-        ``(n_queries, k)`` int64 database indices, best first; the same ids, in the same order,
-        whatever ``chunk_rows``, ``block_size`` and ``workers``.
-
-    Method and memory: the module doc.
-    """
+    """Each query's exact ``k`` best items of ``database`` (an array or `StreamedFeatures`) by
+    ``similarity``, ties by database index: ``(n_queries, k)`` int64 ids, best first, the same
+    whatever ``chunk_rows`` (database rows per chunk), ``block_size`` (queries per matrix
+    product) and ``workers`` (threads, each scanning its share of the queries)."""
     from sgh.data.streamed_features import StreamedFeatures
 
     check_choice("similarity", similarity, SIMILARITIES)
@@ -384,44 +303,36 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
     check_int("k", k, 1, n_database, maximum_is="the database size")
     if block_size is not None:
         check_int("block_size", block_size, 1)
-    kind = "inner_product" if similarity == "inner_product" else "euclidean"
     if not len(query):
         return np.zeros((0, k), np.int64)
     if chunk_rows is None:
         chunk_rows = max(1, _DATABASE_CHUNK_BYTES // (8 * query.shape[1]))
     if isinstance(database, StreamedFeatures):
         chunks = database.chunks(chunk_rows)
-    else:  # in memory: slices in the given dtype (float64 features stay float64), each checked
+    else:  # in memory: slices in the given dtype
         database = np.asarray(database)
         chunks = ((start, database[start:start + chunk_rows])
                   for start in range(0, len(database), chunk_rows))
     workers = default_workers() if workers is None else max(1, int(workers))
-    # Placeholders until k items are known: key +inf and an id after every real one, so that
-    # any real item displaces them.
+    # Until k items are known: placeholders of key +inf and an id after every real one.
     best_ids = np.full((len(query), k), np.iinfo(np.int64).max)
     best_keys = np.full((len(query), k), np.inf)
-    # One BLAS thread per worker, each worker running the products and scans of its own
-    # queries: BLAS's own threads spin between calls and take the cores from the scan, worst
-    # when another job shares the machine.
+    # One BLAS thread per worker: BLAS's own threads spin between calls, taking the scan's cores.
     with ThreadPoolExecutor(workers) as pool, threadpool_limits(limits=1, user_api="blas"):
-        threads = _Threads(pool if workers > 1 else None, workers)
+        threads = _Threads(pool, workers)
         for start, rows in chunks:
-            rows = np.asarray(rows)
-            if rows.ndim != 2 or not (np.issubdtype(rows.dtype, np.floating)
-                                      or np.issubdtype(rows.dtype, np.integer)):
-                _as_features(rows, "database")  # raises, naming what is wrong
+            rows = _as_features(rows, "database")
             if rows.shape[1] != query.shape[1]:
                 raise ValueError(f"query has dimension {query.shape[1]} but database has "
                                  f"dimension {rows.shape[1]}")
-            queries, ids, keys = _chunk_candidates(query, rows, k, kind, best_keys[:, -1],
+            queries, ids, keys = _chunk_candidates(query, rows, k, similarity, best_keys[:, -1],
                                                    block_size, threads)
             best_ids, best_keys = _merged(best_ids, best_keys, queries, ids + start, keys)
     return best_ids
 
 
-def euclidean_neighbours(
-    query: np.ndarray, database: np.ndarray, k: int, block_size: int | None = None
-) -> np.ndarray:
+def euclidean_neighbours(query: np.ndarray, database: np.ndarray, k: int,
+                         block_size: int | None = None) -> np.ndarray:
     """`exact_neighbours` with ``similarity="euclidean"``: ``(n_queries, k)`` int64 ids."""
     return exact_neighbours(query, database, k, "euclidean", block_size=block_size)
 

@@ -1,10 +1,6 @@
-"""Reading a user's dataset of named arrays (`.npz`, or `.mat` v4/v5/v7.3) safely: layout
-detection and validation at the edge.
-
-Everything wrong with the file becomes one `UserInputError` line that names the file, the key and
-what is accepted. Pickled (object) arrays are refused, never unpickled. MATLAB stores vectors as
-(1, n) or (n, 1) matrices and numbers as double, so labels and ground-truth ids are accepted in
-those shapes and as whole-valued floats.
+"""Reading a user's dataset of named arrays (`.npz`, or `.mat` v4/v5/v7.3): layout detection and
+validation at the edge. Labels and ground-truth ids are accepted as MATLAB stores them: (1, n)
+or (n, 1) matrices of whole-valued doubles.
 """
 
 from __future__ import annotations
@@ -17,25 +13,19 @@ import numpy as np
 
 from sgh.data.feature_conversion import as_float32_features
 from sgh.data.ground_truth import checked_ids
+from sgh.data.vector_file import _where
 from sgh.data.vector_files import MALFORMED_FILE_ERRORS, read_mat_arrays, refuse_special_file
 from sgh.errors import UserInputError, one_line
 
 logger = logging.getLogger(__name__)
 
-LAYOUTS = {
-    "labelled": ("X_train", "y_train", "X_test", "y_test"),
-    "ann": ("base", "query"),
-    "pooled": ("X", "y"),
-}
+LAYOUTS = {"labelled": ("X_train", "y_train", "X_test", "y_test"), "ann": ("base", "query"),
+           "pooled": ("X", "y")}
 ACCEPTED_LAYOUTS = ("labelled (X_train, y_train, X_test, y_test), ANN (base, query, optional "
                     "groundtruth and learn) or pooled (X, y)")
 # Every key a layout reads: its required keys, and the ANN layout's optional ones.
 LAYOUT_KEYS = {**LAYOUTS, "ann": (*LAYOUTS["ann"], "groundtruth", "learn")}
-
-
-# The first bytes of a zip archive (an .npz, empty or not) and of an .npy file.
-_ZIP_MAGIC = b"PK"
-_NPY_MAGIC = b"\x93NUMPY"
+_LAYOUT_NAMES = {"labelled": "labelled", "ann": "ANN", "pooled": "pooled"}
 
 
 def open_npz(path: Path) -> dict[str, np.ndarray]:
@@ -45,20 +35,20 @@ def open_npz(path: Path) -> dict[str, np.ndarray]:
         raise UserInputError(f"{path}: no such file")
     if path.is_dir():
         raise UserInputError(f"{path}: is a directory; expected an .npz file")
-    if path.suffix != ".npz":
+    if path.suffix.lower() != ".npz":
         raise UserInputError(f"{path}: unknown extension {path.suffix!r}; accepted: .npz")
     return read_npz_arrays(path)
 
 
 def read_npz_arrays(path: Path) -> dict[str, np.ndarray]:
     """Every array of an `.npz` archive, read with `allow_pickle=False`; whatever numpy, zipfile
-    or zlib raise on damaged bytes (a flipped bit can make zipfile see encryption or an
-    unknown compression) becomes one `UserInputError` line naming the file."""
+    or zlib raise on damaged bytes becomes one `UserInputError` line naming the file."""
     try:
         with open(path, "rb") as file:
-            magic = file.read(len(_NPY_MAGIC))
-        # numpy takes any other bytes for a pickle, and would refuse them as one.
-        if not (magic.startswith(_ZIP_MAGIC) or magic == _NPY_MAGIC):
+            magic = file.read(6)
+        # numpy takes bytes other than a zip's (an .npz, empty or not) or an .npy's for a pickle,
+        # and would refuse them as one.
+        if not (magic.startswith(b"PK") or magic == b"\x93NUMPY"):
             raise UserInputError(f"{path}: not an .npz archive (a zip of .npy arrays): the file "
                                  "is corrupt or of another format")
         archive = np.load(path, allow_pickle=False)
@@ -101,10 +91,9 @@ def _spelling(key: str) -> str:
 
 
 def refuse_mixed_layouts(path: Path, layout: str, keys) -> None:
-    """Refuse a file whose arrays beside `layout`'s include a key of a layout (another one's,
-    `base` beside the labelled keys, or one spelt like a layout's key, `ground_truth`): which
-    arrays are meant is unclear, and whichever were picked, the others would be ignored
-    without a word. Other arrays (an index of the source files, say) are not read."""
+    """Refuse a file whose arrays beside `layout`'s include a key of a layout (another one's, or
+    one spelt like a layout's key, `ground_truth`): which arrays are meant is unclear, and the
+    others would be ignored without a word. Other arrays are not read."""
     own = LAYOUT_KEYS[layout]
     stray = sorted(key for key in keys if key not in own)
     reasons = []
@@ -123,10 +112,7 @@ def refuse_mixed_layouts(path: Path, layout: str, keys) -> None:
             f"of one layout: {ACCEPTED_LAYOUTS}; move the other arrays to another file")
     if stray:  # said, so that an array meant as data is not dropped without a word
         logger.info("%s: %s not read (the %s layout reads %s)", path, ", ".join(stray),
-                       _LAYOUT_NAMES[layout], ", ".join(own))
-
-
-_LAYOUT_NAMES = {"labelled": "labelled", "ann": "ANN", "pooled": "pooled"}
+                    _LAYOUT_NAMES[layout], ", ".join(own))
 
 
 def features(path: Path, key: str, array: np.ndarray, dim: int | None = None):
@@ -142,16 +128,15 @@ def features(path: Path, key: str, array: np.ndarray, dim: int | None = None):
 
 def _ids(where: str, array: np.ndarray, what: str) -> np.ndarray:
     """Integer ids (labels, neighbour ids) as int64; whole-valued floats are accepted."""
-    if array.dtype.kind in "biu":
-        return array.astype(np.int64)
-    if array.dtype.kind == "f" and np.isfinite(array).all() and (array == np.rint(array)).all():
+    if array.dtype.kind in "biu" or (array.dtype.kind == "f" and np.isfinite(array).all()
+                                     and (array == np.rint(array)).all()):
         return array.astype(np.int64)
     raise UserInputError(f"{where} has dtype {array.dtype} with values that are not whole "
                          f"numbers; expected {what}")
 
 
 def labels(path: Path, key: str, array: np.ndarray, n_items: int, items_key: str) -> np.ndarray:
-    where = f"{path}: key {key!r}"
+    where = _where(path, key)
     if array.ndim == 2 and 1 in array.shape:  # MATLAB's row or column vector
         array = array.ravel()
     if array.ndim != 1:
@@ -166,7 +151,7 @@ def labels(path: Path, key: str, array: np.ndarray, n_items: int, items_key: str
 def groundtruth(path: Path, array: np.ndarray, n_queries: int, n_database: int,
                 key: str | None = "groundtruth") -> np.ndarray:
     """Validate query x K ids of each query's nearest database items (0-based); as int64."""
-    where = f"{path}" + ("" if key is None else f": key {key!r}")
+    where = _where(path, key)
     if array.ndim != 2 or array.shape[0] != n_queries or array.dtype.kind not in "biuf":
         raise UserInputError(f"{where} has shape {array.shape}, dtype {array.dtype}; expected "
                              f"integer ids of shape ({n_queries}, K), one row per query")

@@ -1,19 +1,16 @@
 """Many small reads at scattered file offsets, as fast as the system call allows.
 
-A streamed training batch (`sgh.data.streamed_features`) is thousands of rows at random
-positions. By default they are gathered through a memory map (`sgh.data.mapped_rows`, several
-times faster); with `dataset.stream_reader=pread`, for limits that count the mapped pages in
-resident memory, they are read here instead: one `pread` per run of consecutive rows, into the
-result alone. `VectorFile.take` reads this way too. In a Python loop each call costs about as
-much again in interpreter overhead as the system call itself; compiled with numba, calling the C
-library's `pread` through ctypes, the loop costs the system calls alone and holds no GIL, so the
-tf.data reader threads run in parallel with each other and with Python. Where the C library has
-no `pread` (Windows) the Python loop over `os.preadv` is used.
+With `dataset.stream_reader=pread` (and in `VectorFile.take`), scattered rows are read with one
+`pread` per run of consecutive rows, into the result alone. The loop is compiled with numba,
+calling the C library's `pread` through ctypes: it costs the system calls alone and holds no GIL,
+so the tf.data reader threads run in parallel. Without a C `pread` (Windows), a Python loop over
+`os.preadv` is used.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 
 import numpy as np
@@ -30,29 +27,26 @@ def _libc_pread():
 
 
 _PREAD = _libc_pread()
-_compiled = None
 
 
+@functools.cache
 def _compiled_loop():
     """The numba loop, compiled on first use (not cached on disk: it embeds the address of
     `pread`, which differs between processes)."""
-    global _compiled
-    if _compiled is None:
-        import numba
+    import numba
 
-        pread = _PREAD
+    pread = _PREAD
 
-        @numba.njit(nogil=True)
-        def read_runs(descriptor, buffer, positions, sizes, offsets):
-            address = buffer.ctypes.data
-            for run in range(len(offsets)):
-                got = pread(descriptor, address + positions[run], sizes[run], offsets[run])
-                if got != sizes[run]:
-                    return run, got
-            return -1, 0
+    @numba.njit(nogil=True)
+    def read_runs(descriptor, buffer, positions, sizes, offsets):
+        address = buffer.ctypes.data
+        for run in range(len(offsets)):
+            got = pread(descriptor, address + positions[run], sizes[run], offsets[run])
+            if got != sizes[run]:
+                return run, got
+        return -1, 0
 
-        _compiled = read_runs
-    return _compiled
+    return read_runs
 
 
 def read_runs(descriptor: int, buffer: np.ndarray, positions: np.ndarray, sizes: np.ndarray,

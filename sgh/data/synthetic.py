@@ -6,10 +6,8 @@ import numpy as np
 
 
 def gaussian_clusters(n_train: int, n_test: int, dim: int, n_classes: int, seed: int):
-    """Return (X_train, y_train, X_test, y_test): unit-variance clusters around random centres.
-
-    Centres are drawn at a spread of 2 per dimension, so classes overlap but are learnable.
-    """
+    """(X_train, y_train, X_test, y_test): unit-variance clusters around random centres, drawn
+    at a spread of 2 per dimension so that classes overlap but are learnable."""
     rng = np.random.default_rng(seed)
     centres = rng.normal(0.0, 2.0, size=(n_classes, dim))
 

@@ -1,8 +1,7 @@
 """`VectorFile`: a 2-D array of vectors on disk, read by row ranges and rows, in any format.
 
-Every format's reader is one (`sgh.data.vector_files`: .npy, texmex, .npz, MATLAB v5;
-`sgh.data.hdf5_files`: HDF5, MATLAB v7.3), and every header passes the same checks here:
-numeric, 2-D, non-empty, never an object array. `sgh.data.vector_files.open_vectors` opens one.
+Every format's reader is one (`sgh.data.vector_files`, `sgh.data.hdf5_files`), and every header
+passes the same checks here: numeric, 2-D, non-empty, never an object array.
 """
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ import numpy as np
 from sgh.data.positioned_reads import read_runs
 from sgh.errors import UserInputError
 
-# Classes of plain numeric MATLAB arrays (as scipy.io.whosmat reports them for v5 files,
-# and v7.3 files store in their `MATLAB_class` attribute).
+# Classes of plain numeric MATLAB arrays (scipy.io.whosmat's, and v7.3's `MATLAB_class`).
 MAT_NUMERIC_CLASSES = ("double", "single", "logical", "int8", "uint8", "int16", "uint16",
                        "int32", "uint32", "int64", "uint64")
 
@@ -31,7 +29,6 @@ class VectorFile:
 
     @property
     def where(self) -> str:
-        """The file (and key) for messages: `data.npz: key 'X'`."""
         return _where(self.path, self.key)
 
     def __len__(self) -> int:
@@ -52,10 +49,8 @@ class VectorFile:
         raise NotImplementedError
 
     def take(self, rows: np.ndarray) -> np.ndarray:
-        """The rows at the sorted, distinct indices `rows`, in the stored dtype.
-
-        Fixed-stride formats read each run of consecutive rows with one positioned read into
-        the result (no memory map, so resident memory is the result alone)."""
+        """The rows at the sorted, distinct indices `rows`, in the stored dtype: for fixed-stride
+        formats one positioned read per run of consecutive rows, into the result alone."""
         rows = np.asarray(rows, np.int64)
         if not len(rows):
             return self.read(0, 0)
@@ -82,8 +77,7 @@ class VectorFile:
         return None
 
     def from_records(self, records: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """The stored rows `rows` (file row numbers, for messages) from their raw records, as
-        `take` returns them (a texmex record's dimension header checked and dropped)."""
+        """The stored rows `rows` (file row numbers, for messages) from their raw records."""
         return records
 
     def _take_unstrided(self, rows: np.ndarray) -> np.ndarray:

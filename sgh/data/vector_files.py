@@ -1,23 +1,11 @@
-"""Reading a 2-D array of vectors from a user's file, lazily and row range by row range.
+"""Reading a 2-D array of vectors from a user's file, lazily and row range by row range
+(`ACCEPTED_SUFFIXES`; docs/guide/data.md, "File formats").
 
-Formats (`ACCEPTED_SUFFIXES`):
-- `.npy`: the header is parsed on open; `read` fetches only the requested rows with positioned
-  reads (C order) or a memory map opened and closed inside the call (Fortran order).
-- `.fvecs` / `.bvecs` / `.ivecs` (texmex, little-endian): each row is an int32 dimension d
-  followed by d float32 / uint8 / int32 values. `read` fetches only the requested rows with a
-  positioned read and checks every row's declared dimension, so a 10^7 x 128 `.bvecs` streams in
-  chunks with resident memory bounded by the chunk (no memory map is kept alive: its file-backed
-  pages would count in RSS).
-- `.npz` (a zip of `.npy` members; `key` names one) and `.mat` (MATLAB v5 and v4, via
-  `scipy.io`): shapes and dtypes come from the headers on open, but the array is read whole on the
-  first `read` and kept (neither format supports reading a row range).
-- `.hdf5` / `.h5` (`key` names a dataset, e.g. an ann-benchmarks file's `train`) and MATLAB
-  v7.3 `.mat` files, which are HDF5: read by row ranges and rows with h5py
-  (`sgh.data.hdf5_files`, imported only when such a file is opened).
-
-`key` may be omitted for `.npz`, `.mat` and HDF5 files that hold exactly one array.
-Everything wrong with a file is one `UserInputError` line naming it (and the key) and saying
-what is accepted. Object (pickled) arrays are refused and never unpickled.
+`.npy` and texmex files are read by positioned reads of the rows asked (a memory map kept alive
+would count its pages in RSS); `.npz` and v4/v5 `.mat` files whole, on the first `read`; HDF5
+and v7.3 `.mat` files by `sgh.data.hdf5_files`, imported only when needed. Everything wrong with
+a file is one `UserInputError` line naming it (and the key) and saying what is accepted; object
+(pickled) arrays are refused and never unpickled.
 """
 
 from __future__ import annotations
@@ -44,20 +32,20 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 TEXMEX_VALUE_TYPES = {".fvecs": np.dtype("<f4"), ".bvecs": np.dtype("u1"),
                       ".ivecs": np.dtype("<i4")}
 # Everything numpy's .npy/.npz readers raise on malformed bytes: the header is a Python literal
-# (tokenize, ast), the archive a zip (zipfile, zlib).
-# A flipped bit can also make zipfile see encryption (RuntimeError) or an unknown compression.
+# (tokenize, ast), the archive a zip (zipfile, zlib; a flipped bit can make zipfile see
+# encryption, RuntimeError, or an unknown compression).
 MALFORMED_FILE_ERRORS = (ValueError, SyntaxError, TypeError, KeyError, EOFError, OSError,
                          OverflowError, tokenize.TokenError, zipfile.BadZipFile, zlib.error,
                          NotImplementedError, RuntimeError)
 
 
-def _positioned_read(path: Path, where: str, dtype: np.dtype, offset: int, count: int):
+def _positioned_read(path: Path, dtype: np.dtype, offset: int, count: int):
     """`count` items of `dtype` at byte `offset`, or a one-line error if the file is short."""
     with open(path, "rb") as handle:
         handle.seek(offset)
         values = np.fromfile(handle, dtype=dtype, count=count)
     if len(values) != count:
-        raise UserInputError(f"{where} is truncated (expected {count * dtype.itemsize} bytes at "
+        raise UserInputError(f"{path} is truncated (expected {count * dtype.itemsize} bytes at "
                              f"offset {offset}, found {len(values) * dtype.itemsize})")
     return values
 
@@ -65,8 +53,7 @@ def _positioned_read(path: Path, where: str, dtype: np.dtype, offset: int, count
 def _npy_header(handle) -> tuple:
     """(shape, fortran_order, dtype) of the .npy array whose bytes start at `handle`."""
     version = np.lib.format.read_magic(handle)
-    # Version 3.0 differs from 2.0 only by a UTF-8 header, which numpy writes only for
-    # structured dtypes with non-Latin-1 field names, refused anyway.
+    # Version 3.0 differs from 2.0 only by a UTF-8 header, for structured dtypes (refused).
     return (np.lib.format.read_array_header_1_0 if version == (1, 0)
             else np.lib.format.read_array_header_2_0)(handle)
 
@@ -92,7 +79,6 @@ class NpyVectors(VectorFile):
         return self.data_offset, np.dtype((self.dtype, (self.shape[1],)))
 
     def _take_unstrided(self, rows):
-        # Column-major: map the file for this call and gather the rows (not the whole file).
         mapped = np.memmap(self.path, self.dtype, "r", self.data_offset, self.shape, order="F")
         taken = np.array(mapped[rows], order="C")
         del mapped  # unmaps now: the copy is all that stays resident
@@ -102,10 +88,8 @@ class NpyVectors(VectorFile):
         if self.fortran_order:  # a row range is strided
             return self._take_unstrided(slice(start, stop))
         d = self.shape[1]
-        rows = _positioned_read(self.path, self.where, self.dtype,
-                                self.data_offset + start * d * self.dtype.itemsize,
-                                (stop - start) * d)
-        return rows.reshape(stop - start, d)
+        offset = self.data_offset + start * d * self.dtype.itemsize
+        return _positioned_read(self.path, self.dtype, offset, (stop - start) * d).reshape(-1, d)
 
 
 class TexmexVectors(VectorFile):
@@ -117,7 +101,7 @@ class TexmexVectors(VectorFile):
         if size < 4:
             raise UserInputError(f"{path}: truncated ({size} bytes; a row starts with a 4-byte "
                                  "dimension)")
-        dim = int(_positioned_read(path, str(path), np.dtype("<i4"), 0, 1)[0])
+        dim = int(_positioned_read(path, np.dtype("<i4"), 0, 1)[0])
         row_bytes = 4 + dim * values.itemsize
         if dim <= 0 or row_bytes > size:
             raise UserInputError(f"{path}: the first row declares dimension {dim}, impossible "
@@ -129,36 +113,28 @@ class TexmexVectors(VectorFile):
                 f"{values.itemsize} = {row_bytes} bytes; the file is truncated or corrupt")
         self.row_type = np.dtype([("dim", "<i4"), ("values", values, (dim,))])
         super().__init__(path, None, (size // row_bytes, dim), values)
-        self._rows(len(self) - 1, len(self))  # checks the last row's dimension early
+        self.read(len(self) - 1, len(self))  # checks the last row's dimension early
 
-    def _rows(self, start, stop):
-        rows = _positioned_read(self.path, self.where, self.row_type,
-                                start * self.row_type.itemsize, stop - start)
-        self._check_dimensions(rows, np.arange(start, stop))
-        return rows
+    def stride_layout(self):
+        return 0, self.row_type
 
-    def _check_dimensions(self, records: np.ndarray, rows: np.ndarray) -> None:
+    def from_records(self, records, rows):
         wrong = np.nonzero(records["dim"] != self.shape[1])[0]
         if len(wrong):
             raise UserInputError(
                 f"{self.path}: row {rows[wrong[0]]} declares dimension "
                 f"{records['dim'][wrong[0]]} but the first row declares {self.shape[1]}; every "
                 f"row of a {self.path.suffix} file must have the same dimension")
-
-    def stride_layout(self):
-        return 0, self.row_type
-
-    def from_records(self, records, rows):
-        self._check_dimensions(records, rows)
         return np.ascontiguousarray(records["values"])
 
     def _read(self, start, stop):
-        return np.ascontiguousarray(self._rows(start, stop)["values"])
+        records = _positioned_read(self.path, self.row_type, start * self.row_type.itemsize,
+                                   stop - start)
+        return self.from_records(records, np.arange(start, stop))
 
 
 def list_keys(path: Path) -> list[str]:
-    """The names of the arrays in a `.npz`, `.mat` or HDF5 file, read from its directory or
-    headers."""
+    """The names of the arrays in a `.npz`, `.mat` or HDF5 file, from its directory or headers."""
     suffix = path.suffix.lower()
     if suffix in (".hdf5", ".h5") or (suffix == ".mat" and is_mat_v73(path)):
         from sgh.data.hdf5_files import variable_names
@@ -208,9 +184,8 @@ class NpzVectors(WholeArrayVectors):
     def __init__(self, path: Path, key: str | None):
         key = _only_key(path, list_keys(path), key)
         try:
-            with zipfile.ZipFile(path) as archive:
-                with archive.open(key + ".npy") as member:
-                    shape, _, dtype = _npy_header(member)
+            with zipfile.ZipFile(path) as archive, archive.open(key + ".npy") as member:
+                shape, _, dtype = _npy_header(member)
         except MALFORMED_FILE_ERRORS as error:
             raise UserInputError(f"{path}: corrupt or truncated .npz file ({one_line(error)})"
                                  ) from None
@@ -242,8 +217,8 @@ class MatVectors(WholeArrayVectors):
 
 
 def is_mat_v73(path: Path) -> bool:
-    """Whether a `.mat` file is MATLAB v7.3 (HDF5 after a 512-byte header: its text says 7.3,
-    or its version field 0x0200), or plain HDF5 named `.mat`; else v4/v5 (scipy.io)."""
+    """Whether a `.mat` file is MATLAB v7.3 (its text says 7.3, or its version field 0x0200)
+    or plain HDF5 named `.mat`, rather than v4/v5."""
     with open(path, "rb") as handle:
         head = handle.read(128)
     version_73 = (len(head) == 128 and head[126:128] in (b"IM", b"MI")
@@ -252,8 +227,7 @@ def is_mat_v73(path: Path) -> bool:
 
 
 def _check_mat_file(path: Path) -> set[str]:
-    """Refuse v5 files whose structure would crash scipy's reader; return the names of complex
-    variables. (v7.3 files never come here: they are read as HDF5.)"""
+    """Refuse a v4/v5 file that would crash scipy's reader; return its complex variables' names."""
     with open(path, "rb") as handle:
         head = handle.read(128)
         if len(head) < 4 or is_mat_v4(head):
@@ -282,13 +256,13 @@ def _whosmat(path: Path) -> list[tuple[str, tuple[int, ...], str]]:
 
 def read_mat_arrays(path: Path, names: list[str] | None = None):
     """Variables of a MATLAB file as arrays in their MATLAB class (`mat_dtype=True`), all or the
-    `names` given; MATLAB has no 1-D arrays, so vectors come back as (1, n) or (n, 1). A v7.3
-    file gives a mapping that reads each variable when it is first used
-    (`sgh.data.hdf5_files.read_mat73_arrays`)."""
+    `names` given; vectors come back as (1, n) or (n, 1). All of a v7.3 file's come as a lazy
+    mapping (`sgh.data.hdf5_files.Mat73Arrays`)."""
     if is_mat_v73(path):
-        from sgh.data.hdf5_files import read_mat73_arrays
+        from sgh.data.hdf5_files import Mat73Arrays
 
-        return read_mat73_arrays(path, names)
+        arrays = Mat73Arrays(path)
+        return arrays if names is None else {name: arrays[name] for name in names}
     import scipy.io
 
     complex_names = _check_mat_file(path)
@@ -305,17 +279,14 @@ def read_mat_arrays(path: Path, names: list[str] | None = None):
     return {name: value for name, value in variables.items() if not name.startswith("__")}
 
 
-# What each kind of special file is called in messages (`stat.S_IFMT` of its mode).
 _SPECIAL_FILES = {stat.S_IFIFO: "a named pipe (FIFO)", stat.S_IFCHR: "a character device",
                   stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
 def refuse_special_file(path, setting: str | None = None, expected: str | None = None) -> None:
-    """Refuse, before anything opens it, a path that is neither a regular file nor a directory
-    (a FIFO, a device, a socket: opening or reading one can block forever or never end) and a
-    loop of symbolic links; a path that does not exist is left to the caller's message.
-    `setting` (`dataset.path`, `input`, ...) names the key that chose the path; `expected`
-    says what is accepted (by default, a file of `ACCEPTED_SUFFIXES`)."""
+    """Refuse, before anything opens it, a special file (a FIFO, a device, a socket: reading one
+    can block forever or never end) or a loop of symbolic links; a missing path is left to the
+    caller. `setting` names the key that chose the path, `expected` what is accepted."""
     named = f"{setting}={path}" if setting else f"{path}"
     try:
         mode = os.stat(path).st_mode

@@ -1,9 +1,7 @@
 """Retrieval metrics of Hamming rankings: pure functions on packed codes, explicit conventions.
 
-Its modules, one line each: docs/development.md.
-Relevance (1-D labels, 2-D multi-label matrices, ground-truth ids) is :mod:`sgh.metrics.relevance`.
-:data:`CONVENTIONS` and :func:`conventions` give the conventions as text, to be written next to
-every reported number.
+Its modules, one line each: docs/development.md. :data:`CONVENTIONS` and :func:`conventions`
+give the conventions as text, to be written next to every reported number.
 """
 
 from sgh.metrics.conventions import (

@@ -1,9 +1,9 @@
 """The conventions behind every metric, as choices to validate and as text for results files.
 
-Papers silently disagree about ties, cut-offs, denominators and empty queries, which is the most
-common reason numbers do not reproduce; every number this package reports therefore travels with
-the policies that produced it (:func:`conventions`), and per-query values are averaged by one
-function (:func:`average_over_queries`) so that every metric of a call scores the same queries.
+Papers silently disagree about ties, cut-offs, denominators and empty queries, so every number
+this package reports travels with the policies that produced it (:func:`conventions`), and
+per-query values are averaged by one function (:func:`average_over_queries`) so that every
+metric of a call scores the same queries.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from sgh.errors import check_choice
 TIES = ("expected", "stable")
 DENOMINATORS = ("retrieved", "min_rk", "r")  # of mAP@k (eval.map_k_denominator)
 NO_RELEVANT_POLICIES = ("skip", "zero", "error")
-# "retrieved" is what the deep-hashing code that published mAP@K tables computes (e.g. the
-# CalcTopMap of DeepHash / HashNet / DSH ports), so it is the default that makes our numbers
-# comparable; "min_rk" is the better-behaved choice when comparing methods among themselves.
+# "retrieved" is what the deep-hashing code behind published mAP@K tables computes (DeepHash's
+# CalcTopMap), so the default makes our numbers comparable; "min_rk", which does not reward a
+# single relevant item at rank 1, is the better choice to compare methods among themselves.
 DEFAULT_DENOMINATOR = "retrieved"
 
 _TIES_TEXT = {
@@ -40,14 +40,11 @@ _DENOMINATOR_TEXT = {
     "min_rk": "AP@K divides by min(R, K)",
     "r": "AP@K divides by R, the number of relevant database items",
 }
-
-
 _POLICIES = {"ties": TIES, "denominator": DENOMINATORS, "no_relevant": NO_RELEVANT_POLICIES}
 
 
 def check_policies(**policies: object) -> None:
-    """:func:`check_choice` of each policy given by keyword (``ties``, ``denominator``,
-    ``no_relevant``), in the order given: the first bad one raises."""
+    """:func:`check_choice` of each policy given by keyword, in order: the first bad one raises."""
     for name, value in policies.items():
         check_choice(name, value, _POLICIES[name])
 
@@ -61,9 +58,8 @@ def check_cutoffs(values: int | Iterable[int], name: str = "k_values") -> list[i
     return [int(value) for value in array]
 
 
-def conventions(
-    ties: str = "expected", no_relevant: str = "skip", denominator: str = DEFAULT_DENOMINATOR
-) -> dict[str, str]:
+def conventions(ties: str = "expected", no_relevant: str = "skip",
+                denominator: str = DEFAULT_DENOMINATOR) -> dict[str, str]:
     """The conventions behind the numbers of :mod:`sgh.metrics`, as text for results files."""
     check_policies(ties=ties, no_relevant=no_relevant, denominator=denominator)
     return {
@@ -97,10 +93,8 @@ def conventions(
 CONVENTIONS = conventions()
 
 
-# ---- what the reports say -------------------------------------------------------------------
-# The one table of how reported numbers are named and what they mean. `metrics.json` and
-# `eval.json` carry RESULT_CONVENTIONS; the printed results table takes its row labels from
-# LABELS, and `sgh-compare` its captions and axis titles from LABELS and SUMMARIES.
+# The one table of how reported numbers are named and what they mean: `metrics.json` and
+# `eval.json` carry RESULT_CONVENTIONS; the printed table and `sgh-compare` use LABELS, SUMMARIES.
 LABELS = {
     "map": "mAP@all, label relevance, {ties}",
     "map_stable": "mAP@all, label relevance, ties by index",
@@ -154,30 +148,21 @@ RESULT_CONVENTIONS = {
 }
 
 
-def average_over_queries(
-    per_query: dict[str, np.ndarray], relevant_counts: np.ndarray, no_relevant: str
-) -> dict:
+def average_over_queries(per_query: dict[str, np.ndarray], relevant_counts: np.ndarray,
+                         no_relevant: str) -> dict:
     """Mean of each per-query metric under the no-relevant-item policy, plus the query counts.
 
-    Args:
-        per_query: name -> ``(n_queries, ...)`` float values; nan is allowed only for queries
-            with no relevant item (R = 0), where the metric is undefined (AP, recall).
-        relevant_counts: ``(n_queries,)`` R of each query.
-        no_relevant: ``"skip"`` (means over queries with R > 0), ``"zero"`` (queries with R = 0
-            score 0; means over all queries) or ``"error"`` (raise if any query has R = 0).
-
-    Returns:
-        dict with name -> mean (float, or float64 array for per-query arrays with more axes;
-        nan when no query is scored), ``n_queries``, ``n_scored``, ``n_no_relevant``,
-        ``no_relevant_policy``.
+    ``per_query``: name -> ``(n_queries, ...)`` floats, nan only where R = 0 (``relevant_counts``)
+    leaves the metric undefined (AP, recall). Returns name -> mean (an array for per-query arrays
+    with more axes; nan when no query is scored), ``n_queries``, ``n_scored``,
+    ``n_no_relevant``, ``no_relevant_policy``.
     """
     check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
     missing = relevant_counts == 0
     if no_relevant == "error" and missing.any():
-        raise ValueError(
-            f"{int(missing.sum())} of {missing.size} queries have no relevant database item "
-            f"(first: query {int(np.flatnonzero(missing)[0])}); use no_relevant='skip' or 'zero'"
-        )
+        raise ValueError(f"{int(missing.sum())} of {missing.size} queries have no relevant "
+                         f"database item (first: query {int(np.flatnonzero(missing)[0])}); use "
+                         "no_relevant='skip' or 'zero'")
     scored = ~missing if no_relevant == "skip" else np.ones_like(missing)
     result: dict = {}
     for name, values in per_query.items():
@@ -187,10 +172,21 @@ def average_over_queries(
         values = np.where(missing_rows & np.isnan(values), 0.0, values)[scored]
         mean = values.mean(axis=0) if values.shape[0] else np.full(values.shape[1:], np.nan)
         result[name] = float(mean) if np.ndim(mean) == 0 else mean
-    result.update(
-        n_queries=int(missing.size),
-        n_scored=int(scored.sum()),
-        n_no_relevant=int(missing.sum()),
-        no_relevant_policy=no_relevant,
-    )
+    result.update(n_queries=int(missing.size), n_scored=int(scored.sum()),
+                  n_no_relevant=int(missing.sum()), no_relevant_policy=no_relevant)
     return result
+
+
+def average_precision_of_sums(precision_sums: np.ndarray, total_relevant: np.ndarray,
+                              retrieved: np.ndarray | None, k: int | None, n_database: int,
+                              denominator: str) -> np.ndarray:
+    """AP@K (AP@all for ``k=None``) = (sum of precision at relevant ranks <= K) / D, with D by
+    ``denominator`` (R over the whole ranking); 0 when D = 0, nan where R = 0."""
+    if k is None or k >= n_database or denominator == "r":
+        divisor = total_relevant
+    elif denominator == "retrieved":
+        divisor = retrieved
+    else:
+        divisor = np.minimum(total_relevant, k)
+    ap = np.divide(precision_sums, divisor, out=np.zeros(divisor.shape), where=divisor > 0)
+    return np.where(total_relevant > 0, ap, np.nan)

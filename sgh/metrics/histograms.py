@@ -2,35 +2,28 @@
 
 With ``bits``-bit codes a ranking has only ``bits + 1`` distinct distances, so everything a
 tie-aware metric needs about a query is two histograms over the distances 0..bits: how many
-database items, and how many relevant items, lie at each distance. Every tie-aware metric of
-this package is a function of those histograms (O(n_database + bits) per query, no sort), so one
-scan serves any number of metrics. Tie-broken ("stable") top-K metrics also need, for each
-relevant item, its rank when ties are broken by database index; one more pass in database order
-gets those ranks from the histograms and running counters, again without sorting.
+database items, and how many relevant items, lie at each distance. Every tie-aware metric is a
+function of those histograms (no sort), so one scan serves any number of metrics. Tie-broken
+("stable") top-K metrics also need each relevant item's rank with ties broken by database index;
+one more pass in database order gets those from the histograms and running counters.
 
-The scan (kernels in :mod:`sgh.metrics.kernels`): the database is sorted once by relevance class
-(label, or label set; :mod:`sgh.metrics.relevance`) so that, for a given query, relevance is
-constant over each class segment; a fused XOR + popcount + increment loop then counts (relevant?,
-distance) pairs per query with no intermediate arrays. Queries are split into tasks run by a
-thread pool; the kernels release the GIL, so the workers use separate cores. Results never
-depend on the number of workers: every count is an exact integer, and each query's stable sums
-are accumulated by one thread in database order.
+The scan (:mod:`sgh.metrics.kernels`): the database is sorted once by relevance class (label,
+or label set) so that, for a given query, relevance is constant over each class segment. Queries
+are split into tasks on a thread pool; the kernels release the GIL. Results never depend on the
+number of workers: every count is an exact integer, and each query's stable sums are accumulated
+by one thread in database order.
 
-Memory bound (bytes; W = 8 * ceil(bits / 64), the bytes of a code as 64-bit words), linear in
-the database and the queries, never in their product:
-* shared: the database as words, grouped by class, W per item; while grouping, the words in
-  index order (W per item) and the sort order (8 per item); with stable cut-offs the index-order
-  words are kept, plus the item classes (8 per item); the query words, W per query; the output,
-  16 * (bits + 1) per query (+ 16 per stable cut-off); the relevance's class ids (1 to 8 per
-  item, :mod:`sgh.metrics.relevance`);
+Memory (bytes; W = 8 * ceil(bits / 64)) is linear in the database and the queries, never in
+their product:
+* shared: the database words grouped by class, W per item (while grouping, also the words in
+  index order, W, and the sort order, 8); with stable cut-offs the index-order words and the
+  item classes (8 per item); the query words, W per query; the output, 16 * (bits + 1) per
+  query (+ 16 per stable cut-off); the relevance's class ids (1 to 8 per item);
 * per task (one per worker at a time): the class relevance table, at most
   max(:data:`TABLE_CELLS`, 4 x classes) bytes (multi-label: plus 8 per cell and label word
-  while it is built), and 16 * (bits + 1) bytes of histograms per task query.
-For 1,000 queries x 1,000,000 64-bit codes, 10 labels, 2 workers: ~25 MB at the peak,
-whatever the number of workers (the traced peaks: ``docs/performance.md``, evaluation speed).
-"The database" above is one shard: beyond
-:data:`SHARD_ITEMS` items the database is scanned shard by shard, so the shared copies stop
-growing there, and the database codes themselves may be a memory map.
+  while built), and 16 * (bits + 1) per task query.
+"The database" is one shard: beyond :data:`SHARD_ITEMS` items it is scanned shard by shard, so
+the shared copies stop growing, and the database codes may be a memory map.
 """
 
 from __future__ import annotations
@@ -49,16 +42,14 @@ from sgh.metrics import kernels
 from sgh.metrics.relevance import Relevance, label_relevance
 
 DEFAULT_WORKERS = max(1, min(8, os.cpu_count() or 1))
-# Tasks per worker: small enough to balance uneven finishing times, large enough that the
-# per-task Python overhead (~50 us) is nothing next to a task's scan.
+# Tasks per worker: enough to balance uneven finishing times, few enough that the per-task
+# Python overhead is nothing next to a task's scan.
 TASKS_PER_WORKER = 4
 # Cells (task queries x classes) of a task's class relevance table: bounds its memory when
 # multi-label data have very many distinct label sets.
 TABLE_CELLS = 1 << 21
-# Database items scanned at a time. A larger database is scanned in shards of this many items,
-# in index order: the engine's own copies (words, grouped words, sort order) are then of one
-# shard, the histograms add up over shards, and the stable ranks carry over from one shard to
-# the next, so the results are the same. 2^24 items of 64-bit codes: ~400 MB of copies.
+# Database items scanned at a time, in index order: the histograms add up over shards and the
+# stable ranks carry over from one to the next, so the results are the same.
 SHARD_ITEMS = 1 << 24
 
 
@@ -66,16 +57,11 @@ SHARD_ITEMS = 1 << 24
 class DistanceHistograms:
     """Per-query distance histograms, and stable top-K statistics if requested.
 
-    Attributes:
-        counts: ``(n_queries, bits + 1)`` int64, database items at each Hamming distance.
-        relevant: ``(n_queries, bits + 1)`` int64, relevant database items at each distance.
-        n_database: number of database items.
-        stable_cutoffs: ``(n_cutoffs,)`` int64 cut-offs K (<= n_database, sorted, distinct) of
-            the stable arrays.
-        stable_precision_sums: ``(n_queries, n_cutoffs)`` float64 or None: with ties broken by
-            database index, the sum over relevant items ranked <= K of precision at their rank.
-        stable_relevant_retrieved: ``(n_queries, n_cutoffs)`` int64 or None: relevant items
-            among the first K of that ranking.
+    ``counts`` and ``relevant``: ``(n_queries, bits + 1)`` int64, all / relevant database items
+    at each Hamming distance. With ties broken by database index, for each of the sorted,
+    distinct ``stable_cutoffs`` K (<= n_database), ``(n_queries, n_cutoffs)`` or None:
+    ``stable_precision_sums``, the sum of precision at the ranks <= K of relevant items, and
+    ``stable_relevant_retrieved``, the relevant items among the first K.
     """
 
     counts: np.ndarray
@@ -84,12 +70,6 @@ class DistanceHistograms:
     stable_cutoffs: np.ndarray
     stable_precision_sums: np.ndarray | None = None
     stable_relevant_retrieved: np.ndarray | None = None
-
-
-def check_workers(workers: int | None) -> int:
-    if workers is None:
-        return DEFAULT_WORKERS
-    return check_int("workers", workers, 1)
 
 
 class _Scan:
@@ -154,15 +134,10 @@ class _Scan:
         query_words = self.query_words[queries]
         table = self._segment_relevance(queries)
         split = np.zeros((n_task, 2, self.levels), dtype=np.int64)
-        kernels.relevance_histograms(
-            query_words,
-            self.grouped_words.reshape(-1),
-            self.segment_starts,
-            table,
-            split,
-            kernels.items_per_tile(self.grouped_words),
-            kernels.word_count(self.grouped_words),
-        )
+        kernels.relevance_histograms(query_words, self.grouped_words.reshape(-1),
+                                     self.segment_starts, table, split,
+                                     kernels.items_per_tile(self.grouped_words),
+                                     kernels.word_count(self.grouped_words))
         if self.by_ids:
             relevant = self._neighbour_histogram(queries)
             split[:, 0] -= relevant
@@ -175,20 +150,12 @@ class _Scan:
         ``found``, carrying the task's ``ranks`` (:func:`kernels.initial_ranks`) along."""
         ids = (self.relevance.ids[queries].astype(np.int64) if self.by_ids
                else np.zeros((queries.stop - queries.start, 0), dtype=np.int64))
-        kernels.stable_statistics(
-            self.query_words[queries],
-            self.index_words.reshape(-1),
-            self.item_classes,
-            self._segment_relevance(queries),
-            ids,
-            ranks[0][queries],
-            ranks[1][queries],
-            self.cutoffs,
-            precision_sums[queries],
-            found[queries],
-            kernels.items_per_tile(self.index_words),
-            kernels.word_count(self.index_words),
-        )
+        kernels.stable_statistics(self.query_words[queries], self.index_words.reshape(-1),
+                                  self.item_classes, self._segment_relevance(queries), ids,
+                                  ranks[0][queries], ranks[1][queries], self.cutoffs,
+                                  precision_sums[queries], found[queries],
+                                  kernels.items_per_tile(self.index_words),
+                                  kernels.word_count(self.index_words))
 
 
 def _task_slices(n_queries: int, n_segments: int, workers: int) -> list[slice]:
@@ -197,33 +164,17 @@ def _task_slices(n_queries: int, n_segments: int, workers: int) -> list[slice]:
     per_task = n_queries if workers == 1 else -(-n_queries // (TASKS_PER_WORKER * workers))
     per_task = min(per_task, TABLE_CELLS // max(1, n_segments))
     per_task = max(block, -(-per_task // block) * block)
-    return [
-        slice(start, min(start + per_task, n_queries)) for start in range(0, n_queries, per_task)
-    ]
+    return [slice(start, min(start + per_task, n_queries))
+            for start in range(0, n_queries, per_task)]
 
 
-def distance_histograms(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    relevance: Relevance,
-    stable_cutoffs: Iterable[int] = (),
-    workers: int | None = None,
-) -> DistanceHistograms:
-    """Scan all (query, database item) pairs once; see the module docstring for the method.
+def distance_histograms(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+                        relevance: Relevance, stable_cutoffs: Iterable[int] = (),
+                        workers: int | None = None) -> DistanceHistograms:
+    """Scan all (query, database item) pairs of packed uint8 codes once (see the module doc).
 
-    Args:
-        query_codes: ``(n_queries, ceil(bits/8))`` uint8 packed codes.
-        database_codes: ``(n_database, ceil(bits/8))`` uint8 packed codes, n_database >= 1.
-        bits: code length.
-        relevance: from :func:`sgh.metrics.relevance.label_relevance` or
-            ``neighbour_relevance``, sized to these queries and database.
-        stable_cutoffs: cut-offs K >= 1 of the stable (ties by index) statistics; values above
-            n_database are clipped to it. Empty: histograms only.
-        workers: threads (default :data:`DEFAULT_WORKERS`); results do not depend on it.
-
-    Returns:
-        :class:`DistanceHistograms`.
+    ``relevance``: of :mod:`sgh.metrics.relevance`, sized to these codes. ``stable_cutoffs``: K
+    >= 1 of the stable statistics, clipped to n_database (empty: histograms only).
     """
     query_codes = validate_codes(query_codes, bits, "query codes")
     database_codes = validate_codes(database_codes, bits, "database codes")
@@ -231,11 +182,10 @@ def distance_histograms(
     if n_database == 0:
         raise ValueError("the database is empty (0 codes); nothing can be retrieved")
     if (relevance.n_queries, relevance.n_database) != (n_queries, n_database):
-        raise ValueError(
-            f"relevance is for {relevance.n_queries} queries x {relevance.n_database} database "
-            f"items but the codes are {n_queries} x {n_database}"
-        )
-    workers = check_workers(workers)
+        raise ValueError(f"relevance is for {relevance.n_queries} queries x "
+                         f"{relevance.n_database} database items but the codes are "
+                         f"{n_queries} x {n_database}")
+    workers = DEFAULT_WORKERS if workers is None else check_int("workers", workers, 1)
     cutoffs = np.unique(np.minimum(np.asarray(list(stable_cutoffs), dtype=np.int64), n_database))
     shards = [(start, min(start + SHARD_ITEMS, n_database))
               for start in range(0, n_database, SHARD_ITEMS)]
@@ -266,14 +216,10 @@ def distance_histograms(
             tasks = _task_slices(n_queries, scan.n_segments, workers)
             _map(partial(scan.stable, ranks=ranks, precision_sums=precision_sums, found=found),
                  tasks, workers)
-    return DistanceHistograms(
-        counts=split.sum(axis=1),
-        relevant=split[:, 1].copy(),
-        n_database=n_database,
-        stable_cutoffs=cutoffs,
-        stable_precision_sums=precision_sums if cutoffs.size else None,
-        stable_relevant_retrieved=found if cutoffs.size else None,
-    )
+    return DistanceHistograms(counts=split.sum(axis=1), relevant=split[:, 1].copy(),
+                              n_database=n_database, stable_cutoffs=cutoffs,
+                              stable_precision_sums=precision_sums if cutoffs.size else None,
+                              stable_relevant_retrieved=found if cutoffs.size else None)
 
 
 def _map(function, tasks: list[slice], workers: int) -> list:
@@ -284,29 +230,19 @@ def _map(function, tasks: list[slice], workers: int) -> list:
         return list(pool.map(function, tasks))
 
 
-def label_histograms(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    query_labels: np.ndarray,
-    database_labels: np.ndarray,
-    stable_cutoffs: Iterable[int] = (),
-    workers: int | None = None,
-) -> DistanceHistograms:
+def label_histograms(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+                     query_labels: np.ndarray, database_labels: np.ndarray,
+                     stable_cutoffs: Iterable[int] = (),
+                     workers: int | None = None) -> DistanceHistograms:
     """:func:`distance_histograms` with relevance from labels (1-D single or 2-D multi-label)."""
     query_codes = validate_codes(query_codes, bits, "query codes")
     database_codes = validate_codes(database_codes, bits, "database codes")
-    for name, labels, codes in (
-        ("query", query_labels, query_codes),
-        ("database", database_labels, database_codes),
-    ):
+    for name, labels, codes in (("query", query_labels, query_codes),
+                                ("database", database_labels, database_codes)):
         shape = np.shape(labels)
         if len(shape) not in (1, 2) or shape[0] != codes.shape[0]:
-            raise ValueError(
-                f"{name}_labels must have one label (1-D) or one 0/1 label row (2-D) per {name} "
-                f"code ({codes.shape[0]}), got shape {shape}"
-            )
+            raise ValueError(f"{name}_labels must have one label (1-D) or one 0/1 label row "
+                             f"(2-D) per {name} code ({codes.shape[0]}), got shape {shape}")
     relevance = label_relevance(query_labels, database_labels)
-    return distance_histograms(
-        query_codes, database_codes, bits, relevance, stable_cutoffs, workers
-    )
+    return distance_histograms(query_codes, database_codes, bits, relevance, stable_cutoffs,
+                               workers)

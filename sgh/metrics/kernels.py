@@ -3,26 +3,21 @@
 Codes arrive as unsigned 64-bit words (:func:`code_words`): queries as ``(b, n_words)`` rows,
 the database flattened to ``(n * n_words,)``. numba compiles each kernel once per number of words
 (:func:`word_count`), so for codes of up to 64 bits the inner loop is a bare XOR + ``popcnt`` +
-increment.
-
-Two kernels, both ``nogil`` so the engine's threads run them in parallel:
+increment. Both kernels are ``nogil``, so the engine's threads run them in parallel:
 
 * :func:`relevance_histograms` — for a block of queries, two histograms per query over the
   distances 0..bits: items that are not relevant, and items that are. The database is grouped
-  into *segments* inside which relevance is the same for a given query (the label classes of
-  :mod:`sgh.metrics.relevance`, after sorting the database by class), so the inner loop needs no
-  per-item relevance lookup: ``hist[query, relevant_of_segment, popcount(q ^ x)] += 1``.
+  into *segments* inside which relevance is the same for a given query (its label classes), so
+  the inner loop is ``hist[query, relevant_of_segment, popcount(q ^ x)] += 1``.
 * :func:`stable_statistics` — ties broken by database index, in one more pass in database order
   and without sorting: an item at distance d has rank ``#(items at distance < d) + #(items at
   distance d with a smaller index) + 1``; the first term comes from the histograms, the second
   from running counters. Likewise for the rank among relevant items, hence precision at every
   relevant rank, summed for each cut-off K.
 
-Why it is fast: the XOR + popcount + increment never leave registers and L1. Four queries share
-each database word load and update four independent histograms, which hides the store-to-load
-latency of consecutive increments of one bin; the database is walked in tiles of
-:data:`TILE_BYTES`, which stay in cache while every query passes over them. The throughput, with
-the command that measures it: ``docs/performance.md`` (evaluation speed).
+Four queries share each database word load and update four independent histograms, which hides
+the store-to-load latency of consecutive increments of one bin; the database is walked in tiles
+of :data:`TILE_BYTES`, which stay in cache while every query passes over them.
 """
 
 from __future__ import annotations
@@ -35,12 +30,8 @@ from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from sgh.compiled import compiled
 
-# Database bytes walked by every query before moving on. The speed hardly depends on it over a
-# wide range; 128 KB sits well inside a 1 MB L2.
-TILE_BYTES = 1 << 17
-# Queries sharing each database word load (the unrolled body of relevance_histograms). More gain
-# little on an idle machine and lose on a loaded one; 4 keeps the body short.
-QUERY_BLOCK = 4
+TILE_BYTES = 1 << 17  # database bytes walked by every query before moving on: inside L2
+QUERY_BLOCK = 4  # queries sharing each database word load (relevance_histograms' unrolled body)
 
 
 def code_words(packed: np.ndarray) -> np.ndarray:
@@ -56,9 +47,8 @@ def code_words(packed: np.ndarray) -> np.ndarray:
 def word_count(words: np.ndarray) -> tuple:
     """``(0,) * n_words`` for ``(n, n_words)`` words: the kernels' ``word_count`` argument.
 
-    The number of words per code travels as the *length of a tuple*, which is part of the
-    argument's type, so numba compiles one kernel per code length with the word loop fully
-    unrolled (a runtime count is much slower; ``numba.literally`` re-types every call).
+    The number of words travels as the *length of a tuple*, part of the argument's type, so numba
+    compiles one kernel per code length with the word loop unrolled (a runtime count is slower).
     """
     return (0,) * words.shape[1]
 
@@ -90,22 +80,17 @@ def _distance(query, database_words, item, n_words):
 
 
 @compiled
-def relevance_histograms(
-    query_words, database_words, segment_starts, segment_relevant, out, tile_items, word_count
-):
+def relevance_histograms(query_words, database_words, segment_starts, segment_relevant, out,
+                         tile_items, word_count):
     """Add each query's per-distance counts of non-relevant and relevant items to ``out``.
 
     Args:
         query_words: ``(b, n_words)`` uint64 (:func:`code_words`).
-        database_words: ``(n * n_words,)`` uint64, the database's words flattened (item i is
-            ``[i * n_words, (i + 1) * n_words)``), grouped into segments.
-        segment_starts: ``(n_segments + 1,)`` int64, non-decreasing, ``[0 .. n]``: segment s is
-            items ``segment_starts[s] .. segment_starts[s + 1] - 1`` (may be empty).
+        database_words: ``(n * n_words,)`` uint64, the database's words flattened, grouped into
+            segments: segment s is items ``segment_starts[s] .. segment_starts[s + 1] - 1``.
         segment_relevant: ``(b, n_segments)`` uint8, 1 where segment s is relevant to query j.
-        out: ``(b, 2, levels)`` int64, levels >= largest distance + 1: ``out[j, 0, d]`` +=
-            non-relevant items at distance d, ``out[j, 1, d]`` += relevant ones.
-        tile_items: database items per tile (:func:`items_per_tile`).
-        word_count: ``(0,) * n_words`` (:func:`word_count`).
+        out: ``(b, 2, levels)`` int64: ``out[j, 0, d]`` += non-relevant items at distance d,
+            ``out[j, 1, d]`` += relevant ones.
     """
     n_words = len(word_count)
     n_queries, levels = out.shape[0], out.shape[2]
@@ -162,52 +147,32 @@ def relevance_histograms(
 
 def initial_ranks(histograms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The ranks before the first item, for :func:`stable_statistics`: at each distance, the
-    number of items (relevant items) at smaller distances. ``histograms``: ``(b, 2, levels)``
-    int64 over the whole database, as from :func:`relevance_histograms` (non-relevant,
-    relevant; duplicate ids counted once)."""
+    number of items (relevant items) at smaller distances, from the whole database's
+    :func:`relevance_histograms`."""
     relevant = histograms[:, 1]
     items = histograms[:, 0] + relevant
-    last_rank = np.zeros_like(items)
-    last_relevant_rank = np.zeros_like(relevant)
-    last_rank[:, 1:] = np.cumsum(items, axis=1)[:, :-1]
-    last_relevant_rank[:, 1:] = np.cumsum(relevant, axis=1)[:, :-1]
-    return last_rank, last_relevant_rank
+    return np.cumsum(items, axis=1) - items, np.cumsum(relevant, axis=1) - relevant
 
 
 @compiled
-def stable_statistics(
-    query_words,
-    database_words,
-    item_classes,
-    class_relevant,
-    relevant_ids,
-    last_rank,
-    last_relevant_rank,
-    cutoffs,
-    precision_sums,
-    relevant_retrieved,
-    tile_items,
-    word_count,
-):
+def stable_statistics(query_words, database_words, item_classes, class_relevant, relevant_ids,
+                      last_rank, last_relevant_rank, cutoffs, precision_sums, relevant_retrieved,
+                      tile_items, word_count):
     """Top-K statistics of the ranking with ties broken by database index (see module doc).
 
     Relevance of item i to query j is ``class_relevant[j, item_classes[i]]``, or, when
     ``relevant_ids`` has columns, whether i is among the sorted ids ``relevant_ids[j]``.
 
     Args:
-        query_words, database_words: as in :func:`relevance_histograms`, database in index order.
-        item_classes: ``(n,)`` int64 class of each item (``(0,)`` with ``relevant_ids``).
-        class_relevant: ``(b, n_classes)`` uint8.
+        database_words: as in :func:`relevance_histograms`, in index order.
         relevant_ids: ``(b, k)`` int64 sorted ascending (``(b, 0)`` for class relevance); ids
             outside ``0..n - 1`` match no item (a database shard passes its ids shifted).
         last_rank, last_relevant_rank: ``(b, levels)`` int64 in/out: the rank (and rank among
             relevant items) of the last item seen at each distance; start from
             :func:`initial_ranks`, and carry them from one database shard to the next.
         cutoffs: ``(n_cutoffs,)`` int64 sorted ascending.
-        precision_sums: ``(b, n_cutoffs)`` float64, added to: sum of precision at each relevant
-            rank <= K (rank among relevant / rank).
-        relevant_retrieved: ``(b, n_cutoffs)`` int64, added to: relevant items ranked <= K.
-        tile_items, word_count: as in :func:`relevance_histograms`.
+        precision_sums, relevant_retrieved: ``(b, n_cutoffs)``, added to: the sum of precision
+            at each relevant rank <= K, and the relevant items ranked <= K.
     """
     n_words = len(word_count)
     n_queries = last_rank.shape[0]

@@ -14,37 +14,21 @@ from sgh.metrics.ranking import per_query_relevant_retrieved
 from sgh.metrics.relevance import neighbour_relevance
 
 
-def recall_at_n(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    groundtruth: np.ndarray,
-    n_values: int | Iterable[int],
-    k: int = 10,
-    ties: str = "expected",
-    workers: int | None = None,
-) -> dict[int, float]:
+def recall_at_n(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+                groundtruth: np.ndarray, n_values: int | Iterable[int], k: int = 10,
+                ties: str = "expected", workers: int | None = None) -> dict[int, float]:
     """Recall K@N (the SGH paper's metric): how many true neighbours the Hamming ranking finds.
 
-    For each query, the fraction of its first ``k`` ground-truth ids (each distinct id once)
-    found among the first N items of the Hamming ranking; averaged over queries (every query
-    counts, denominator K). With ``ties="expected"``, let the cut-off distance be the first
-    distance whose cumulative count reaches N: ground-truth items strictly closer count 1, items
-    at the cut-off count ``(N - #closer) / #at_cut-off`` (their probability of being in the
-    first N under a uniformly random order within the level), farther items 0. With
-    ``ties="stable"`` the ranking breaks ties by database index. N >= n_database retrieves
-    everything (recall 1). Computed by the engine of :mod:`sgh.metrics.histograms` with the
-    ground truth as a sparse relevance.
+    For each query, the fraction of its first ``k`` ground-truth ids (``groundtruth``: ``(n_queries,
+    >= k)`` database ids, nearest first; each distinct id once) found among the first N items of
+    the Hamming ranking; averaged over queries (every query counts, denominator K). With
+    ``ties="expected"``, let the cut-off distance be the first distance whose cumulative count
+    reaches N: ground-truth items strictly closer count 1, items at the cut-off count ``(N -
+    #closer) / #at_cut-off`` (their probability of being in the first N under a uniformly random
+    order within the level), farther items 0. With ``ties="stable"`` the ranking breaks ties by
+    database index. N >= n_database retrieves everything (recall 1).
 
-    Args:
-        groundtruth: ``(n_queries, >= k)`` integer database ids of the true neighbours, nearest
-            first (e.g. :func:`sgh.data.neighbours.euclidean_neighbours`).
-        n_values: one or more cut-offs N >= 1.
-        k: number of ground-truth neighbours per query (K).
-        workers: threads (default: up to 8, one per core); results do not depend on it.
-
-    Returns:
-        ``{N: recall}`` with python int keys in the order given; nan if there are no queries.
+    Returns ``{N: recall}`` for the cut-offs ``n_values``, in the order given; nan without queries.
     """
     check_choice("ties", ties, TIES)
     query_codes = validate_codes(query_codes, bits, "query codes")
@@ -53,9 +37,8 @@ def recall_at_n(
         raise ValueError("the database is empty (0 codes); nothing can be retrieved")
     cutoffs = check_cutoffs(n_values, "n_values")
     relevance = neighbour_relevance(groundtruth, k, len(query_codes), len(database_codes))
-    histograms = distance_histograms(
-        query_codes, database_codes, bits, relevance, cutoffs if ties == "stable" else (), workers
-    )
+    histograms = distance_histograms(query_codes, database_codes, bits, relevance,
+                                     cutoffs if ties == "stable" else (), workers)
     recalls = {}
     for cutoff in cutoffs:
         found = per_query_relevant_retrieved(histograms, cutoff, ties)

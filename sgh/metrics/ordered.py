@@ -2,18 +2,11 @@
 
 A real-valued score leaves no ties worth modelling, so these rankings break the rare equal scores
 by database id and every metric is the plain one of that order: the definitions are those of the
-Hamming engine's ``ties="stable"`` (:mod:`sgh.metrics.ranking`), and on a Hamming ranking with
-ties by id the two give the same numbers (the tests check it).
+Hamming engine's ``ties="stable"`` (:mod:`sgh.metrics.ranking`), which gives the same numbers on
+a Hamming ranking with ties by id. Label metrics skip (and count) queries with no relevant item.
 
-* labels: mAP@all (over the whole ranking), mAP@K with the chosen denominator, P@K, R@K;
-  relevance as :func:`sgh.metrics.relevance.label_relevance` (same label / a shared label);
-  queries with no relevant item are skipped and counted.
-* neighbours: Recall K@N, the share of each query's first K ground-truth ids (each distinct id
-  once, denominator K) among the first N of the ranking.
-
-Rankings arrive in blocks of queries (:meth:`order_blocks(depth)` of
-:mod:`sgh.search.rankings`), ``depth`` ids per query: the whole database when labels are scored
-(mAP@all needs it), else the largest N.
+Rankings arrive in blocks of queries (``order_blocks(depth)`` of :mod:`sgh.search.rankings`),
+``depth`` ids per query: the whole database when labels are scored (mAP@all), else the largest N.
 """
 
 from __future__ import annotations
@@ -23,7 +16,12 @@ from collections.abc import Iterable
 import numpy as np
 
 from sgh.errors import check_choice
-from sgh.metrics.conventions import DEFAULT_DENOMINATOR, DENOMINATORS, average_over_queries
+from sgh.metrics.conventions import (
+    DEFAULT_DENOMINATOR,
+    DENOMINATORS,
+    average_over_queries,
+    average_precision_of_sums,
+)
 from sgh.metrics.relevance import label_relevance, neighbour_relevance
 
 
@@ -44,9 +42,8 @@ def ordered_metrics(ranking, n_queries: int, n_database: int,
     map_k, recall_n = [int(k) for k in map_k], [int(n) for n in recall_n]
     labelled = database_labels is not None
     relevance = label_relevance(query_labels, database_labels) if labelled else None
-    neighbours = None
-    if groundtruth is not None:
-        neighbours = neighbour_relevance(groundtruth, recall_k, n_queries, n_database)
+    neighbours = (neighbour_relevance(groundtruth, recall_k, n_queries, n_database)
+                  if groundtruth is not None else None)
     depth = n_database if labelled else min(n_database, max(recall_n, default=1))
     per_query: dict[str, list[np.ndarray]] = {}
     found: dict[int, list[np.ndarray]] = {n: [] for n in recall_n}
@@ -57,7 +54,7 @@ def ordered_metrics(ranking, n_queries: int, n_database: int,
             for key, values in _label_block(relevant, map_k, denominator).items():
                 per_query.setdefault(key, []).append(values)
         if neighbours is not None:
-            hits = _neighbour_hits(orders, neighbours, q0, q1)
+            hits = neighbour_hits(orders, neighbours, q0, q1)
             for n in recall_n:
                 found[n].append(hits[:, : min(n, hits.shape[1])].sum(axis=1))
     result: dict = {}
@@ -69,7 +66,6 @@ def ordered_metrics(ranking, n_queries: int, n_database: int,
         result["map_queries_without_relevant"] = averaged["n_no_relevant"]
     for n in recall_n:
         hits = np.concatenate(found[n]) if found[n] else np.zeros(0)
-        # N >= the database retrieves everything: every neighbour is found.
         result[f"recall{recall_k}@{n}"] = (
             float(hits.sum() / (hits.size * recall_k)) if hits.size else float("nan"))
     return result
@@ -78,35 +74,26 @@ def ordered_metrics(ranking, n_queries: int, n_database: int,
 def _label_block(relevant: np.ndarray, map_k: list[int], denominator: str) -> dict:
     """Per-query label metrics of a block of full rankings (``relevant``: ``(b, n)`` bool)."""
     n = relevant.shape[1]
-    ranks = np.arange(1, n + 1)
     cumulative = np.cumsum(relevant, axis=1)
     total = cumulative[:, -1]
-    # Precision at each relevant item's rank, 0 elsewhere.
-    precision_at_hits = np.where(relevant, cumulative / ranks, 0.0)
-    sums = np.cumsum(precision_at_hits, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = {"_relevant": total, "map": np.where(total > 0, sums[:, -1] / total, np.nan)}
-        for k in map_k:
-            at = min(k, n) - 1
-            retrieved = cumulative[:, at]
-            if k >= n:
-                divisor = total
-            elif denominator == "retrieved":
-                divisor = retrieved
-            elif denominator == "min_rk":
-                divisor = np.minimum(total, k)
-            else:
-                divisor = total
-            ap = np.divide(sums[:, at], divisor, out=np.zeros(len(total)), where=divisor > 0)
-            out[f"map@{k}"] = np.where(total > 0, ap, np.nan)
-            out[f"precision@{k}"] = retrieved / min(k, n)
+    # Sums of precision at each relevant item's rank.
+    sums = np.cumsum(np.where(relevant, cumulative / np.arange(1, n + 1), 0.0), axis=1)
+    out = {"_relevant": total,
+           "map": average_precision_of_sums(sums[:, -1], total, None, None, n, denominator)}
+    for k in map_k:
+        at = min(k, n) - 1
+        retrieved = cumulative[:, at]
+        out[f"map@{k}"] = average_precision_of_sums(sums[:, at], total, retrieved, k, n,
+                                                    denominator)
+        out[f"precision@{k}"] = retrieved / min(k, n)
+        with np.errstate(invalid="ignore", divide="ignore"):
             out[f"recall@{k}"] = retrieved / total
     return out
 
 
-def _neighbour_hits(orders: np.ndarray, neighbours, q0: int, q1: int) -> np.ndarray:
-    """``(b, depth)`` bool: whether the item at each rank is one of the query's distinct first-K
-    ground-truth ids."""
+def neighbour_hits(orders: np.ndarray, neighbours, q0: int, q1: int) -> np.ndarray:
+    """``(b, depth)`` bool: whether the item at each rank (``orders``, ids; -1 for none) is one of
+    the query's distinct first-K ground-truth ids (``neighbours``, rows ``q0..q1 - 1``)."""
     ids, distinct = neighbours.ids[q0:q1], neighbours.distinct[q0:q1]
     # ids rows are sorted: a binary search per ranked item finds whether it is among them.
     hits = np.zeros(orders.shape, dtype=bool)

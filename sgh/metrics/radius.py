@@ -4,15 +4,14 @@ Hash lookup retrieves every database item within Hamming distance r of the query
 distance <= r; some libraries' range search is strict, ``< r``). Whole distance levels are in or
 out, so the tie policy does not matter. Per query, from the per-distance histograms:
 
-* precision = relevant retrieved / retrieved; a query that retrieves nothing has precision 0
-  (declared policy; such queries are counted in ``n_retrieved_nothing``);
+* precision = relevant retrieved / retrieved; 0 for a query that retrieves nothing (counted,
+  among the scored queries, in ``n_retrieved_nothing``);
 * recall = relevant retrieved / R;
 * F1 = 2 P R / (P + R) of the *mean* precision and the *mean* recall (the usual table entry; a
   mean of per-query F1 would differ), 0 when both are 0.
 
-Queries with no relevant item (R = 0) follow ``no_relevant`` like every metric
-(:func:`sgh.metrics.conventions.average_over_queries`); ``n_retrieved_nothing`` counts among the
-scored queries. The PR curve is the same at every radius 0..bits, from one cumulative sum.
+Queries with no relevant item (R = 0) follow ``no_relevant`` like every metric. The PR curve is
+the same at every radius 0..bits, from one cumulative sum.
 """
 
 from __future__ import annotations
@@ -25,29 +24,20 @@ from sgh.metrics.histograms import DistanceHistograms, label_histograms
 
 
 def check_radius(radius: int, bits: int) -> int:
-    # Beyond ``bits`` retrieves everything, as ``bits`` does.
+    """The validated radius's column of the curve: beyond ``bits`` retrieves everything too."""
     return min(check_int("radius", radius, 0), bits)
 
 
 def per_query_lookup(counts: np.ndarray, relevant: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-query lookup metrics at every radius 0..bits from per-distance histograms.
-
-    Args:
-        counts, relevant: ``(n_queries, bits + 1)`` counts of all / relevant items per distance.
-
-    Returns:
-        dict of ``(n_queries, bits + 1)`` float64 arrays, column r = radius r: ``precision``
-        (0 where nothing is retrieved), ``recall`` (nan where R = 0) and ``retrieved_nothing``
-        (1.0 / 0.0).
-    """
+    """``precision``, ``recall`` (nan where R = 0) and ``retrieved_nothing``, ``(n_queries,
+    bits + 1)`` with column r = radius r, from the per-distance counts of all / relevant items."""
     retrieved = np.cumsum(counts, axis=1)
     relevant_retrieved = np.cumsum(relevant, axis=1).astype(np.float64)
     total_relevant = relevant_retrieved[:, -1:]
     with np.errstate(invalid="ignore", divide="ignore"):
         recall = relevant_retrieved / total_relevant
-    precision = np.divide(
-        relevant_retrieved, retrieved, out=np.zeros(retrieved.shape), where=retrieved > 0
-    )
+    precision = np.divide(relevant_retrieved, retrieved, out=np.zeros(retrieved.shape),
+                          where=retrieved > 0)
     return {"precision": precision, "recall": recall, "retrieved_nothing": retrieved == 0}
 
 
@@ -59,89 +49,52 @@ def f1_of_means(precision: float, recall: float) -> float:
     return float(2 * precision * recall / total) if total > 0 else 0.0
 
 
-def summarise_lookup(per_query: dict, total_relevant: np.ndarray, no_relevant: str) -> dict:
-    """Means over scored queries of :func:`per_query_lookup` (arrays over radii 0..bits)."""
-    result = average_over_queries(per_query, total_relevant, no_relevant)
-    # Mean of a 0/1 indicator times the number of scored queries: the count, exactly after rint.
-    result["n_retrieved_nothing"] = np.rint(result.pop("retrieved_nothing") * result["n_scored"])
-    result["n_retrieved_nothing"] = np.nan_to_num(result["n_retrieved_nothing"]).astype(int)
-    return result
-
-
-def hash_lookup(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    query_labels: np.ndarray,
-    database_labels: np.ndarray,
-    radius: int = 2,
-    no_relevant: str = "skip",
-    workers: int | None = None,
-) -> dict:
-    """Precision, recall and F1 of hash lookup within Hamming radius ``radius`` (inclusive).
-
-    See the module docstring for the definitions and policies. Arguments as in
-    :func:`sgh.metrics.mean_average_precision`; ``radius`` >= 0 (values above ``bits`` retrieve
-    the whole database).
-
-    Returns:
-        dict with ``radius``, ``precision``, ``recall``, ``f1`` (of the means),
-        ``n_retrieved_nothing``, ``n_queries``, ``n_scored``, ``n_no_relevant``,
-        ``no_relevant_policy``.
+def hash_lookup(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+                query_labels: np.ndarray, database_labels: np.ndarray, radius: int = 2,
+                no_relevant: str = "skip", workers: int | None = None) -> dict:
+    """Precision, recall, F1 (of the means) and ``n_retrieved_nothing`` of hash lookup within
+    Hamming radius ``radius`` >= 0 (inclusive), with the query counts; see the module docstring.
     """
     check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
     at = check_radius(radius, bits)
-    histograms = label_histograms(
-        query_codes, database_codes, bits, query_labels, database_labels, workers=workers
-    )
-    # Averaged over all radii, then one picked: the same float reductions as pr_curve and
-    # evaluate_labels, so the three agree to the last bit.
-    per_query = per_query_lookup(histograms.counts, histograms.relevant)
-    result = summarise_lookup(per_query, histograms.relevant.sum(axis=1), no_relevant)
-    precision, recall = float(result.pop("precision")[at]), float(result.pop("recall")[at])
+    histograms = label_histograms(query_codes, database_codes, bits, query_labels, database_labels,
+                                  workers=workers)
+    # One point of the curve: pr_curve and evaluate_labels agree with it to the last bit.
+    result = pr_curve_of_histograms(histograms, no_relevant)
+    del result["radius"]
+    precision, recall = result.pop("precision")[at], result.pop("recall")[at]
     return {
         "radius": int(radius),
         "precision": precision,
         "recall": recall,
         "f1": f1_of_means(precision, recall),
-        "n_retrieved_nothing": int(result.pop("n_retrieved_nothing")[at]),
+        "n_retrieved_nothing": result.pop("n_retrieved_nothing")[at],
         **result,
     }
 
 
 # The same leading parameters as every label metric, on purpose (see `average_precisions`).
-def pr_curve(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    query_labels: np.ndarray,
-    database_labels: np.ndarray,
-    no_relevant: str = "skip",
-    workers: int | None = None,
-) -> dict:
-    """Precision and recall of hash lookup at every radius 0..bits (one scan, one cumsum).
-
-    Returns:
-        dict with ``radius`` (list 0..bits), ``precision``, ``recall`` (lists of mean values per
-        radius), ``n_retrieved_nothing`` (list of ints per radius), ``n_queries``, ``n_scored``,
-        ``n_no_relevant``, ``no_relevant_policy``.
-    """
+def pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+             query_labels: np.ndarray, database_labels: np.ndarray, no_relevant: str = "skip",
+             workers: int | None = None) -> dict:
+    """Precision and recall of hash lookup at every radius 0..bits: lists ``radius``,
+    ``precision``, ``recall``, ``n_retrieved_nothing``, with the query counts."""
     check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
-    histograms = label_histograms(
-        query_codes, database_codes, bits, query_labels, database_labels, workers=workers
-    )
+    histograms = label_histograms(query_codes, database_codes, bits, query_labels, database_labels,
+                                  workers=workers)
     return pr_curve_of_histograms(histograms, no_relevant)
 
 
 def pr_curve_of_histograms(histograms: DistanceHistograms, no_relevant: str = "skip") -> dict:
     """:func:`pr_curve` from a scan already made (``label_histograms``); same result."""
-    bits = histograms.counts.shape[1] - 1
     per_query = per_query_lookup(histograms.counts, histograms.relevant)
-    result = summarise_lookup(per_query, histograms.relevant.sum(axis=1), no_relevant)
+    result = average_over_queries(per_query, histograms.relevant.sum(axis=1), no_relevant)
+    # The mean of a 0/1 indicator times the number of scored queries: the count, exact after rint.
+    nothing = np.nan_to_num(np.rint(result.pop("retrieved_nothing") * result["n_scored"]))
     curve = {
-        "radius": list(range(bits + 1)),
+        "radius": list(range(histograms.counts.shape[1])),
         "precision": [float(value) for value in result.pop("precision")],
         "recall": [float(value) for value in result.pop("recall")],
-        "n_retrieved_nothing": [int(value) for value in result.pop("n_retrieved_nothing")],
+        "n_retrieved_nothing": [int(value) for value in nothing],
     }
     return {**curve, **result}

@@ -2,19 +2,15 @@
 
 The database is ranked by increasing Hamming distance to each query. With ``bits``-bit codes
 there are only ``bits + 1`` distinct distances, so most items tie, and how ties are ordered
-changes the numbers a lot (on a synthetic 16-bit case mAP@all moved from 0.223 to 0.379).
-Every metric therefore takes ``ties``:
+changes the numbers a lot. Every metric therefore takes ``ties``:
 
 * ``"expected"`` (default): the expected value when items at equal distance are in uniformly
-  random order (McSherry & Najork, ECIR 2008), exact, from per-distance counts without sorting
-  (:mod:`sgh.metrics.tie_aware`);
+  random order (McSherry & Najork, ECIR 2008), exact, without a sort (`sgh.metrics.tie_aware`);
 * ``"stable"``: ties broken by database index, which is what most published code does.
 
-Relevance: 1-D labels (same label) or 2-D 0/1 label matrices (at least one shared label), see
-:mod:`sgh.metrics.relevance`. Queries with no relevant database item (R = 0) follow ``no_relevant``
-(:func:`sgh.metrics.conventions.average_over_queries`). All metrics come from one scan of the
-(query, item) pairs, :func:`sgh.metrics.histograms.label_histograms`; memory and threads are
-described there. To get several metrics from one scan, use :func:`sgh.metrics.evaluate_labels`.
+Relevance is :mod:`sgh.metrics.relevance`'s; queries with no relevant item (R = 0) follow
+``no_relevant``. Each metric is one scan (:func:`sgh.metrics.histograms.label_histograms`); for
+several metrics from one scan, use :func:`sgh.metrics.evaluate_labels`.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ import numpy as np
 from sgh.metrics.conventions import (
     DEFAULT_DENOMINATOR,
     average_over_queries,
+    average_precision_of_sums,
     check_cutoffs,
     check_policies,
 )
@@ -41,33 +38,18 @@ def _stable_column(histograms: DistanceHistograms, k: int | None) -> int:
     return int(matches[0])
 
 
-def per_query_average_precision(
-    histograms: DistanceHistograms,
-    k: int | None,
-    ties: str,
-    denominator: str = DEFAULT_DENOMINATOR,
-    harmonic: np.ndarray | None = None,
-) -> np.ndarray:
+def per_query_average_precision(histograms: DistanceHistograms, k: int | None, ties: str,
+                                denominator: str = DEFAULT_DENOMINATOR,
+                                harmonic: np.ndarray | None = None) -> np.ndarray:
     """``(n_queries,)`` AP@K (AP@all for ``k=None``) of each query; nan where R = 0."""
     check_policies(denominator=denominator)
     if ties == "expected":
-        return expected_average_precision(
-            histograms.counts, histograms.relevant, k, denominator, harmonic
-        )
+        return expected_average_precision(histograms.counts, histograms.relevant, k, denominator,
+                                          harmonic)
     column = _stable_column(histograms, k)
-    precision_sums = histograms.stable_precision_sums[:, column]
-    total_relevant = histograms.relevant.sum(axis=1)
-    if k is None or k >= histograms.n_database:
-        divisor = total_relevant
-    elif denominator == "retrieved":
-        divisor = histograms.stable_relevant_retrieved[:, column]
-    elif denominator == "min_rk":
-        divisor = np.minimum(total_relevant, k)
-    else:
-        divisor = total_relevant
-    # Nothing relevant retrieved: AP@K = 0 (precision_sums is 0 too); R = 0: nan.
-    ap = np.divide(precision_sums, divisor, out=np.zeros(divisor.shape), where=divisor > 0)
-    return np.where(total_relevant > 0, ap, np.nan)
+    return average_precision_of_sums(
+        histograms.stable_precision_sums[:, column], histograms.relevant.sum(axis=1),
+        histograms.stable_relevant_retrieved[:, column], k, histograms.n_database, denominator)
 
 
 def per_query_relevant_retrieved(histograms: DistanceHistograms, k: int, ties: str) -> np.ndarray:
@@ -77,47 +59,21 @@ def per_query_relevant_retrieved(histograms: DistanceHistograms, k: int, ties: s
     return histograms.stable_relevant_retrieved[:, _stable_column(histograms, k)].astype(float)
 
 
-# Deliberate repetition: every label metric (here, `sgh.metrics.radius`, `evaluate_labels`) spells
-# out the same leading parameters (codes, bits, labels) and policies: each is a public signature,
-# so they stay written out; what they compute is shared (`label_histograms`, the per-query
-# functions above).
-def average_precisions(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    query_labels: np.ndarray,
-    database_labels: np.ndarray,
-    ties: str = "expected",
-    k: int | None = None,
-    denominator: str = DEFAULT_DENOMINATOR,
-    workers: int | None = None,
-) -> np.ndarray:
-    """AP@all (``k=None``) or AP@K of every query of a Hamming ranking.
+# Deliberate repetition: every label metric (here, `sgh.metrics.radius`, `evaluate_labels`) is a
+# public signature with the same leading parameters; what they compute is shared.
+def average_precisions(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+                       query_labels: np.ndarray, database_labels: np.ndarray,
+                       ties: str = "expected", k: int | None = None,
+                       denominator: str = DEFAULT_DENOMINATOR,
+                       workers: int | None = None) -> np.ndarray:
+    """AP@all (``k=None``) or AP@K of every query of a Hamming ranking, from packed uint8 codes.
 
     ``AP@K = (1/D) * sum_{k' <= K: item at rank k' relevant} P@k'``, P@k' the fraction of
-    relevant items among the first k'. Over the whole ranking D = R (the number of relevant
-    database items). With a cut-off, D is ``denominator``: ``"retrieved"`` (default) = relevant
-    items in the top K, AP@K = 0 when there is none — the convention of the deep-hashing code
-    behind most published mAP@K tables (e.g. DeepHash's CalcTopMap), hence the default so our
-    numbers compare with theirs; ``"min_rk"`` = min(R, K), which, unlike "retrieved", does not
-    reward retrieving a single relevant item at rank 1; ``"r"`` = R. K >= n_database is the
-    whole ranking.
-
-    Args:
-        query_codes: ``(n_queries, ceil(bits/8))`` uint8 packed codes.
-        database_codes: ``(n_database, ceil(bits/8))`` uint8 packed codes.
-        bits: code length.
-        query_labels, database_labels: 1-D labels or 2-D 0/1 label matrices
-            (:mod:`sgh.metrics.relevance`).
-        ties: ``"expected"`` (tie-aware, exact expectation, O(n_database + bits) per query, plus
-            O(K) for "retrieved" at a cut-off) or ``"stable"`` (ties by database index; ranks the
-            items up to the cut-off distance, a full stable sort for AP@all).
-        k: cut-off K >= 1, or None for the whole ranking.
-        denominator: see above; ignored for the whole ranking.
-        workers: threads (default: up to 8, one per core); results do not depend on it.
-
-    Returns:
-        ``(n_queries,)`` float64; nan for queries with no relevant database item.
+    relevant items among the first k'. D is R (the number of relevant database items) over the
+    whole ranking (K >= n_database too), else ``denominator``: ``"retrieved"`` (relevant items in
+    the top K; AP@K = 0 when there is none), ``"min_rk"`` (min(R, K)) or ``"r"`` (R); why the
+    default: :data:`sgh.metrics.conventions.DEFAULT_DENOMINATOR`. ``workers``: threads; results
+    do not depend on it. Returns ``(n_queries,)`` float64, nan where R = 0.
     """
     labelled = (query_codes, database_codes, bits, query_labels, database_labels)
     histograms = _ap_histograms(labelled, ties, k, denominator, workers)
@@ -133,30 +89,18 @@ def _ap_histograms(labelled: tuple, ties, k, denominator, workers) -> DistanceHi
     return label_histograms(*labelled, stable, workers)
 
 
-def mean_average_precision(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    query_labels: np.ndarray,
-    database_labels: np.ndarray,
-    ties: str = "expected",
-    no_relevant: str = "skip",
-    k: int | None = None,
-    denominator: str = DEFAULT_DENOMINATOR,
-    workers: int | None = None,
-) -> dict:
+def mean_average_precision(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+                           query_labels: np.ndarray, database_labels: np.ndarray,
+                           ties: str = "expected", no_relevant: str = "skip", k: int | None = None,
+                           denominator: str = DEFAULT_DENOMINATOR,
+                           workers: int | None = None) -> dict:
     """mAP@all (``k=None``) or mAP@K of a Hamming ranking; see :func:`average_precisions`.
 
-    Args:
-        no_relevant: policy for queries with no relevant database item (R = 0): ``"skip"``
-            (default) excludes them from the mean; ``"zero"`` counts them as AP = 0; ``"error"``
-            raises ValueError. They are counted in ``n_no_relevant`` in every case.
-
-    Returns:
-        dict with ``map`` (float; nan if no query is scored), ``n_queries``, ``n_scored``
-        (queries in the mean), ``n_no_relevant`` (ints), and the conventions used, so the dict
-        can be written to a results file as is: ``ties``, ``no_relevant_policy``, ``k`` (int, or
-        ``"all"``) and ``denominator`` (``"r"`` for the whole ranking, where all coincide).
+    ``no_relevant``: queries with R = 0 are skipped, score AP = 0 (``"zero"``) or raise
+    ValueError (``"error"``), and are counted in ``n_no_relevant`` in every case. Returns ``map``
+    (nan if no query is scored), the query counts, and the conventions used, so the dict can be
+    written to a results file as is: ``ties``, ``no_relevant_policy``, ``k`` (int, or ``"all"``)
+    and ``denominator`` (``"r"`` for the whole ranking, where all coincide).
     """
     check_policies(no_relevant=no_relevant)
     labelled = (query_codes, database_codes, bits, query_labels, database_labels)
@@ -186,55 +130,29 @@ def _top_k_metric(name: str, labelled: tuple, k_values, ties, no_relevant, worke
     return {name: {k: result.pop(k) for k in cutoffs}, **result, "ties": ties}
 
 
-# The same leading parameters as every label metric, on purpose (see `average_precisions`).
-def precision_at_k(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    query_labels: np.ndarray,
-    database_labels: np.ndarray,
-    k_values: int | Iterable[int],
-    ties: str = "expected",
-    no_relevant: str = "skip",
-    workers: int | None = None,
-) -> dict:
+def precision_at_k(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+                   query_labels: np.ndarray, database_labels: np.ndarray,
+                   k_values: int | Iterable[int], ties: str = "expected", no_relevant: str = "skip",
+                   workers: int | None = None) -> dict:
     """Precision@K: relevant items among the first K of the ranking / min(K, n_database).
 
-    Tie-aware: the items of the cut-off distance level each count (K - #closer) / #at_level,
-    i.e. expected relevant retrieved = R_b + m r / n, with R_b the relevant items closer than the
-    cut-off level, which holds n items, r relevant, m = K - #closer of them in the top K
-    (:mod:`sgh.metrics.tie_aware`); ``"stable"`` takes the first K by (distance, index).
+    Tie-aware, the items of the cut-off distance level each count (K - #closer) / #at_level.
     Queries with R = 0 have P@K = 0 but follow ``no_relevant`` like every metric, so that all
-    metrics of one evaluation average over the same queries.
-
-    Returns:
-        dict with ``precision`` ({K: float}, python int keys in the order given), ``n_queries``,
-        ``n_scored``, ``n_no_relevant``, ``no_relevant_policy``, ``ties``.
+    metrics of one evaluation average over the same queries. Returns ``precision`` ({K: float},
+    in the order given), the query counts, ``no_relevant_policy`` and ``ties``.
     """
     labelled = (query_codes, database_codes, bits, query_labels, database_labels)
     return _top_k_metric("precision", labelled, k_values, ties, no_relevant, workers)
 
 
-# The same leading parameters as every label metric, on purpose (see `average_precisions`).
-def recall_at_k(
-    query_codes: np.ndarray,
-    database_codes: np.ndarray,
-    bits: int,
-    query_labels: np.ndarray,
-    database_labels: np.ndarray,
-    k_values: int | Iterable[int],
-    ties: str = "expected",
-    no_relevant: str = "skip",
-    workers: int | None = None,
-) -> dict:
+def recall_at_k(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
+                query_labels: np.ndarray, database_labels: np.ndarray,
+                k_values: int | Iterable[int], ties: str = "expected", no_relevant: str = "skip",
+                workers: int | None = None) -> dict:
     """Recall@K: relevant items among the first K of the ranking / R (label relevance).
 
-    Same tie policies as :func:`precision_at_k`; for recall of Euclidean ground truth (Recall
-    K@N) see :func:`sgh.metrics.recall_at_n`.
-
-    Returns:
-        dict with ``recall`` ({K: float}), ``n_queries``, ``n_scored``, ``n_no_relevant``,
-        ``no_relevant_policy``, ``ties``.
+    As :func:`precision_at_k`, with ``recall``; Recall K@N of ground truth is
+    :func:`sgh.metrics.recall_at_n`.
     """
     labelled = (query_codes, database_codes, bits, query_labels, database_labels)
     return _top_k_metric("recall", labelled, k_values, ties, no_relevant, workers)

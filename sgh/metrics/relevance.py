@@ -9,11 +9,10 @@ Three kinds, all answering the same questions for the metrics engine (:mod:`sgh.
 * **neighbours** — a query's first ``k`` ground-truth database ids (Recall K@N); relevant = in
   that list (each distinct id once).
 
-For speed the database is partitioned into *classes* of items that every query treats alike: the
-distinct labels, or the distinct label sets. A query's relevant items are then a union of classes
-(:meth:`Relevance.class_relevance`), so the engine sorts the database by class once and knows,
-for a whole run of items, whether they are relevant, without a per-item lookup. The neighbour
-kind is sparse and gives its ids directly.
+For speed the database is partitioned into *classes* of items that every query treats alike (the
+distinct labels, or label sets): a query's relevant items are a union of classes
+(:meth:`Relevance.class_relevance`), so the engine sorts the database by class once and needs no
+per-item lookup. The neighbour kind is sparse and gives its ids directly.
 """
 
 from __future__ import annotations
@@ -27,14 +26,8 @@ from sgh.errors import check_int
 
 
 class Relevance:
-    """Relevance of ``n_queries`` queries to ``n_database`` database items (see module doc).
-
-    Attributes:
-        kind: ``"single"``, ``"multi"`` or ``"neighbours"``.
-        database_classes: ``(n_database,)`` unsigned-integer class of each item (``None`` for
-            neighbours).
-        n_classes: number of classes (0 for neighbours).
-    """
+    """Relevance of ``n_queries`` queries to ``n_database`` database items (see module doc):
+    ``kind`` ``"single"``, ``"multi"`` or ``"neighbours"``; the classes (none for neighbours)."""
 
     kind: str = ""
     database_classes: np.ndarray | None = None
@@ -53,7 +46,7 @@ class Relevance:
 
     def shard(self, start: int, stop: int) -> Relevance:
         """The same relevance for database items ``start..stop - 1`` only, as items 0.. of a
-        database shard (the metrics engine scans large databases shard by shard)."""
+        database shard."""
         shard = copy.copy(self)
         shard.n_database = stop - start
         shard.database_classes = self.database_classes[start:stop]
@@ -95,13 +88,9 @@ class MultiLabelRelevance(Relevance):
         self.n_classes = self.class_words.shape[0]
         self.class_sizes = np.bincount(self.database_classes, minlength=self.n_classes)
 
-    @staticmethod
-    def _share(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-        """Whether broadcast word rows ``(..., n_words)`` share a set bit."""
-        return np.any((left & right) != 0, axis=-1)
-
     def class_relevance(self, queries: slice) -> np.ndarray:
-        return self._share(self.query_words[queries, None, :], self.class_words[None, :, :])
+        shared = self.query_words[queries, None, :] & self.class_words[None, :, :]
+        return np.any(shared != 0, axis=-1)
 
     def relevant_counts(self) -> np.ndarray:
         return self.class_relevance(slice(None)).astype(np.int64) @ self.class_sizes
@@ -131,12 +120,8 @@ class NeighbourRelevance(Relevance):
 
 
 def distinct_values(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(values, return_inverse=True)`` for a 1-D array, inverse as intp.
-
-    Integers spanning at most max(65,536, 2 x size) values (class ids, small packed label sets)
-    are mapped through a presence table in O(n) instead of sorted, which for class ids is much
-    faster than ``np.unique``.
-    """
+    """``np.unique(values, return_inverse=True)`` for a 1-D array, inverse as intp; integers
+    spanning at most max(65,536, 2 x size) values go through a presence table in O(n), no sort."""
     if np.issubdtype(values.dtype, np.integer) and values.size:
         low, high = int(values.min()), int(values.max())
         if high - low < max(1 << 16, 2 * values.size):
@@ -158,91 +143,57 @@ def _as_indicator(labels: np.ndarray, name: str) -> np.ndarray:
     if labels.dtype == np.bool_:
         return labels
     if not (np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)):
-        raise ValueError(
-            f"{name} is 2-D, so it must be a 0/1 label-indicator matrix (bool or numbers), "
-            f"got dtype {labels.dtype}"
-        )
+        raise ValueError(f"{name} is 2-D, so it must be a 0/1 label-indicator matrix (bool or "
+                         f"numbers), got dtype {labels.dtype}")
     if not np.all((labels == 0) | (labels == 1)):
         bad = labels[(labels != 0) & (labels != 1)].flat[0].item()
-        raise ValueError(
-            f"{name} is 2-D, so it must be a 0/1 label-indicator matrix; found the value {bad!r} "
-            "(pass 1-D class ids for single-label data)"
-        )
+        raise ValueError(f"{name} is 2-D, so it must be a 0/1 label-indicator matrix; found the "
+                         f"value {bad!r} (pass 1-D class ids for single-label data)")
     return labels.astype(bool)
 
 
 def label_relevance(query_labels: np.ndarray, database_labels: np.ndarray) -> Relevance:
-    """Relevance from labels: 1-D single labels (same label) or 2-D 0/1 matrices (shared label).
-
-    Args:
-        query_labels: ``(n_queries,)`` labels or ``(n_queries, n_labels)`` 0/1 indicators.
-        database_labels: ``(n_database,)`` or ``(n_database, n_labels)``, same kind as queries.
-
-    Raises:
-        ValueError: naming the argument at fault: mixed kinds, different label counts, values
-            other than 0/1 in a matrix, NaN labels, or arrays of rank other than 1 or 2.
-    """
+    """Relevance from labels: 1-D single labels (same label) or 2-D 0/1 matrices (shared label),
+    the same kind for both; a ValueError names the argument at fault."""
     query_labels, database_labels = np.asarray(query_labels), np.asarray(database_labels)
     for name, labels in (("query_labels", query_labels), ("database_labels", database_labels)):
         if labels.ndim not in (1, 2):
-            raise ValueError(
-                f"{name} must be 1-D class labels or a 2-D 0/1 label matrix, got shape "
-                f"{labels.shape}"
-            )
+            raise ValueError(f"{name} must be 1-D class labels or a 2-D 0/1 label matrix, got "
+                             f"shape {labels.shape}")
         if np.issubdtype(labels.dtype, np.floating) and np.isnan(labels).any():
             raise ValueError(f"{name} contains NaN; a NaN label is relevant to nothing defined")
     if query_labels.ndim != database_labels.ndim:
-        raise ValueError(
-            f"query_labels is {query_labels.ndim}-D but database_labels is "
-            f"{database_labels.ndim}-D; use 1-D class labels for both or 0/1 label matrices "
-            "for both"
-        )
+        raise ValueError(f"query_labels is {query_labels.ndim}-D but database_labels is "
+                         f"{database_labels.ndim}-D; use 1-D class labels for both or 0/1 label "
+                         "matrices for both")
     if query_labels.ndim == 1:
         # Ids shared by queries and database; a query label absent from the database gets a
         # class of size 0 (no relevant item).
         classes, ids = distinct_values(np.concatenate([query_labels, database_labels]))
-        return SingleLabelRelevance(
-            ids[: query_labels.size], ids[query_labels.size :], classes.size
-        )
+        return SingleLabelRelevance(ids[: query_labels.size], ids[query_labels.size :],
+                                    classes.size)
     if query_labels.shape[1] != database_labels.shape[1] or query_labels.shape[1] == 0:
-        raise ValueError(
-            f"query_labels has {query_labels.shape[1]} label columns but database_labels has "
-            f"{database_labels.shape[1]}; both need the same (>= 1) label columns"
-        )
+        raise ValueError(f"query_labels has {query_labels.shape[1]} label columns but "
+                         f"database_labels has {database_labels.shape[1]}; both need the same "
+                         "(>= 1) label columns")
     query_bits = _as_indicator(query_labels, "query_labels")
     database_bits = _as_indicator(database_labels, "database_labels")
-    return MultiLabelRelevance(
-        as_words(np.packbits(query_bits, axis=1)), as_words(np.packbits(database_bits, axis=1))
-    )
+    return MultiLabelRelevance(as_words(np.packbits(query_bits, axis=1)),
+                               as_words(np.packbits(database_bits, axis=1)))
 
 
-def neighbour_relevance(
-    groundtruth: np.ndarray, k: int, n_queries: int, n_database: int
-) -> Relevance:
-    """Relevance = among a query's first ``k`` ground-truth ids (each distinct id once).
-
-    Args:
-        groundtruth: ``(n_queries, >= k)`` integer database ids, nearest first.
-        k: how many ground-truth ids per query are relevant (the K of Recall K@N).
-        n_queries: number of queries (rows expected in ``groundtruth``).
-        n_database: number of database items; ids must lie in ``[0, n_database)``.
-    """
+def neighbour_relevance(groundtruth: np.ndarray, k: int, n_queries: int,
+                        n_database: int) -> Relevance:
+    """Relevance = among a query's first ``k`` ground-truth ids (each distinct id once), from
+    ``(n_queries, >= k)`` integer database ids, nearest first."""
     groundtruth = np.asarray(groundtruth)
     check_int("k", k, 1)
-    if (
-        groundtruth.ndim != 2
-        or groundtruth.shape[0] != n_queries
-        or groundtruth.shape[1] < k
-        or not np.issubdtype(groundtruth.dtype, np.integer)
-    ):
-        raise ValueError(
-            f"groundtruth must be an integer array of shape ({n_queries}, >= k={k}), got dtype "
-            f"{groundtruth.dtype} and shape {groundtruth.shape}"
-        )
+    if (groundtruth.ndim != 2 or groundtruth.shape[0] != n_queries or groundtruth.shape[1] < k
+            or not np.issubdtype(groundtruth.dtype, np.integer)):
+        raise ValueError(f"groundtruth must be an integer array of shape ({n_queries}, >= k={k}), "
+                         f"got dtype {groundtruth.dtype} and shape {groundtruth.shape}")
     ids = groundtruth[:, :k].astype(np.intp)
     if ids.size and (ids.min() < 0 or ids.max() >= n_database):
-        raise ValueError(
-            f"groundtruth ids must be database indices in [0, {n_database}), found "
-            f"{ids.min()}..{ids.max()}"
-        )
+        raise ValueError(f"groundtruth ids must be database indices in [0, {n_database}), found "
+                         f"{ids.min()}..{ids.max()}")
     return NeighbourRelevance(ids, n_database)

@@ -24,13 +24,10 @@ HAMMING_RANKING = "hamming: the database by Hamming distance to the query's code
 def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config,
           database_labels: np.ndarray | None = None, query_labels: np.ndarray | None = None,
           groundtruth: np.ndarray | None = None, ranking=None) -> dict:
-    """Every retrieval number for one set of codes, as a flat dict, as `config` (the settings'
-    `eval` section, `sgh.config.EvalConfig`, read by its fields) asks.
-
-    Label metrics where labels are given; Recall K@N where ground truth is given. ``ranking``:
-    None ranks by Hamming distance (the tie-aware engine, with ``_stable`` twins and hash
-    lookup); else an asymmetric or rescored ranking of `sgh.search.rankings`
-    (`evaluation_ranking`), scored by `sgh.metrics.ordered` with ties by id.
+    """Every retrieval number for one set of codes, as a flat dict, as `config`
+    (`sgh.config.EvalConfig`) asks: label metrics where labels are given, Recall K@N where ground
+    truth is. ``ranking``: None ranks by Hamming distance (tie-aware, with ``_stable`` twins and
+    hash lookup); else a ranking of `sgh.search.rankings`, scored with ties by id.
     """
     started = time.perf_counter()
     k = config.recall_k
@@ -69,10 +66,9 @@ def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config
             for n, value in recalls.items():
                 metrics[f"recall{k}@{n}{suffix}"] = value
     health = code_health(database_codes, bits)
-    metrics["distinct_database_codes"] = health["distinct_codes"]
-    metrics["dead_bits"] = health["dead_bits"]
-    metrics["mean_abs_bit_correlation"] = health["mean_abs_bit_correlation"]
-    metrics["bit_balance_min"] = float(np.min(health["bit_balance"]))
-    metrics["bit_balance_max"] = float(np.max(health["bit_balance"]))
+    metrics.update(distinct_database_codes=health["distinct_codes"], dead_bits=health["dead_bits"],
+                   mean_abs_bit_correlation=health["mean_abs_bit_correlation"],
+                   bit_balance_min=float(np.min(health["bit_balance"])),
+                   bit_balance_max=float(np.max(health["bit_balance"])))
     metrics["eval_seconds"] = time.perf_counter() - started
     return metrics

@@ -1,11 +1,9 @@
 """Recall of a two-stage search against its shortlist size, and against its queries per second.
 
-The trade-off a user of a two-stage search tunes: a longer shortlist finds more true
-neighbours after rescoring, and costs more time. For shortlist sizes S on a ladder
-(:data:`LADDER`, up to 100 N or the database size), each point runs the whole search as a user would
-(`sgh.search.two_stage.TwoStageSearch.search`, top N of a top-S shortlist rescored) for every
-query, and reports Recall K@N of what it returns and its queries per second (wall time of the
-one call, in this process, with its default threads: a figure of the machine it ran on).
+The trade-off a user of a two-stage search tunes: a longer shortlist finds more true neighbours
+after rescoring, and costs more time. Each point runs the whole search as a user would
+(`sgh.search.two_stage.TwoStageSearch.search`) for every query, and reports Recall K@N of what
+it returns and its queries per second (wall time, default threads: a figure of this machine).
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ import time
 
 import numpy as np
 
+from sgh.metrics.ordered import neighbour_hits
 from sgh.metrics.relevance import neighbour_relevance
 
 # Shortlist sizes: 100 x sqrt(10)^i, about evenly spaced on a log axis.
@@ -27,8 +26,7 @@ def shortlist_curve(search, query_codes: np.ndarray, queries: np.ndarray,
     "rescore": rule}`` for the sizes of `LADDER` from N up to 100 N (or the database size)."""
     n_database = search.hamming.ntotal
     relevance = neighbour_relevance(groundtruth, recall_k, len(queries), n_database)
-    # Up to 100 N: a longer shortlist is no two-stage search any more (MNIST, N = 100: 14% of
-    # the database), and rescoring it costs what a scan of everything does.
+    # Up to 100 N: rescoring a longer shortlist costs what a scan of everything does.
     largest = min(n_database, MAX_SHORTLIST_OVER_N * recall_n)
     sizes = [size for size in LADDER if recall_n <= size < largest] + [largest]
     curve: dict = {"shortlist": [], f"recall{recall_k}@{recall_n}": [], "queries_per_second": [],
@@ -38,10 +36,7 @@ def shortlist_curve(search, query_codes: np.ndarray, queries: np.ndarray,
         started = time.perf_counter()
         _, found = search.search(queries, recall_n, size, rescore=rescore, query_codes=query_codes)
         seconds = time.perf_counter() - started
-        hits = 0
-        for row in range(len(found)):
-            wanted = relevance.ids[row][relevance.distinct[row]]
-            hits += np.isin(found[row][found[row] >= 0], wanted).sum()
+        hits = neighbour_hits(found, relevance, 0, len(found)).sum()
         curve["shortlist"].append(size)
         curve[f"recall{recall_k}@{recall_n}"].append(float(hits / (len(found) * recall_k)))
         curve["queries_per_second"].append(len(found) / seconds if seconds > 0 else float("inf"))

@@ -16,11 +16,11 @@ in part: its first m = K - N positions. The number X of relevant items among the
 hypergeometric (n items, r relevant, m drawn); given X = x the x relevant positions are a
 uniformly random subset of the m, so the same argument gives the cut level's precision sum
 
-    G(x) = x(x-1)/(m-1) + (x/m) * (a - (x-1)(N+1)/(m-1)) * (H(N+m) - H(N))   (x(x-1)/(m-1) := 0
-                                                                                 when m = 1)
+    G(x) = x(x-1)/(m-1) + (x/m) * (a - (x-1)(N+1)/(m-1)) * (H(N+m) - H(N))
 
-which is quadratic in x, so E[G(X)] needs only E[X] = m r/n and E[X(X-1)] = m(m-1) r(r-1) /
-(n(n-1)). Levels before the cut level are whole, independent of X: their sum F is as above.
+(the fractions over m-1 are 0 when m = 1), which is quadratic in x, so E[G(X)] needs only E[X] =
+m r/n and E[X(X-1)] = m(m-1) r(r-1) / (n(n-1)). Levels before the cut level are whole,
+independent of X: their sum F is as above.
 
 * AP@K with a fixed denominator D (R, or min(R, K)): (F + E[G(X)]) / D, O(1) per level.
 * AP@K with D = relevant retrieved = R_b + X (R_b, N, n, r, m those of the cut level): the ratio
@@ -72,12 +72,8 @@ def _cut_level(counts, relevant, k):
 
 
 def expected_relevant_retrieved(counts: np.ndarray, relevant: np.ndarray, k: int) -> np.ndarray:
-    """``(queries,)`` expected number of relevant items among the first ``k`` (clipped to N_db).
-
-    Args:
-        counts, relevant: ``(queries, bits + 1)`` per-distance counts of all / relevant items.
-        k: cut-off K >= 1.
-    """
+    """``(queries,)`` expected number of relevant items among the first ``k`` (clipped to N_db),
+    from the ``(queries, bits + 1)`` per-distance counts of all / relevant items."""
     k = min(int(k), int(counts[0].sum())) if counts.shape[0] else int(k)
     _, n, r, _, relevant_before, m = _cut_level(counts, relevant, k)
     return relevant_before + np.divide(m * r, n, out=np.zeros(n.shape), where=n > 0)
@@ -92,11 +88,9 @@ def _cut_level_sum(x, m, items_before, relevant_before, harmonic_gap):
 
 
 def _hypergeometric_mean(value_of_x, n, r, m):
-    """``sum_x P(X = x) * value_of_x(x, rows)`` per query, X ~ hypergeometric(n, r, m).
-
-    ``value_of_x`` gets ``x`` as a ``(rows, width)`` float array and the row indices. Queries are
-    processed in chunks of at most ~:data:`_HYPERGEOMETRIC_CELLS` (query, x) cells, sorted by the
-    width of their support so that little is padding.
+    """``sum_x P(X = x) * value_of_x(x, rows)`` per query, X ~ hypergeometric(n, r, m), ``x`` a
+    ``(rows, width)`` float array. Queries go in chunks of ~:data:`_HYPERGEOMETRIC_CELLS` cells,
+    sorted by the width of their support so that little is padding.
     """
     low, high = np.maximum(0, m - (n - r)), np.minimum(r, m)
     span = high - low
@@ -105,9 +99,8 @@ def _hypergeometric_mean(value_of_x, n, r, m):
     start = 0
     while start < order.size:
         stop = start + 1
-        while stop < order.size and (stop + 1 - start) * (span[order[stop]] + 1) <= (
-            _HYPERGEOMETRIC_CELLS
-        ):
+        while (stop < order.size
+               and (stop + 1 - start) * (span[order[stop]] + 1) <= _HYPERGEOMETRIC_CELLS):
             stop += 1
         rows = order[start:stop]
         offsets = np.arange(int(span[rows].max()) + 1)[None, :]
@@ -128,26 +121,13 @@ def _hypergeometric_mean(value_of_x, n, r, m):
     return result
 
 
-def expected_average_precision(
-    counts: np.ndarray,
-    relevant: np.ndarray,
-    k: int | None = None,
-    denominator: str = DEFAULT_DENOMINATOR,
-    harmonic: np.ndarray | None = None,
-) -> np.ndarray:
+def expected_average_precision(counts: np.ndarray, relevant: np.ndarray, k: int | None = None,
+                               denominator: str = DEFAULT_DENOMINATOR,
+                               harmonic: np.ndarray | None = None) -> np.ndarray:
     """``(queries,)`` tie-aware AP@K (AP@all for ``k=None``); nan where R = 0.
 
-    AP@K = (1/D) * sum over relevant items ranked <= K of precision at their rank, in
-    expectation over uniformly random orders within distance levels (see the module docstring).
-
-    Args:
-        counts, relevant: ``(queries, bits + 1)`` int per-distance counts of all / relevant
-            items; every row of ``counts`` sums to n_database.
-        k: cut-off K >= 1; None or K >= n_database means the whole ranking, where every
-            denominator equals R.
-        denominator: ``"retrieved"`` (relevant items in the top K; AP@K = 0 when none is),
-            ``"min_rk"`` (min(R, K)) or ``"r"`` (R).
-        harmonic: :func:`harmonic_numbers` of at least n_database (computed if None).
+    From the ``(queries, bits + 1)`` per-distance counts of all / relevant items (see the module
+    docstring); ``harmonic``: :func:`harmonic_numbers` of at least n_database (None: computed).
     """
     check_choice("denominator", denominator, DENOMINATORS)
     n_database = int(counts[0].sum()) if counts.shape[0] else 0
@@ -165,23 +145,18 @@ def expected_average_precision(
         n, r, items_before, relevant_before, m = (np.asarray(v, np.float64) for v in level)
         if denominator != "retrieved":
             mean_x = np.divide(m * r, n, out=np.zeros(n.shape), where=n > 0)
-            mean_pairs = np.divide(  # E[X(X-1)] / (m-1) = m r (r-1) / (n (n-1)); 0 if m = 1
-                m * r * (r - 1.0), n * (n - 1.0), out=np.zeros(n.shape), where=m > 1
-            )
+            # E[X(X-1)] / (m-1) = m r (r-1) / (n (n-1)); 0 if m = 1
+            mean_pairs = np.divide(m * r * (r - 1.0), n * (n - 1.0), out=np.zeros(n.shape),
+                                   where=m > 1)
             cut_sum = mean_pairs + harmonic_gap / m * (
-                (relevant_before + 1.0) * mean_x - (items_before + 1.0) * mean_pairs
-            )
+                (relevant_before + 1.0) * mean_x - (items_before + 1.0) * mean_pairs)
             limit = total_relevant if denominator == "r" else np.minimum(total_relevant, k)
             return (whole + cut_sum) / limit
 
         def ratio(x, rows):
             value = whole[rows, None] + _cut_level_sum(
-                x,
-                m[rows, None],
-                items_before[rows, None],
-                relevant_before[rows, None],
-                harmonic_gap[rows, None],
-            )
+                x, m[rows, None], items_before[rows, None], relevant_before[rows, None],
+                harmonic_gap[rows, None])
             retrieved = relevant_before[rows, None] + x
             return np.divide(value, retrieved, out=np.zeros(value.shape), where=retrieved > 0)
 
@@ -192,10 +167,6 @@ def expected_average_precision(
         certain_x = np.where(m == n, r, np.where(r == 0, 0.0, m))[certain_rows, None]
         ap[certain_rows] = ratio(certain_x, certain_rows)[:, 0]
         random_rows = np.flatnonzero(~certain)
-        ap[random_rows] = _hypergeometric_mean(
-            lambda x, rows: ratio(x, random_rows[rows]),
-            n[random_rows],
-            r[random_rows],
-            m[random_rows],
-        )
+        ap[random_rows] = _hypergeometric_mean(lambda x, rows: ratio(x, random_rows[rows]),
+                                               n[random_rows], r[random_rows], m[random_rows])
         return np.where(total_relevant > 0, ap, np.nan)

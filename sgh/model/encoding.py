@@ -1,10 +1,5 @@
-"""Deterministic codes of features, in chunks: the one way codes are made from a trained model.
-
-Training's validation, the run's `codes.npz` and TensorBoard's code health all encode here, with
-the model's own `encode_bits` (h = 1[p >= 1/2]), so there is no second hash to drift from it.
-Features may be in memory or streamed from disk (`sgh.data.streamed_features`); then only one
-chunk is read at a time.
-"""
+"""Deterministic codes of features (in memory or streamed), in chunks, by the model's own
+`encode_bits`: the one way codes are made from a trained model."""
 
 from __future__ import annotations
 
@@ -29,8 +24,7 @@ def encode_bit_matrix(model: SGH, x: Features, batch_size: int = ENCODE_BATCH) -
 
 
 def encode_packed(model: SGH, x: Features, batch_size: int = ENCODE_BATCH) -> np.ndarray:
-    """Packed codes `np.packbits(bits, axis=1)` (first bit = MSB of byte 0), encoded in chunks;
-    `x` in memory or streamed from disk (then only one chunk of features is read at a time)."""
+    """Packed codes `np.packbits(bits, axis=1)` (`sgh.codes`), encoded in chunks."""
     codes = np.empty((len(x), (model.bits + 7) // 8), np.uint8)
     for start, bits in _bit_chunks(model, x, batch_size):
         codes[start:start + len(bits)] = np.packbits(bits, axis=1)

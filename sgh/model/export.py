@@ -3,24 +3,10 @@
     <run_dir>/encoder/         a SavedModel (saved_model.pb, variables/)
       serving_default          features: float32 [None, dim] -> codes: uint8 [None, ceil(bits/8)]
       metadata                 () -> bits: int32 scalar, dim: int32 scalar, unit_normalise: bool
-                               (angular runs: the graph unit-normalises each row first)
 
-`codes` are packed inside the graph exactly as `np.packbits(bits, axis=1)`: code bit j is bit
-7 - (j mod 8) of byte j // 8 (the first bit is the most significant bit of byte 0) and the
-trailing pad bits are 0 — the layout of `codes.npz`. The features are the model's *input*
-features (after the file's conversion, e.g. uint8 / 255); the normaliser (mean, scale) is inside
-the graph. Only the encoder's variables (mean, scale, and W, b or the mlp encoder's layers) are
-saved, and the bits come from the model's own `encode_bits` (no second implementation of the
-hash to drift from training).
-
-Exports are atomic: the SavedModel is written to a hidden temporary directory next to the target
-and renamed onto it, so a crash never leaves a half SavedModel that looks complete. The target may
-be new, an empty directory or an earlier SavedModel (`SAVED_MODEL`, recognised by its exact
-contents); a file or any other folder is the user's and is refused, never deleted.
-
-`sgh-export RUN_DIR` (`sgh.cli.export`) exports a finished run that has no `encoder/` yet (runs
-trained before training exported it): the model is rebuilt from `config.yaml` and the final
-checkpoint (`restore_run_model`).
+`codes` are the model's own `encode_bits` of its input features (after the file's conversion,
+e.g. uint8 / 255), packed as in `codes.npz`. Exports are atomic and replace only an earlier
+SavedModel; `sgh-export RUN_DIR` exports a finished run that has none (`restore_run_model`).
 """
 
 from __future__ import annotations
@@ -40,10 +26,8 @@ from sgh.errors import UserInputError
 from sgh.methods import METHODS
 from sgh.model.sgh_model import SGH
 
-SERVING_SIGNATURE = "serving_default"
-METADATA_SIGNATURE = "metadata"
-INPUT_NAME = "features"
-OUTPUT_NAME = "codes"
+SERVING_SIGNATURE, METADATA_SIGNATURE = "serving_default", "metadata"
+INPUT_NAME, OUTPUT_NAME = "features", "codes"
 # What `tf.saved_model.save` writes, and so the only directory an export replaces.
 SAVED_MODEL = DirectoryKind(
     "a SavedModel (saved_model.pb, variables/)", required=frozenset({"saved_model.pb"}),
@@ -51,10 +35,7 @@ SAVED_MODEL = DirectoryKind(
 
 
 def pack_bits_in_graph(bits: tf.Tensor, n_bits: int) -> tf.Tensor:
-    """`np.packbits(bits, axis=1)` in the graph: (n, n_bits) 0/1 -> (n, ceil(n_bits/8)) uint8.
-
-    Byte k = sum_{i<8} bit[8k + i] * 2^(7 - i), with the code zero-padded to a multiple of 8.
-    """
+    """`np.packbits(bits, axis=1)` in the graph: (n, n_bits) 0/1 -> (n, ceil(n_bits/8)) uint8."""
     width = (n_bits + 7) // 8
     padded = tf.pad(tf.cast(bits, tf.int32), [[0, 0], [0, 8 * width - n_bits]])
     grouped = tf.reshape(padded, tf.stack([tf.shape(bits)[0], width, 8]))
@@ -84,27 +65,19 @@ class _ServingEncoder(tf.Module):
             return {"bits": tf.constant(bits, tf.int32), "dim": tf.constant(dim, tf.int32),
                     "unit_normalise": tf.constant(unit_normalise)}
 
-        # autograph off: the branches above are on Python values, and converting these
-        # functions was most of the time of tracing them, on every run's export.
+        # autograph off: the branches above are on Python values; converting slows tracing.
         self.serve = tf.function(serve, input_signature=[
             tf.TensorSpec([None, dim], tf.float32, name=INPUT_NAME)], autograph=False)
         self.metadata = tf.function(metadata, input_signature=[], autograph=False)
 
 
 def export_encoder(model: SGH, path: str | os.PathLike, unit_normalise: bool = False) -> Path:
-    """Write `model`'s encoder as a SavedModel at `path` (atomically, replacing a SavedModel
-    there; a file or a folder holding anything else is refused with `UserInputError`).
-
-    `unit_normalise`: the model was trained on unit-normalised features (`dataset.similarity=
-    angular`), so the graph divides each input row by its L2 norm first (float32; the training
-    data were normalised in float64, so a code may differ where a logit is within rounding of
-    0). Returns the path. Training calls it with `RunDirectory.encoder`.
-    """
+    """Write `model`'s encoder as a SavedModel at `path`; `unit_normalise` (angular runs): the
+    graph divides each row by its L2 norm first (in float32: a logit near 0 may differ)."""
     path = Path(path)
     module = _ServingEncoder(model, unit_normalise)
     with atomic_directory(path, replaces=SAVED_MODEL) as temporary:
-        # Without the neuron's custom gradient: the signature ends in uint8 codes, which carry
-        # no gradient, and tracing it for the file would slow every export for nothing.
+        # Without the neuron's custom gradient: uint8 codes carry none, and tracing it is slow.
         tf.saved_model.save(module, str(temporary), signatures={
             SERVING_SIGNATURE: module.serve.get_concrete_function(),
             METADATA_SIGNATURE: module.metadata.get_concrete_function()},
@@ -173,7 +146,6 @@ def load_encoder(path: str | os.PathLike) -> ExportedEncoder:
                            _loaded=loaded, _serve=signatures[SERVING_SIGNATURE])
 
 
-# ---- a run's encoder ------------------------------------------------------------------------
 def _trained_run(run_dir: str | os.PathLike) -> RunDirectory:
     """The run directory of a trained method; one-line errors for a non-run or a baseline run."""
     run = RunDirectory.existing(run_dir)
@@ -196,7 +168,6 @@ def run_encoder_path(run_dir: str | os.PathLike) -> Path:
     return run.encoder
 
 
-# ---- exporting a finished run after the fact ------------------------------------------------
 def restore_run_model(run_dir: str | os.PathLike) -> SGH:
     """The trained SGH model of a finished run: `config.yaml` + the final checkpoint."""
     run = _trained_run(run_dir).chosen()  # with candidate recipes, the chosen one's model

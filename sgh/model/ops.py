@@ -1,16 +1,8 @@
-"""Custom-gradient ops for Stochastic Generative Hashing.
+"""Custom-gradient ops for Stochastic Generative Hashing: the neuron and two companions.
 
-SGH's hash layer is a binary step: ``h = 1[sigmoid(z) >= xi]``. Its true derivative is zero almost
-everywhere, so plain backpropagation gives the encoder no training signal at all. The layer trains
-only because its backward pass is *replaced* by a chosen gradient. The ops here do that with
-``tf.custom_gradient``, which works eagerly, inside ``tf.function`` and under XLA
-(``jit_compile=True``), and reproduces what the TF1 mechanisms (``RegisterGradient`` +
-``gradient_override_map``) computed -- see ``tests/model/test_ops.py`` for the reference values.
-
-- :func:`doubly_sn` -- the doubly stochastic sign neuron of the released SGH code, with its
-  approximate (sigmoid-scaled straight-through) gradient.
-- :func:`ste_sign` -- ``sign(x)`` with the hard-tanh straight-through gradient, for +-1 codes.
-- :func:`gradient_reversal` -- identity forward, ``-scale * grad`` backward (adversarial terms).
+SGH's hash layer, a binary step ``h = 1[sigmoid(z) >= xi]``, trains only because its backward
+pass is replaced by a chosen gradient: here with ``tf.custom_gradient`` (eager, ``tf.function``
+and XLA alike), as the TF1 mechanisms computed it (reference values: tests/model/test_ops.py).
 """
 
 from __future__ import annotations
@@ -30,34 +22,21 @@ def _float_tensor(x, name: str, dtype=None) -> tf.Tensor:
 
 
 def _or_zeros(grad, like: tf.Tensor) -> tf.Tensor:
-    # TF currently passes zeros (not None) for an output the loss does not use, in eager, in
-    # tf.function and under XLA; guard anyway so an unconnected output can never crash the backward.
+    # TF passes zeros (not None) for an unused output today; guard so None never crashes either.
     return tf.zeros_like(like) if grad is None else grad
 
 
 def _unbroadcast(grad: tf.Tensor, shape: tf.Tensor) -> tf.Tensor:
-    # Sum a gradient back to the shape of an input that was broadcast (e.g. a scalar epsilon = 0.5,
-    # as in the released demo); same rule as TF's own gradient for Add.
+    # Sum a gradient back to the shape of a broadcast input (a scalar epsilon = 0.5), as TF's Add.
     _, axes = tf.raw_ops.BroadcastGradientArgs(s0=tf.shape(grad), s1=shape)
     return tf.reshape(tf.reduce_sum(grad, axis=axes), shape)
 
 
 def doubly_sn(logits, epsilon) -> tuple[tf.Tensor, tf.Tensor]:
-    """Doubly stochastic sign neuron: returns ``(codes, probs)``.
-
-    Forward: ``probs = sigmoid(logits)`` and ``codes = 1[probs >= epsilon]`` as strict 0/1 values
-    in the dtype of ``logits``. With ``epsilon ~ U(0, 1)`` this samples ``codes ~ Bern(probs)``;
-    with ``epsilon = 0.5`` it is the deterministic test-time hash ``1[logits >= 0]``.
-    (The released ``(sign(p - e) + 1) / 2`` returns 0.5 on a tie ``p == e``: not a bit.)
-
-    Backward (the released code's approximate, "biased" estimator):
-    ``d_logits = p (1 - p) (g_codes + g_probs)`` and ``d_epsilon = g_codes``.
-
-    Args:
-        logits: floating tensor ``z``.
-        epsilon: thresholds ``xi``, same shape as ``logits`` or broadcastable to it; converted to
-            the dtype of ``logits``.
-    """
+    """The released code's doubly stochastic sign neuron: ``probs = sigmoid(logits)``, ``codes =
+    1[probs >= epsilon]`` (0/1 in the dtype of ``logits``; ``epsilon`` broadcastable to it: U(0, 1)
+    samples, 0.5 is the test-time hash). Backward (the approximate estimator): ``d_logits =
+    p (1 - p) (g_codes + g_probs)``, ``d_epsilon = g_codes``. Returns ``(codes, probs)``."""
     logits = _float_tensor(logits, "logits")
     epsilon = _float_tensor(epsilon, "epsilon", dtype=logits.dtype)
     return _doubly_sn(logits, epsilon)
@@ -66,14 +45,13 @@ def doubly_sn(logits, epsilon) -> tuple[tf.Tensor, tf.Tensor]:
 @tf.custom_gradient
 def _doubly_sn(logits, epsilon):
     probs = tf.sigmoid(logits)
-    # `>=` (not sign) so a tie gives a real bit; broadcasting gives codes the shape of both.
+    # `>=`, not the released (sign(p - e) + 1) / 2, which gives 0.5 on a tie: not a bit.
     codes = tf.cast(probs >= epsilon, logits.dtype)
 
     def grad(g_codes, g_probs):
         g_codes = _or_zeros(g_codes, codes)
         g_probs = _or_zeros(g_probs, probs)
-        # Treat the step as if it were the identity of p: chain both upstream paths through
-        # sigmoid'(z) = p (1 - p). The step's true derivative (0 a.e.) is deliberately ignored.
+        # The step treated as the identity of p: both upstream paths through sigmoid'(z).
         d_logits = _unbroadcast(probs * (1.0 - probs) * (g_codes + g_probs), tf.shape(logits))
         d_epsilon = _unbroadcast(g_codes, tf.shape(epsilon))
         return d_logits, d_epsilon
@@ -82,11 +60,8 @@ def _doubly_sn(logits, epsilon):
 
 
 def ste_sign(x) -> tf.Tensor:
-    """``sign(x)`` forward (``sign(0) = 0``); backward passes ``g`` where ``-1 <= x <= 1``, else 0.
-
-    The window is the derivative of hard-tanh: saturated units stop receiving gradient, which keeps
-    the pre-activations from drifting without bound.
-    """
+    """``sign(x)`` forward (``sign(0) = 0``); backward passes ``g`` where ``-1 <= x <= 1`` (the
+    hard-tanh derivative, which keeps saturated pre-activations from drifting), else 0."""
     return _ste_sign(_float_tensor(x, "x"))
 
 
@@ -100,13 +75,8 @@ def _ste_sign(x):
 
 
 def gradient_reversal(x, scale: float = 1.0) -> tf.Tensor:
-    """Identity forward, ``-scale * g`` backward.
-
-    Lets one loss term push the layers below it *against* its own objective (e.g. an adversary
-    that must not be able to predict something from the codes) without a second optimizer.
-    """
-    # A Python number only: a bool, a string or a tensor here is almost surely a mistake, and an
-    # inf/nan scale would silently poison every gradient below this point.
+    """Identity forward, ``-scale * g`` backward: an adversary's loss without a second optimizer."""
+    # A finite Python number only: an inf/nan scale would poison every gradient below.
     scale = check_real("scale", scale)
     x = _float_tensor(x, "x")
 

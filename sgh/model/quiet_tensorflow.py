@@ -1,16 +1,9 @@
 """Import TensorFlow without its start-up chatter on the user's terminal.
 
-TensorFlow >= 2.16 prints C++ INFO lines (oneDNN notice, missing CUDA drivers) before absl
-logging is initialised, where TF_CPP_MIN_LOG_LEVEL is not yet honoured, and device discovery
-logs a failed CUDA initialisation on machines without a GPU. Entry points call
-`import_tensorflow()` first; the lines are captured (`captured_stderr`) and shown only if the
-import fails for another reason than a process limit: a library the loader could not map
-for lack of memory or address space (`ulimit -v`) is raised as a `MemoryError`, which the
-command line reports in one line (`sgh.cli.boundary`). It also points XLA's compilation cache
-at the user's cache (`sgh.artifacts.compile_cache`), which must be set before TensorFlow starts;
-loading from that cache logs two harmless errors, which `cached_compilation()` holds back.
-Every model traces its own compiled functions once; `traced_once_per_model` marks them, so that
-TensorFlow's notice of "frequent retracing" is not shown when a program fits several models.
+TensorFlow prints C++ INFO lines before TF_CPP_MIN_LOG_LEVEL is honoured: `import_tensorflow()`
+holds them back, showing them only if the import fails for another reason than a process limit
+(libraries not mapped for lack of memory: a `MemoryError`), and first points XLA's compilation
+cache at the user's. `cached_compilation()` and `traced_once_per_model` quiet two more notices.
 """
 
 from __future__ import annotations
@@ -36,10 +29,8 @@ class Captured:
 
 @contextlib.contextmanager
 def captured_stderr() -> Iterator[Captured]:
-    """Everything written to file descriptor 2 during the block (TensorFlow's C++ logs
-    included) is kept from the terminal and handed over in the yielded `Captured`, whether the
-    block returns or raises; the caller decides what of it to show. Where no temporary file
-    can be made, nothing is captured: the messages reach the terminal as usual."""
+    """Hold back what is written to file descriptor 2 in the block (C++ logs included) into the
+    yielded `Captured`, whether it returns or raises (if a temporary file can be made)."""
     held = Captured()
     try:
         file = tempfile.TemporaryFile()
@@ -76,12 +67,10 @@ def import_tensorflow() -> None:
 
             tensorflow.config.list_physical_devices()
     except ImportError as error:
-        if not _lacks_memory(error):
+        if not any(words in str(error).lower() for words in _LOADER_OUT_OF_MEMORY):
             sys.stderr.write(captured.text)
             raise
-        # The loader could not map TensorFlow's libraries: a memory or address-space limit
-        # (`ulimit -v`), not a broken installation. A MemoryError says so, and the command line
-        # reports it as one line naming the limit (`sgh.cli.boundary`).
+        # A memory or address-space limit (`ulimit -v`), not a broken installation.
         raise MemoryError(f"TensorFlow could not be loaded ({one_line(error)})") from error
     except BaseException as error:
         if not _is_limit(error):  # a limit's line says it all; TensorFlow's chatter would not
@@ -91,15 +80,9 @@ def import_tensorflow() -> None:
         compile_cache.finish_tidying()  # before any compiled call can load an entry
 
 
-# What the dynamic loader says when it cannot map a library for lack of memory or address
-# space (glibc's messages).
+# glibc's loader's words when it cannot map a library for lack of memory or address space.
 _LOADER_OUT_OF_MEMORY = ("failed to map segment from shared object", "cannot allocate memory",
                          "cannot map zero-fill pages", "cannot create shared object descriptor")
-
-
-def _lacks_memory(error: ImportError) -> bool:
-    text = str(error).lower()
-    return any(words in text for words in _LOADER_OUT_OF_MEMORY)
 
 
 def _is_limit(error: BaseException) -> bool:
@@ -108,18 +91,15 @@ def _is_limit(error: BaseException) -> bool:
         errno.ENOMEM, errno.EMFILE, errno.ENFILE))
 
 
-# What TensorFlow logs on every load of a good compiled-step entry: its text-format parse,
-# tried before the binary one, and XLA's notice of LLVM's tuning features, which no host lists.
+# Logged on every load of a good cache entry: the text-format parse tried before the binary
+# one, and XLA's notice of LLVM tuning features no host lists.
 _HARMLESS_WHEN_LOADING = ("Error parsing text-format tensorflow.XlaSerializedCacheEntry",
                           "Target machine feature +prefer-")
 
 
 @contextlib.contextmanager
 def cached_compilation() -> Iterator[None]:
-    """Around the call that compiles a step, or loads it from the compiled-step cache:
-    TensorFlow's harmless load-time errors are held back (every other line written to the
-    process's stderr meanwhile is passed on after the call, whether it returned or raised), and
-    once the call has returned, the entry it wrote is sealed (`compile_cache.seal`)."""
+    """Around the call that compiles a step: hold back harmless load errors, seal its entry."""
     if not compile_cache.enabled():
         yield
         return
@@ -140,26 +120,17 @@ _RETRACING_NOTICE = re.compile(r"calls to <(?:function|bound method) ([\w.]+)[ >
 _TRACED_ONCE_PER_MODEL: set[str] = set()
 
 
-class _PerModelTracing(logging.Filter):
-    """Holds back TensorFlow's retracing notice about a function marked `traced_once_per_model`:
-    the notice counts traces per Python function, across objects, and blames the caller
-    ("creating @tf.function repeatedly in a loop"); a program that fits several models (a sweep
-    of code lengths, scikit-learn's checks) traces each model's functions once, as it must.
-    The notice about any other function passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        notice = _RETRACING_NOTICE.search(record.getMessage())
-        return notice is None or notice.group(1) not in _TRACED_ONCE_PER_MODEL
-
-
-_PER_MODEL_TRACING = _PerModelTracing()
+def _not_retraced_per_model(record: logging.LogRecord) -> bool:
+    """Hold back the retracing notice of a `traced_once_per_model` function: it counts traces
+    across objects, so it would blame a program that fits several models."""
+    notice = _RETRACING_NOTICE.search(record.getMessage())
+    return notice is None or notice.group(1) not in _TRACED_ONCE_PER_MODEL
 
 
 def traced_once_per_model(function):
-    """Mark a `tf.function` (or the method it wraps) that each model or trainer object traces
-    once, on its first call; returns `function`."""
+    """Mark a `tf.function` (or its method) that each model or trainer traces once; returns it."""
     python_function = getattr(function, "python_function", function)
     _TRACED_ONCE_PER_MODEL.add(python_function.__qualname__)
     # TensorFlow's Python logger; adding the same filter again is a no-op.
-    logging.getLogger("tensorflow").addFilter(_PER_MODEL_TRACING)
+    logging.getLogger("tensorflow").addFilter(_not_retraced_per_model)
     return function

@@ -1,30 +1,18 @@
 """The SGH model: encoder, doubly stochastic neuron, decoder, and the two objectives.
 
-    x  --normalise-->  x~ = (x - mean) / scale                    (statistics of the training set)
-    z  = x~ W + b,   (h, p) = DoublySN(z, xi)                     (h ~ Bern(sigmoid(z)))
-    x^ = h A + c                                                  (the decoder; A, c per objective)
+    x~ = (x - mean) / scale,   z = x~ W + b,   (h, p) = DoublySN(z, xi),   x^ = h A + c
+(`model.encoder=mlp` / `model.decoder=mlp`, objective `paper`: dense networks, `MLP`, instead).
 
-`model.encoder=mlp` / `model.decoder=mlp` (objective `paper`) replace the linear maps by dense
-networks (`MLP`): z = f(x~) and x^~ = g(h), the rest of the objective unchanged — the paper's
-framework admits any encoder q(h|x) and decoder p(x|h).
-
-Objective `paper` (Dai et al. 2017; the negative ELBO, i.e. the MDL code length, in nats per item):
+Objective `paper` (Dai et al. 2017; the negative ELBO in nats per item), with rho and the prior
+theta = sigmoid(prior_logits) learned, and an offset `c` the paper does not write, which frees
+the direction of U that N(Uh, rho^2 I) spends on U E[h] = 0 for centred data:
     ||x~ - (hU + c)||^2 / (2 rho^2) + d log rho + (d/2) log 2 pi + KL(Bern(p) || Bern(theta))
-with rho and the prior theta = sigmoid(prior_logits) learned. `c` is a decoder offset the paper
-does not write: the paper's N(Uh, rho^2 I) forces U E[h] = 0 on centred data, which wastes a
-direction of U; the offset costs nothing and frees it (the released demo has one too, `m`).
-
-Objective `released` (the authors' demo, exactly; sums over the batch):
+Objective `released` (the authors' demo, exactly; sums over the batch; its alpha term is
+-alpha log q(h|x), the opposite sign of the paper's bits-back term):
     1/2 ||x - ((hU) * |s| + m)||^2 + alpha BCE(logits=z, labels=h) + beta/2 (||U||^2 + ||W||^2)
-Its alpha term is -alpha log q(h|x), the opposite sign of the paper's bits-back term.
 
-Estimators (how d loss / d z is formed through the binary step):
-- `approximate`: the neuron's own backward, sigmoid'(z) (dL/dh + dL/dp) at the sampled h.
-- `unbiased`: for a decoder linear in h with a Gaussian loss, the exact finite difference
-  L(h_k=1) - L(h_k=0) = dL/dh_k - (h_k - 1/2) ||a_k||^2 / rho^2  (docs/design.md), so the unbiased
-  estimator costs one extra (l,) vector: we add a zero-valued term whose h-gradient is the
-  correction. With an mlp decoder there is no closed form: the finite differences are computed
-  exactly, 2 l decoder evaluations per item, batched (`finite_differences`).
+Estimators through the binary step: `approximate`, the neuron's own backward; `unbiased`, with
+L(h_k=1) - L(h_k=0) for dL/dh_k (`unbiased_correction`, `finite_differences`; docs/design.md).
 """
 
 from __future__ import annotations
@@ -43,34 +31,27 @@ from sgh.model.quiet_tensorflow import traced_once_per_model
 from sgh.search.asymmetric import AsymmetricScore, decoder_score, encoder_score
 from sgh.search.decoded import DecoderNetwork
 
-# The stateless RNG of the neuron's noise and the batches: named, not "auto_select", so the
-# stream cannot change under us. XLA still draws from a runtime seed with its own kernel, so a run
-# is reproducible for a given trainer.jit_compile; the two settings give different valid streams.
+# The stateless RNG of the neuron's noise and the batches: named, so the stream cannot change
+# under us (XLA draws with its own kernel: runs are reproducible per trainer.jit_compile).
 RNG_ALGORITHM = "philox"
 
-LOSS_TERMS = {
-    # reconstruction: 1/2 ||x - x^||^2 per item in the input space, comparable across objectives
-    # and with the released demo's "Monitor Loss".
-    "paper": ("total", "reconstruction", "gaussian_nll", "kl", "rho"),
-    "released": ("total", "reconstruction", "bce", "weight_decay"),
-}
+# `reconstruction`: 1/2 ||x - x^||^2 per item in input units, comparable across objectives.
+LOSS_TERMS = {"paper": ("total", "reconstruction", "gaussian_nll", "kl", "rho"),
+              "released": ("total", "reconstruction", "bce", "weight_decay")}
 
 
 class SGH(tf.Module):
-    """SGH: a linear or mlp encoder and decoder around the doubly stochastic neuron. Build with
-    `SGH.from_training_data`; the normaliser travels with the weights."""
+    """SGH (module doc); build with `SGH.from_training_data`."""
 
     def __init__(self, config: ModelConfig, dim: int, mean, scale, init: dict[str, np.ndarray],
                  seed: int = 0):
         super().__init__(name="sgh")
-        self.config = config
-        self.dim, self.bits = dim, config.bits
-        # The neuron is the Keras layer users get (one implementation). It is held outside the
-        # checkpointed state: training passes its own stateless noise per step (`sample_noise`),
-        # so the layer's own noise state is never used, and checkpoints keep their layout.
+        self.config, self.dim, self.bits = config, dim, config.bits
+        # The Keras layer users get, held outside the checkpointed state: training passes its
+        # own stateless noise per step (`sample_noise`), so checkpoints keep their layout.
         self._parts = types.SimpleNamespace(
             neuron=DoublySN(noise=config.noise, return_probabilities=True, name="neuron"))
-        # Normalisation statistics are part of the model: encoding new data must use the same.
+        # The normaliser is part of the model: encoding new data must use the same.
         self.mean = tf.Variable(np.asarray(mean, np.float32), trainable=False, name="mean")
         self.scale = tf.Variable(np.float32(scale), trainable=False, name="scale")
         if config.encoder == "mlp":
@@ -100,8 +81,7 @@ class SGH(tf.Module):
 
     @classmethod
     def skeleton(cls, config: ModelConfig, dim: int) -> SGH:
-        """A model of the right shapes with placeholder values, for weights restored next (a
-        checkpoint, a saved `SGHHasher`)."""
+        """A model of the right shapes with placeholder values, for weights restored next."""
         zeros = np.zeros(dim, np.float32)
         return cls(config, dim, zeros, 1.0, initial_weights(config, dim, zeros, zeros + 1, 0))
 
@@ -126,24 +106,20 @@ class SGH(tf.Module):
                         seed: int) -> SGH:
         dim = len(statistics.mean)
         if config.normalization == "isotropic":
-            # One global scale (RMS of the centred coordinates) keeps Euclidean neighbours intact;
-            # per-dimension z-scoring would change them, and costs much Euclidean recall.
+            # One global scale (RMS of the centred coordinates) keeps Euclidean neighbours intact.
             mean = statistics.mean.astype(np.float32)
             # Centred on the float32 mean the model subtracts: sum (x - mean32)^2 =
             # sum (x - mean64)^2 + n (mean64 - mean32)^2 per dimension.
-            offset = statistics.mean - mean
             variance = float(np.sum(statistics.squared_deviations
-                                    + statistics.count * np.square(offset))
+                                    + statistics.count * np.square(statistics.mean - mean))
                              / (statistics.count * dim))
             scale = math.sqrt(variance) if variance > 0 else 1.0
         else:
             mean, scale = np.zeros(dim, np.float32), 1.0
-        normalised_var = statistics.variance / scale**2
-        normalised_mean = (statistics.mean - mean) / scale
-        init = initial_weights(config, dim, normalised_mean, normalised_var, seed)
+        init = initial_weights(config, dim, (statistics.mean - mean) / scale,
+                               statistics.variance / scale**2, seed)
         return cls(config, dim, mean, scale, init, seed)
 
-    # ---- encoding -------------------------------------------------------------------------
     def logits(self, x: tf.Tensor) -> tf.Tensor:
         normalised = (x - self.mean) / self.scale
         if self.config.encoder == "mlp":
@@ -156,8 +132,7 @@ class SGH(tf.Module):
             return self.decoder(h)
         return tf.matmul(h, self.U) + self.c
 
-    # One traced function per model, for any batch size (encoding, training evaluation, export);
-    # no autograph: nothing in it branches on a tensor, and converting it slowed every trace.
+    # One traced function per model, for any batch size; no autograph: nothing branches on a tensor.
     @traced_once_per_model
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.float32)], autograph=False)
     def encode_bits(self, x: tf.Tensor) -> tf.Tensor:
@@ -165,25 +140,15 @@ class SGH(tf.Module):
         codes, _ = self._parts.neuron(self.logits(x), training=False)
         return tf.cast(codes, tf.uint8)
 
-    # ---- decoding (monitoring: reconstructions and templates in the input space) -----------
     def reconstruct(self, x: tf.Tensor) -> tf.Tensor:
-        """Deterministic reconstruction x^ of x from its code, in the input space, (n, dim).
-
-        The code is the mode h = 1[p >= 1/2] (as `encode_bits`); then `paper`:
-        x^ = (hU + c) * scale + mean (the decoder works on normalised data); `released`:
-        x^ = (hU) * |s| + m (the demo's decoder reconstructs x itself).
-        """
+        """Reconstruction x^ of x from its code `encode_bits`, in the input space, (n, dim)."""
         h = tf.cast(self.encode_bits(tf.convert_to_tensor(x, tf.float32)), tf.float32)
         if self.config.objective == "paper":
             return self.decode(h) * self.scale + self.mean
         return tf.matmul(h, self.U) * tf.abs(self.s) + self.m
 
     def decoder_templates(self) -> tf.Tensor:
-        """What turning bit k on adds to the reconstruction, in input units, (bits, dim).
-
-        `paper`: U * scale (an mlp decoder: g(e_k) - g(0), scaled); `released`: U * |s| (row k
-        of the effective decoder).
-        """
+        """What turning bit k on adds to the reconstruction, in input units, (bits, dim)."""
         if self.config.decoder == "mlp":
             codes = tf.concat([tf.eye(self.bits), tf.zeros([1, self.bits])], axis=0)
             decoded = self.decode(codes)
@@ -193,16 +158,10 @@ class SGH(tf.Module):
         return self.U * tf.abs(self.s)
 
     def asymmetric_scores(self, similarity: str) -> dict[str, AsymmetricScore]:
-        """The model's per-bit scores of a query against codes (`sgh.search.asymmetric`), by
-        kind: ``encoder`` (``-log q(h|x)``, any encoder) and, with the linear decoder,
-        ``decoder`` (``||x - (hT + t)||^2``, or ``-<x, hT + t>`` for inner product; T =
-        `decoder_templates`, t = the reconstruction of the zero code). The joint score weighs
-        the two (`joint_score` with `noise_variance`); an mlp decoder has no per-bit form
-        (`ASYMMETRIC_NEEDS_LINEAR_DECODER`)."""
+        """Per-bit query-against-code scores: ``encoder``, and ``decoder`` if it is linear."""
         scores = {"encoder": self.encoder_score()}
         if self.config.decoder == "linear":
-            offset = self.c * self.scale + self.mean if self.config.objective == "paper" \
-                else self.m
+            offset = self.c * self.scale + self.mean if self.config.objective == "paper" else self.m
             scores["decoder"] = decoder_score(self.decoder_templates().numpy(), offset.numpy(),
                                               similarity)
         return scores
@@ -218,9 +177,7 @@ class SGH(tf.Module):
                              float(self.scale.numpy()))
 
     def decoder_network(self) -> DecoderNetwork | None:
-        """An mlp decoder as NumPy arrays (`sgh.search.decoded`: it rescores shortlists through
-        its last layer's split, without TensorFlow); None for the linear decoder, whose scores
-        are per-bit (`asymmetric_scores`)."""
+        """An mlp decoder as NumPy arrays, to rescore shortlists (`sgh.search.decoded`), or None."""
         if self.config.decoder != "mlp":
             return None
         kernels = [kernel.numpy() for kernel in self.decoder.kernels]
@@ -231,14 +188,12 @@ class SGH(tf.Module):
                               float(np.exp(2.0 * self.log_rho.numpy())))
 
     def noise_variance(self) -> float:
-        """sigma^2 of the decoder's Gaussian p(x|h) in input units: (rho * scale)^2 for
-        `paper`; 1 for `released`, whose loss is 1/2 ||x - x^||^2."""
+        """sigma^2 of the decoder's Gaussian p(x|h) in input units (`released`: 1)."""
         if self.config.objective == "paper":
             # In float64: the square of a large feature scale overflows float32.
             return math.exp(2.0 * float(self.log_rho.numpy())) * float(self.scale.numpy()) ** 2
         return 1.0
 
-    # ---- training -------------------------------------------------------------------------
     def sample_noise(self, batch_size, seed: tf.Tensor) -> tf.Tensor:
         if self.config.noise == "fixed":
             return tf.fill([batch_size, self.bits], 0.5)
@@ -257,8 +212,7 @@ class SGH(tf.Module):
         rho2 = tf.exp(2.0 * self.log_rho)
         exact_differences = (self.config.gradient_estimator == "unbiased"
                              and self.config.decoder == "mlp")
-        # With exact differences the codes' gradient comes from them alone (below), not from
-        # the decoder's local slope at h.
+        # With exact differences the codes' gradient comes from them alone (below).
         residual = x_norm - self.decode(tf.stop_gradient(h) if exact_differences else h)
         squared = tf.reduce_sum(tf.square(residual), axis=1)
         d = float(self.dim)
@@ -274,13 +228,9 @@ class SGH(tf.Module):
         elif self.config.gradient_estimator == "unbiased":
             column_norms = tf.reduce_sum(tf.square(self.U), axis=1) / rho2
             total += unbiased_correction(h, column_norms) / batch
-        return {
-            "total": total,
-            "reconstruction": 0.5 * tf.reduce_mean(squared) * tf.square(self.scale),
-            "gaussian_nll": gaussian_nll,
-            "kl": kl,
-            "rho": tf.exp(self.log_rho),
-        }
+        return {"total": total,
+                "reconstruction": 0.5 * tf.reduce_mean(squared) * tf.square(self.scale),
+                "gaussian_nll": gaussian_nll, "kl": kl, "rho": tf.exp(self.log_rho)}
 
     def _released_terms(self, x, z, h):
         alpha, beta = self.config.alpha, self.config.beta
@@ -308,12 +258,7 @@ ACTIVATIONS = {"relu": tf.nn.relu, "tanh": tf.tanh, "gelu": tf.nn.gelu, "elu": t
 
 
 class MLP(tf.Module):
-    """Dense layers `sizes[0] -> sizes[1] -> ... -> sizes[-1]`, the activation after each but the
-    last. Glorot-uniform kernels (Keras' default for Dense) from `rng`, zero biases.
-
-    Plain variables of this `tf.Module` (as the linear model's), so checkpoints, the exported
-    encoder and mirrored training treat every encoder and decoder alike.
-    """
+    """Dense layers `sizes[0] -> ... -> sizes[-1]`, the activation after each but the last."""
 
     def __init__(self, name: str, sizes: list[int], activation: str, rng: np.random.Generator):
         super().__init__(name=name)
@@ -337,12 +282,7 @@ class MLP(tf.Module):
 
 
 def finite_differences(decode, x_norm: tf.Tensor, h: tf.Tensor, rho2: tf.Tensor) -> tf.Tensor:
-    """L(h with h_k = 1) - L(h with h_k = 0) per item and bit, (B, l), for the reconstruction
-    term L(h) = ||x~ - decode(h)||^2 / (2 rho^2).
-
-    The 2 l codes of each item (bit k set, bit k cleared) are decoded in one batch of B * 2l
-    rows: an mlp decoder's forward pass costs 2l times its cost per item (no backward pass).
-    """
+    """L(h_k=1) - L(h_k=0) per item and bit, (B, l), of L(h) = ||x~ - decode(h)||^2 / (2 rho^2)."""
     bits = h.shape[-1]
     identity = tf.eye(bits, dtype=h.dtype)
     with_bit = tf.maximum(h[:, None, :], identity)  # row k: h with bit k set
@@ -362,25 +302,16 @@ def bernoulli_kl(logits: tf.Tensor, prior_logits: tf.Tensor) -> tf.Tensor:
 
 
 def unbiased_correction(h: tf.Tensor, column_norms: tf.Tensor) -> tf.Tensor:
-    """A term that is exactly 0 but adds -(h_k - 1/2) ||a_k||^2 / rho^2 to dL/dh_k.
-
-    With it the neuron's backward sigmoid'(z)(dL/dh) becomes sigmoid'(z) (L(h_k=1) - L(h_k=0)),
-    the unbiased estimator, for a loss 1/2 ||x - hA - c||^2 / rho^2, with
-    `column_norms` = ||a_k||^2 / rho^2.
-    """
+    """A term that is exactly 0 but adds -(h_k - 1/2) ||a_k||^2 / rho^2 (`column_norms`) to
+    dL/dh_k, making it L(h_k=1) - L(h_k=0) for a loss 1/2 ||x - hA - c||^2 / rho^2."""
     slope = tf.stop_gradient(-(h - 0.5) * column_norms)
     return tf.reduce_sum(slope * h - tf.stop_gradient(slope * h))
 
 
 def initial_weights(config: ModelConfig, dim: int, mean: np.ndarray, variance: np.ndarray,
                     seed: int) -> dict[str, np.ndarray]:
-    """Initial W, b, U (and the released decoder's s, m), from normalised-data statistics.
-
-    `released`: the demo's W ~ N(0, 1/d), b ~ N(0, 1), U ~ N(0, 1/l), s = per-dimension variance
-    (clipped at 1e-7), m = mean. `random`: the same W and U with b = 0, because a N(0, 1) bias
-    dominates the logits when the features are small and saturates the bits (the demo's collapse
-    on CIFAR-10 GIST).
-    """
+    """The demo's initial W, b, U (and `released`'s s, m) from normalised-data statistics; b = 0
+    for init `random`, as a N(0, 1) bias saturates the bits of small features."""
     rng = np.random.default_rng(seed)
     bits = config.bits
     weights = {

@@ -1,16 +1,12 @@
 """The comparison of a sweep's runs (`sgh-compare`): one table, plots and TensorBoard images.
 
-Reads every `metrics.json` below SWEEP_DIR (one per `sgh-train` job), groups the runs by
-(dataset, method, ranking, bits) and reports mean ± population std (ddof=0) over seeds; runs
-that differ in any other setting are never averaged together, but are rows of their own
-(`sgh.reports.sweep_runs`). Writes
-`comparison.csv`, `comparison.md`, `map_vs_bits.png`, `recall_curves.png`, `pr_curves.png` and
-`tensorboard_compare/` into SWEEP_DIR (or --out). TensorFlow is imported only for the last.
-
-It replaces only its own earlier output: its record beside the files, `comparison.record.json`,
-lists each file it wrote with a hash of its bytes (`written_by_compare`), so a file of the
-user's by one of those names, or one edited since, is refused; every output is checked before
-the first is written.
+Reads every `metrics.json` below SWEEP_DIR, groups the runs by (dataset, method, ranking, bits)
+and reports mean ± population std (ddof=0) over seeds; runs that differ in any other setting are
+rows of their own (`sgh.reports.sweep_runs`). Writes `comparison.csv`, `comparison.md`, the PNG
+plots and `tensorboard_compare/` into SWEEP_DIR (or --out); TensorFlow is imported only for the
+last. It replaces only its own earlier output: `comparison.record.json` lists each file it
+wrote with a hash of its bytes (`written_by_compare`), so a file of the user's by one of those
+names, or one edited since, is refused; every output is checked before the first is written.
 """
 
 from __future__ import annotations
@@ -40,18 +36,13 @@ from sgh.reports.sweep_runs import collect, ranking_label
 
 logger = logging.getLogger(__name__)
 
-# Where `compare` writes its figures as TensorBoard images.
-TENSORBOARD_COMPARE = "tensorboard_compare"
+TENSORBOARD_COMPARE = "tensorboard_compare"  # the figures as TensorBoard images
 TENSORBOARD_IMAGES = DirectoryKind(
     "sgh-compare's TensorBoard images (event files)", required=frozenset(),
     optional_patterns=("events.out.tfevents.*", tensorboard_events.STAGED_EVENT_FILES))
 # The record of what `compare` wrote into a directory: {"files": {name: [sha256 hex, ...]}}.
 RECORD_FILE = "comparison.record.json"
 _ELSEWHERE = "choose another --out DIR"
-
-
-def _digest(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _read_record(path: Path) -> dict | None:
@@ -67,8 +58,7 @@ def _read_record(path: Path) -> dict | None:
 
 
 def _record(directory: Path) -> dict[str, list[str]]:
-    """What `compare` wrote into `directory`, by name: the hashes of its bytes (empty when there
-    is no readable record: then no file there counts as its own)."""
+    """The hashes of what `compare` wrote into `directory`, by name (empty without a record)."""
     record = _read_record(directory / RECORD_FILE) or {"files": {}}
     return {name: hashes for name, hashes in record["files"].items()
             if isinstance(name, str) and isinstance(hashes, list)}
@@ -79,7 +69,7 @@ def _recorded_as_written(path: Path) -> bool:
         data = path.read_bytes()
     except OSError:
         return False
-    return _digest(data) in _record(path.parent).get(path.name, [])
+    return hashlib.sha256(data).hexdigest() in _record(path.parent).get(path.name, [])
 
 
 # A file `compare` may replace: one its record lists with these very bytes.
@@ -108,26 +98,24 @@ def written_by_compare(path: str | os.PathLike) -> bool:
     return path.is_file() and _recorded_as_written(path)
 
 
-# SGH, then the baselines, as the registry orders them: tables and legends read the same.
-METHOD_ORDER = tuple(METHODS)
+METHOD_ORDER = tuple(METHODS)  # the registry's: tables and legends read the same
 RECALL_KEY = re.compile(r"^recall(\d+)@(\d+)$")  # tie-aware recall only; *_stable is not compared
 MAP_TEXT = SUMMARIES["map"]
 RECALL_TEXT = SUMMARIES["recall"].format(k=10, n="{n}")  # the table's Recall10@N
 SPREAD_TEXT = "mean ± std over {n} (population std, ddof=0)"
-PR_TEXT = SUMMARIES["pr_curve"]
 TABLE_METRICS = (("map", "mAP@all", MAP_TEXT),
                  ("recall10@100", "Recall10@100", RECALL_TEXT.format(n=100)))
 # Figure titles and TensorBoard descriptions: every plotted number with its convention.
 ERROR_BARS = "error bars: " + SPREAD_TEXT.format(n="seeds")
-DESCRIPTION = {"map_vs_bits": f"{MAP_TEXT}\n{ERROR_BARS}",
-               "recall_curves": f"{RECALL_TEXT.format(n='N')}\n{ERROR_BARS}",
-               "pr_curves": f"Precision-recall of {PR_TEXT}",
-               "shortlist_curves": "Two-stage search (eval.ranking=rerank): Recall K@N of the "
-                                   "top N after rescoring a Hamming top-S shortlist, against S "
-                                   "(first seed)",
-               "recall_vs_queries_per_second": "Two-stage search: Recall K@N against queries/s "
-                                               "(one point per shortlist size S; this "
-                                               "machine, default threads; first seed)"}
+DESCRIPTION = {
+    "map_vs_bits": f"{MAP_TEXT}\n{ERROR_BARS}",
+    "recall_curves": f"{RECALL_TEXT.format(n='N')}\n{ERROR_BARS}",
+    "pr_curves": f"Precision-recall of {SUMMARIES['pr_curve']}",
+    "shortlist_curves": "Two-stage search (eval.ranking=rerank): Recall K@N of the top N after "
+                        "rescoring a Hamming top-S shortlist, against S (first seed)",
+    "recall_vs_queries_per_second": "Two-stage search: Recall K@N against queries/s (one point "
+                                    "per shortlist size S; this machine, default threads; "
+                                    "first seed)"}
 
 
 def _method_rank(label: str) -> tuple:
@@ -135,14 +123,6 @@ def _method_rank(label: str) -> tuple:
     method, _, ranking = label.partition(" [")[0].partition(" (")
     return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method,
             ranking != "", ranking, label)
-
-
-def method_label(row: dict) -> str:
-    """How tables and legends name a run's method: ``itq``, ``itq (asymmetric)`` when the run
-    was scored in another ranking than Hamming, and the settings that set it apart from other
-    runs of that method (``sgh [trainer.steps=400]``, `sgh.reports.sweep_runs`): runs of
-    different labels are never averaged together."""
-    return ranking_label(row) + row.get("variant", "")
 
 
 def _recall_order(key: str) -> tuple[int, int]:
@@ -159,15 +139,18 @@ def _number(run: dict, key: str) -> float:
 
 
 def aggregate(rows: list[dict]) -> list[dict]:
-    """One dict per (dataset, method label, bits): n_seeds, seeds, <metric>_mean/_std, first_run
-    (the method label names a ranking other than Hamming, `method_label`)."""
+    """One dict per (dataset, method label, bits): n_seeds, seeds, <metric>_mean/_std, first_run.
+
+    The method label (``itq``, ``itq (asymmetric)``, ``sgh [trainer.steps=400]``) adds to the
+    method a ranking other than Hamming and the settings that set the run apart
+    (`sgh.reports.sweep_runs`): runs of different labels are never averaged together."""
     groups = defaultdict(list)
     for row in rows:
-        groups[(row["dataset"], method_label(row), int(row["bits"]))].append(row)
+        label = ranking_label(row) + row.get("variant", "")
+        groups[(row["dataset"], label, int(row["bits"]))].append(row)
     result = []
     for (dataset, method, bits), runs in groups.items():
-        # The first seed's run supplies codes.npz for the PR curve: the smallest seed, so the
-        # choice does not depend on directory names.
+        # The smallest seed's run supplies codes.npz for the PR curve: not a directory name's.
         runs = sorted(runs, key=lambda run: (run.get("seed") is None, run.get("seed") or 0))
         seeds = [run.get("seed") for run in runs]
         if len(set(seeds)) < len(seeds):
@@ -249,7 +232,7 @@ def markdown(aggregated: list[dict]) -> str:
 
 
 def pr_curve(codes: SavedCodes) -> tuple[np.ndarray, np.ndarray]:
-    """Mean precision and recall of hash lookup at Hamming radius r = 0..bits (see PR_TEXT)."""
+    """Mean precision and recall of hash lookup at Hamming radius r = 0..bits."""
     if not codes.has_labels:
         raise ValueError(f"{codes.path}: no labels, so no label precision-recall curve")
     from sgh.metrics import pr_curve as lookup_curve  # one scan of per-distance histograms
@@ -271,8 +254,14 @@ def _grid(plt, panels: list[list]):
                     for j, panel in enumerate(row)]
 
 
+def _by_dataset(pairs: set[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """(dataset, bits) pairs as panels: a row per dataset, both sorted."""
+    return [[pair for pair in sorted(pairs) if pair[0] == dataset]
+            for dataset in sorted({dataset for dataset, _ in pairs})]
+
+
 def figures(aggregated: list[dict]) -> dict[str, bytes]:
-    """PNG bytes by file stem: map_vs_bits, recall_curves, pr_curves (each only if it has data)."""
+    """PNG bytes by file stem, a key of DESCRIPTION (each figure only if it has data)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never a display
@@ -318,7 +307,7 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
 
     cutoffs = recall_cutoffs(aggregated)
     if cutoffs:
-        figure, panels = _grid(plt, [[(d, b) for b in bits_of[d]] for d in datasets])
+        figure, panels = _grid(plt, _by_dataset({(e["dataset"], e["bits"]) for e in aggregated}))
         for axis, (dataset, bits) in panels:
             for entry in (e for e in rows_of[dataset] if e["bits"] == bits):
                 keys = [k for k in cutoffs if f"{k}_mean" in entry]
@@ -338,9 +327,7 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
         for name, x_key, x_label in (
                 ("shortlist_curves", "shortlist", "shortlist size S (Hamming top S)"),
                 ("recall_vs_queries_per_second", "queries_per_second", "queries per second")):
-            figure, panels = _grid(plt, [[(d, b) for b in bits_of[d] if any(
-                (e["dataset"], e["bits"]) == (d, b) for e in searched)]
-                for d in sorted({e["dataset"] for e in searched})])
+            figure, panels = _grid(plt, _by_dataset({(e["dataset"], e["bits"]) for e in searched}))
             for axis, (dataset, bits) in panels:
                 for entry in (e for e in searched if (e["dataset"], e["bits"]) == (dataset, bits)):
                     curve = entry["shortlist_curve"]
@@ -361,8 +348,7 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
         except (UserInputError, ValueError) as error:  # the tables stand without this curve
             logger.warning("no PR curve for %s: %s", entry["method"], error)
     if curves:
-        figure, panels = _grid(plt, [[(d, b) for b in bits_of[d] if any(
-            key[:2] == (d, b) for key in curves)] for d in sorted({key[0] for key in curves})])
+        figure, panels = _grid(plt, _by_dataset({key[:2] for key in curves}))
         for axis, (dataset, bits) in panels:
             for method in (m for m in methods if (dataset, bits, m) in curves):
                 precision, recall = curves[dataset, bits, method]
@@ -374,23 +360,23 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
 
 
 def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
-    """The figures as image summaries (step 0), replacing an earlier tensorboard_compare/
-    (and nothing else: a folder of the user's by that name is refused)."""
+    """The figures as image summaries (step 0), replacing an earlier tensorboard_compare/ only."""
     refuse_to_replace(directory, TENSORBOARD_IMAGES, elsewhere=_ELSEWHERE)
-    # One event file, staged where TensorBoard does not look, so that it never shows a
-    # half-written comparison, nor two sets of images after a rerun.
+    # One event file, staged where TensorBoard does not look: never half a comparison shown,
+    # nor two sets of images after a rerun.
     with tensorboard_events.recording_as_the_only_file(directory):
         for name, png in images.items():
             tensorboard_events.encoded_image(name, png, step=0, description=DESCRIPTION[name])
 
 
 def _write_recorded(out: Path, files: dict[str, bytes]) -> None:
-    """Write `files` (name -> bytes) into `out`, each atomically, and record them as
-    `compare`'s own. The record lists the new bytes beside the old before the first file is
-    replaced, and only the new ones after the last: whenever the process is killed, every file
-    there is one the record lists, and the next comparison may replace it."""
+    """Write `files` (name -> bytes) into `out`, each atomically, recorded as `compare`'s own.
+
+    The record lists the new bytes beside the old before the first file is replaced, and only
+    the new ones after the last: wherever the process is killed, the next comparison may replace
+    every file there."""
     record = _record(out)
-    new = {name: _digest(data) for name, data in files.items()}
+    new = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
     during = {**record, **{name: [*record.get(name, []), digest] for name, digest in new.items()}}
     after = {**record, **{name: [digest] for name, digest in new.items()}}
     write_bytes(out / RECORD_FILE, _record_text(during), replaces=_RECORD)
@@ -403,19 +389,14 @@ def _record_text(files: dict[str, list[str]]) -> bytes:
     return (json.dumps({"written_by": "sgh-compare", "files": files}, indent=1) + "\n").encode()
 
 
-def unfinished_jobs(sweep_dir) -> list[Path]:
-    """The sweep's job directories (each has Hydra's `.hydra/`) without a metrics.json: failed,
-    interrupted or never finished."""
-    sweep_dir = Path(sweep_dir)
-    jobs = sorted(path.parent for path in sweep_dir.rglob(".hydra") if path.is_dir()
-                  and path.parent != sweep_dir)
-    return [job for job in jobs if not (job / METRICS_FILE).is_file()]
-
-
 def incompleteness(sweep_dir, n_finished: int, planned: int | None = None) -> str | None:
     """One line naming the jobs the comparison lacks and how to finish them, or None;
     ``planned``: how many jobs the sweep has, if known (`sgh.cli.compare` reads its record)."""
-    unfinished = unfinished_jobs(sweep_dir)
+    # Job directories (Hydra's `.hydra/` in each) without a metrics.json.
+    root = Path(sweep_dir)
+    jobs = sorted(path.parent for path in root.rglob(".hydra")
+                  if path.is_dir() and path.parent != root)
+    unfinished = [job for job in jobs if not (job / METRICS_FILE).is_file()]
     missing = max(len(unfinished), (planned or 0) - n_finished)
     if missing == 0:
         return None
@@ -434,10 +415,8 @@ def compare(sweep_dir, out=None, tensorboard: bool = True,
 
     Returns the Markdown table and the paths written. A sweep with jobs that have no results
     (of `planned_jobs`, if known) is compared as it stands, and warned about (in the table too).
-
-    Raises:
-        UserInputError: `out` is a file or inside a run, or a file or folder there by the name
-            of an output is not `compare`'s own (`written_by_compare`); nothing is written.
+    Raises UserInputError, writing nothing, when `out` is a file or inside a run, or an output's
+    name there holds something not `compare`'s own (`written_by_compare`).
     """
     rows = collect(sweep_dir)
     aggregated = aggregate(rows)
@@ -445,8 +424,7 @@ def compare(sweep_dir, out=None, tensorboard: bool = True,
     out = Path(out if out is not None else sweep_dir)
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out}: is a file; expected a directory")
-    # A run's encoder/, checkpoints/, ...: what the run (or sgh-export) alone writes.
-    refuse_a_run_file("--out", out, "comparison")
+    refuse_a_run_file("--out", out, "comparison")  # a run's folders are the run's alone
     table = markdown(aggregated)
     if gap is not None:
         logger.warning("%s", gap)

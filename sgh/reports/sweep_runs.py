@@ -1,11 +1,10 @@
 """The runs below a sweep directory as `sgh-compare` reads them, and which of them are seeds.
 
 Runs are averaged together only when they are seeds of one run: the same dataset, method,
-ranking and code length, and a config.yaml that differs in nothing but `trainer.seed`. Runs
-that differ in anything else (`experiment=search` beside the default recipe, another learning
-rate, other evaluation settings) are rows of their own, each named by the settings that set it
-apart from the others (`variant`: `sgh [model.decoder=mlp, trainer.steps=10000]`). A run without
-a readable config.yaml (metrics.json alone) is told apart by its metrics only.
+ranking and code length, and a config.yaml that differs in nothing but `trainer.seed`. Other
+runs are rows of their own, each named by the settings that set it apart (`variant`: `sgh
+[model.decoder=mlp, trainer.steps=10000]`); a run without a readable config.yaml is told apart
+by its metrics only.
 """
 
 from __future__ import annotations
@@ -20,14 +19,12 @@ from sgh.artifacts.run_directory import CONFIG_FILE, METRICS_FILE
 from sgh.config import flatten_config
 from sgh.errors import UserInputError
 
-# The one setting seeds of a run differ in.
-SEED_SETTING = "trainer.seed"
+SEED_SETTING = "trainer.seed"  # the one setting seeds of a run differ in
 
 
 def collect(sweep_dir) -> list[dict]:
-    """Every run's metrics below `sweep_dir`, each with `run_dir` and `variant` (its name
-    among the runs of the same method label and code length: '' when there is one recipe, see
-    the module doc) added; sorted by path."""
+    """Every run's metrics below `sweep_dir`, sorted by path, with `run_dir` and `variant` (see
+    the module doc; '' when the runs of its method label and code length share one recipe)."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise UserInputError(f"{sweep_dir}: no such directory; expected an sgh-train sweep "
@@ -63,8 +60,7 @@ def ranking_label(row: dict) -> str:
 
 
 def _settings(run_dir: str) -> dict | None:
-    """The run's settings but its seed, flattened (`model.bits`: 32, ...); None without a
-    readable config.yaml."""
+    """The run's flattened settings but its seed; None without a readable config.yaml."""
     try:
         loaded = OmegaConf.to_container(OmegaConf.load(Path(run_dir) / CONFIG_FILE))
     except Exception:  # noqa: BLE001  absent or unreadable: the metrics alone describe the run

@@ -2,10 +2,8 @@
 images, the final PR curve, HParams and gradient norms.
 
 Every ``write_*`` function writes into the current event writer
-(``with sgh.artifacts.tensorboard_events.recording_to(directory): ...``) at the given step, and
-does nothing (not even the computation) when no summary would be recorded (no current writer).
-None of them needs TensorFlow: a baseline's run shows its views without importing it. Tags, by
-TensorBoard tab:
+(``sgh.artifacts.tensorboard_events.recording_to``) and does nothing, not even the computation,
+without one. None needs TensorFlow. Tags, by TensorBoard tab:
 
 * Scalars: ``code_health/*`` (:func:`write_code_health`), ``gradients/*``
   (:func:`write_gradient_norms`).
@@ -35,13 +33,11 @@ if TYPE_CHECKING:  # the views of a model run where it trained, TensorFlow impor
     from sgh.model.sgh_model import SGH
 
 PR_CURVE_TAG = "pr_curve/hamming_lookup"
-# Small images are upscaled (nearest neighbour) so that a tile is at least this many pixels
-# high: TensorBoard shows images at their own size, and 8x8 digits would be a speck.
+# TensorBoard shows images at their own size, so small ones are upscaled (nearest neighbour) to
+# tiles at least this many pixels high: 8x8 digits would be a speck.
 MIN_TILE_PIXELS = 48
 IMAGES_SHOWN = 8
 
-
-# ---- code health ------------------------------------------------------------------------------
 CODE_HEALTH_DESCRIPTIONS = {  # shown in TensorBoard next to each scalar
     "distinct_codes": "number of different codes in the sample",
     "dead_bits": "bits with the same value in every code of the sample",
@@ -58,10 +54,8 @@ CODE_HEALTH_DESCRIPTIONS = {  # shown in TensorBoard next to each scalar
 
 
 def write_code_health(bits: np.ndarray, step: int) -> dict:
-    """Scalars ``code_health/<name>`` of :data:`CODE_HEALTH_DESCRIPTIONS` (by
-    :func:`sgh.codes.code_health`, the ``metrics.json`` formulas) and the histogram
-    ``code_health/bit_balance`` of a fixed sample's ``(n, bits)`` 0/1 codes; returns the scalars
-    written (empty when nothing is recorded)."""
+    """Scalars ``code_health/<name>`` (:func:`sgh.codes.code_health`) and the histogram
+    ``code_health/bit_balance`` of a sample's ``(n, bits)`` 0/1 codes; returns the scalars."""
     if not events.recording():
         return {}
     bits = np.asarray(bits)
@@ -70,16 +64,11 @@ def write_code_health(bits: np.ndarray, step: int) -> dict:
                          f"{bits.shape}")
     health = code_health(pack_bits(bits), bits.shape[1])
     balance = np.asarray(health["bit_balance"])
-    scalars = {
-        "distinct_codes": health["distinct_codes"],
-        "dead_bits": health["dead_bits"],
-        "mean_abs_bit_correlation": health["mean_abs_bit_correlation"],
-        "code_entropy": health["code_entropy"],
-        "bit_entropy_sum": float(np.sum(health["bit_entropy"])),
-        "balance_deviation": float(np.mean(np.abs(balance - 0.5))),
-        "bit_balance_min": float(balance.min()),
-        "bit_balance_max": float(balance.max()),
-    }
+    scalars = {name: health[name] for name in
+               ("distinct_codes", "dead_bits", "mean_abs_bit_correlation", "code_entropy")}
+    scalars.update(bit_entropy_sum=float(np.sum(health["bit_entropy"])),
+                   balance_deviation=float(np.mean(np.abs(balance - 0.5))),
+                   bit_balance_min=float(balance.min()), bit_balance_max=float(balance.max()))
     for name, value in scalars.items():
         events.scalar(f"code_health/{name}", value, step=step,
                       description=CODE_HEALTH_DESCRIPTIONS[name])
@@ -88,13 +77,9 @@ def write_code_health(bits: np.ndarray, step: int) -> dict:
     return scalars
 
 
-# ---- encoder outputs --------------------------------------------------------------------------
 def write_encoder_histograms(model: SGH, x_sample: np.ndarray, step: int) -> None:
-    """Histograms ``encoder/logits`` (z = x~ W + b) and ``encoder/probabilities`` (sigmoid(z)).
-
-    Over all ``n * bits`` values of the sample. Probabilities piling up at 0 and 1 mean a
-    saturated (near-deterministic) encoder; a peak at 1/2 means bits that say little.
-    """
+    """Histograms ``encoder/logits`` (z = x~ W + b) and ``encoder/probabilities`` (sigmoid(z))
+    over all ``n * bits`` values of the sample."""
     if not events.recording():
         return
     logits = np.asarray(model.logits(np.asarray(x_sample, np.float32)), np.float64)
@@ -104,12 +89,10 @@ def write_encoder_histograms(model: SGH, x_sample: np.ndarray, step: int) -> Non
                      description="p = sigmoid(z): probability that each bit is 1")
 
 
-# ---- images -----------------------------------------------------------------------------------
 def infer_image_shape(dim: int) -> tuple[int, int, int] | None:
-    """(side, side, 1) when ``dim`` is a square of a side >= 8 (MNIST 784, sklearn digits 64).
+    """(side, side, 1) when ``dim`` is a square of a side >= 8 (MNIST 784, digits 64), else None.
 
-    Anything else (CIFAR-10 GIST 512, SIFT 128) is not taken for an image: None. Colour images
-    need an explicit ``image_shape`` because their flattening order (HWC or CHW) is not known.
+    Colour images need an explicit ``image_shape``: their flattening order (HWC or CHW) is unknown.
     """
     side = math.isqrt(int(dim))
     return (side, side, 1) if side * side == dim and side >= 8 else None
@@ -118,12 +101,9 @@ def infer_image_shape(dim: int) -> tuple[int, int, int] | None:
 def write_images(model: SGH, x_sample: np.ndarray, step: int,
                  image_shape: tuple[int, ...] | None = None,
                  max_items: int = IMAGES_SHOWN) -> bool:
-    """Inputs beside their reconstructions (``images/inputs_and_reconstructions``: the first
-    ``max_items`` sample items over ``model.reconstruct``, both on the inputs' [min, max] scale)
-    and the decoder's templates (``images/decoder_templates``: ``1/2 + t / (2 max|t|)`` per row),
-    as docs/guide/monitoring.md shows them. ``image_shape``: ``(height, width[, 1 or 3])``,
-    row-major; None infers a square grey image (:func:`infer_image_shape`). Returns whether
-    images were written (not for non-image features, nor when nothing is recorded).
+    """Inputs over their reconstructions (``images/inputs_and_reconstructions``) and the
+    decoder's templates (``images/decoder_templates``). ``image_shape``: ``(height, width[, 1 or
+    3])``, row-major; None infers a square grey image. Returns whether images were written.
     """
     x_sample = np.asarray(x_sample, np.float32)
     if x_sample.ndim != 2 or x_sample.shape[0] == 0:
@@ -166,10 +146,8 @@ def _image_shape(dim: int, image_shape) -> tuple[int, int, int] | None:
 
 
 def _grid(tiles: np.ndarray, columns: int) -> np.ndarray:
-    """(n, h, w, c) tiles in [0, 1] -> one (H, W, c) image, rows of ``columns``, 1 px white gaps.
-
-    Tiles are upscaled by an integer factor (nearest neighbour) to at least MIN_TILE_PIXELS high.
-    """
+    """(n, h, w, c) tiles in [0, 1] -> one (H, W, c) image, rows of ``columns``, 1 px white gaps;
+    tiles upscaled to at least MIN_TILE_PIXELS high."""
     factor = max(1, -(-MIN_TILE_PIXELS // tiles.shape[1]))
     tiles = tiles.repeat(factor, axis=1).repeat(factor, axis=2)
     n, height, width, channels = tiles.shape
@@ -182,26 +160,15 @@ def _grid(tiles: np.ndarray, columns: int) -> np.ndarray:
     return grid
 
 
-# ---- PR curve ---------------------------------------------------------------------------------
 def write_pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
                    query_labels: np.ndarray, database_labels: np.ndarray, step: int,
                    tag: str = PR_CURVE_TAG) -> dict:
-    """Hash-lookup precision and recall at every Hamming radius, in TensorBoard's PR Curves tab.
+    """Hash-lookup precision and recall at every Hamming radius, in TensorBoard's PR Curves tab;
+    returns :func:`sgh.metrics.pr_curve`'s dict (empty when nothing is recorded).
 
-    Precision and recall are :func:`sgh.metrics.pr_curve`'s (label relevance, lookup within
-    radius r inclusive, means over queries with a relevant item, precision 0 for a query that
-    retrieves nothing), i.e. ``lookup_precision@r`` / ``lookup_recall@r`` of ``metrics.json``.
     TensorBoard's threshold axis runs 0..1 from "everything retrieved" to "strictest", so point
     i of ``bits + 1`` (threshold ``i / bits``) is radius ``r = bits - i``. The TP/FP/TN/FN counts
-    the plugin also shows are totals over the same queries (stored as float32: exact up to
-    2**24, rounded beyond). Trailing radii where no query retrieves anything are not drawn.
-
-    Args:
-        query_codes, database_codes: packed uint8 codes (the ``codes.npz`` contract).
-        query_labels, database_labels: 1-D labels or 2-D 0/1 label matrices.
-
-    Returns:
-        :func:`sgh.metrics.pr_curve`'s dict (empty when nothing is recorded).
+    are totals over the queries averaged over (float32: exact up to 2**24).
     """
     if not events.recording():
         return {}
@@ -226,14 +193,10 @@ def write_pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: in
     return curve
 
 
-# ---- HParams ----------------------------------------------------------------------------------
 def hparams_of(config) -> dict[str, str | int | float | bool]:
     """A configuration (`sgh.config.Config`, or a nested or flat mapping) as HParams values,
-    ``{"model.bits": 32, ...}`` (`sgh.config.flatten_config`).
-
-    Numbers, strings and bools are kept; anything else (lists, None) becomes its ``str``, so
-    ``eval.recall_n=[1, 10]`` is the string ``"[1, 10]"``: HParams holds only those three types.
-    An empty section holds no setting, and gives none.
+    ``{"model.bits": 32, ...}``. HParams holds only numbers, strings and bools, so anything else
+    becomes its ``str`` (``"[1, 10]"``); an empty section gives nothing.
     """
     values: dict[str, str | int | float | bool] = {}
     for name, value in flatten_config(config).items():
@@ -249,29 +212,22 @@ def hparams_of(config) -> dict[str, str | int | float | bool]:
 
 
 def write_hparams(config) -> None:
-    """This run as one HParams session: its configuration (a `Config`, or a nested or flat
-    mapping; see :func:`hparams_of`).
+    """This run as one HParams session of its configuration (see :func:`hparams_of`).
 
-    No experiment summary is written on purpose: TensorBoard then builds the HParams table from
-    every run under ``--logdir``, with the union of the runs' hyperparameters (so a sweep that
-    mixes SGH and baselines shows each method's settings) and one metric column per scalar tag,
-    holding the run's last value: the final ``eval/*`` numbers (written by
-    :func:`write_run_summary`), the last ``loss/*``, ``train/ms_per_step``,
-    ``code_health/*``. A declared metric list would instead be taken from one arbitrary run.
+    No experiment summary on purpose: TensorBoard then builds the table from every run under
+    ``--logdir``, with the union of their hyperparameters (SGH beside baselines) and a metric
+    column per scalar tag; a declared metric list would be taken from one arbitrary run.
     """
     if events.recording():
         events.hparams(hparams_of(config))
 
 
-# ---- gradient norms ---------------------------------------------------------------------------
 def write_gradient_norms(norms: Mapping[str, float], step: int) -> None:
-    """Scalars ``gradients/<name>``: L2 norms of the objective's gradient (e.g. ``global``,
-    ``W``, ``U``), as the training loop reports them (means over the steps of a call)."""
+    """Scalars ``gradients/<name>``: L2 norms of the objective's gradient (``global``, ``W``)."""
     for name, value in norms.items():
         events.scalar(f"gradients/{name}", value, step=step)
 
 
-# ---- the end of a run (every method) ----------------------------------------------------------
 # Final numbers shown as `eval/<key>` scalars: the retrieval metrics and the code-health counts.
 FINAL_SCALAR_PREFIXES = ("map", "recall", "precision")
 FINAL_SCALAR_KEYS = ("distinct_database_codes", "dead_bits", "mean_abs_bit_correlation")
@@ -286,9 +242,8 @@ def write_final_scalars(metrics: Mapping, step: int) -> None:
 
 
 def write_shortlist_curve(curve: Mapping) -> None:
-    """The two-stage search's trade-off (`sgh.metrics.shortlist_curve`) as scalars whose step is
-    the shortlist size: ``search/<recall key>`` and ``search/queries_per_second`` (TensorBoard's
-    x axis "step" then reads as S; set it to log scale)."""
+    """The two-stage search's trade-off (`sgh.metrics.shortlist_curve`) as scalars
+    ``search/<recall key>`` and ``search/queries_per_second`` whose step is the shortlist size."""
     recall_key = next(key for key in curve if key.startswith("recall"))
     for size, recall, rate in zip(curve["shortlist"], curve[recall_key],
                                   curve["queries_per_second"], strict=True):

@@ -1,34 +1,25 @@
 """Asymmetric scores: a real-valued query against a binary database code, one form for all methods.
 
-Hamming ranking throws away the query's magnitudes: every bit counts 1. A method whose code has a
-per-bit meaning keeps them. For all of ours the score of code ``h`` (0/1, ``bits``) against query
-``x`` (in the input feature space) is, up to a per-query constant that no ranking depends on,
+A per-bit score keeps the query's magnitudes, which Hamming ranking throws away. For each method
+that has one, the score of code ``h`` (0/1) against query ``x`` (input features) is, up to a
+per-query constant that no ranking depends on,
 
     score(x, h) = sum_k h_k * w_k(x) + ||h B||^2,   w(x) = x A + a [+ phi(x) C]   (smaller: nearer)
 
-so that it splits into one term per bit (a lookup table per code byte, built once per query) and
-one number per database item (``||h B||^2``, stored with the codes). ``phi`` is an mlp encoder's
-hidden layers (`QueryNetwork`): the weights may be any function of the query, only the code
-enters linearly. The kinds (`AsymmetricScore.kind`):
+one lookup table per code byte and query, and one number per database item (``||h B||^2``).
+``phi`` is an mlp encoder's hidden layers (`QueryNetwork`): only the code must enter linearly. SH
+and SpH have no such form (their bits are thresholds of non-linear functions of the data), nor has
+an mlp decoder (it rescores a shortlist by decoding it, `sgh.search.decoded`).
 
-* **encoder**: how likely the query's own encoder is to emit the code. SGH's encoder gives
-  ``q(h|x) = prod_k sigmoid(z_k)^h_k (1 - sigmoid(z_k))^(1 - h_k)`` for its logits ``z(x)``, so
-  ``-log q(h|x) = -<z(x), h> + sum_k log(1 + e^z_k)``: ``w(x) = -z(x)`` (linear or mlp encoder;
-  no ``B``). A projection hasher (ITQ, PCAH, LSH: bits = ``(x - mean) P >= 0``) has the same
-  form with the projection ``v = (x - mean) P`` as its logits, scored against the code's signs
-  ``b = 2h - 1``: ``-<v, b> = -2 <v, h> + sum(v)``, ITQ's asymmetric distance of Gong et al.
-  (TPAMI 2013) and Gordo et al. (TPAMI 2014).
-* **decoder**: SGH's linear decoder reconstructs ``x^ = h T + t`` in input units (``T`` the
-  decoder's templates, ``t`` its offset). Euclidean and angular: ``||x - x^||^2 = ||x - t||^2
-  - 2 <x - t, h T> + ||h T||^2``, so ``A = -2 T^T``, ``a = 2 T t``, ``B = T``. Inner product
-  (MIPS, the paper's supplement): ``-<x, x^>``, so ``A = -T^T``, ``a = 0``, no ``B``.
-* **joint**: both likelihoods, ``-log q(h|x) - lambda log p(x|h)`` =
-  ``encoder + lambda decoder / (2 sigma^2)`` with ``sigma`` the decoder's standard deviation in
-  input units (`joint_score`); a weighted sum of two per-bit scores is per-bit.
-
-SH and SpH have no such form (their bits are thresholds of non-linear functions of the data),
-and an mlp decoder's reconstruction is not a sum over the bits (it rescores a shortlist by
-decoding it, `sgh.model.decoded_rescoring`).
+* **encoder**: ``-log q(h|x) = -<z(x), h> + sum_k log(1 + e^z_k)`` for the encoder's logits
+  ``z(x)``: ``w(x) = -z(x)``, no ``B``. A projection hasher (ITQ, PCAH, LSH: bits =
+  ``(x - mean) P >= 0``) takes ``v = (x - mean) P`` as its logits, against the code's signs:
+  ``-<v, 2h - 1>``, ITQ's asymmetric distance (Gong et al., TPAMI 2013; Gordo et al., TPAMI 2014).
+* **decoder**: SGH's linear decoder ``x^ = h T + t`` (input units). Euclidean and angular:
+  ``||x - x^||^2 = ||x - t||^2 - 2 <x - t, h T> + ||h T||^2``, so ``A = -2 T^T``, ``a = 2 T t``,
+  ``B = T``. Inner product (MIPS): ``-<x, x^>``, so ``A = -T^T``, ``a = 0``, no ``B``.
+* **joint**: ``-log q(h|x) - lambda log p(x|h)`` = ``encoder + lambda decoder / (2 sigma^2)``,
+  ``sigma`` the decoder's standard deviation in input units (`joint_score`).
 """
 
 from __future__ import annotations
@@ -45,15 +36,11 @@ from sgh.config import SCORE_KINDS
 from sgh.data.similarity import SIMILARITIES
 from sgh.errors import one_line
 
-# Why a deep SGH's decoder has no per-bit score (the refusals' wording; its shortlist can still be
-# rescored by decoding it, `sgh.model.decoded_rescoring`).
+# Why a deep SGH's decoder has no per-bit score (the refusals' wording).
 ASYMMETRIC_NEEDS_LINEAR_DECODER = ("model.decoder=mlp has no per-bit form: its reconstruction "
                                    "is not a sum over the bits")
-# Rows of database codes unpacked at a time for the item norms: 65,536 x 64 bits of float32 is
-# 16 MB, and the product with B (bits x dim) stays a GEMM of useful size.
-_NORM_ROWS = 1 << 16
-# Queries whose hidden layers are evaluated at a time (float64: 4,096 x 512 units are 16 MB).
-_HIDDEN_ROWS = 4096
+_NORM_ROWS = 1 << 16  # database codes unpacked at a time for the item norms
+_HIDDEN_ROWS = 4096  # queries whose hidden layers are evaluated at a time
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
@@ -68,23 +55,36 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return expit(x)
 
 
-# The activations of an mlp encoder, in NumPy (the model's are TensorFlow's, `sgh.model.
-# sgh_model.ACTIVATIONS`, with the same names; a test holds the two equal).
+# An mlp encoder's activations in NumPy (a test holds them equal to the model's TensorFlow ones,
+# `sgh.model.sgh_model.ACTIVATIONS`).
 ACTIVATIONS = {"relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh, "gelu": _gelu,
                "elu": lambda x: np.where(x > 0, x, np.expm1(np.minimum(x, 0.0))),
                "sigmoid": _sigmoid}
 
 
+def hidden_layers(x: np.ndarray, kernels, biases, activation: str) -> np.ndarray:
+    """float32 ``x`` through dense layers, each followed by ``activation``."""
+    act = ACTIVATIONS[activation]
+    for kernel, bias in zip(kernels, biases, strict=True):
+        x = act(x @ kernel + bias).astype(np.float32, copy=False)
+    return x
+
+
+def chained_width(kernels, biases, width: int, where: str, what: str) -> int:
+    """The output width of dense layers taking ``width`` inputs; ValueError if they don't chain."""
+    for layer, (kernel, bias) in enumerate(zip(kernels, biases, strict=True)):
+        if kernel.ndim != 2 or kernel.shape[0] != width or bias.shape != (kernel.shape[1],):
+            raise ValueError(f"{where}: {what} layer {layer} has kernel {kernel.shape} and "
+                             f"bias {bias.shape}; its input is {width} wide")
+        width = kernel.shape[1]
+    return width
+
+
 @dataclass(frozen=True)
 class QueryNetwork:
-    """The non-linear part of the bit weights, ``phi(x) C``: dense layers ``phi`` (each followed
-    by ``activation``) of an mlp encoder, the feature normaliser folded into the first.
-
-    Attributes:
-        kernels, biases: the hidden layers, ``(in, out)`` and ``(out,)`` float32 each.
-        activation: a key of `ACTIVATIONS`.
-        projection: ``C``, ``(width, bits)`` float32 (the output layer, as the kind needs it).
-    """
+    """The non-linear part of the bit weights, ``phi(x) C``: an mlp encoder's dense hidden layers
+    ``phi`` (``kernels``, ``biases``, each followed by ``activation``, a key of `ACTIVATIONS`; the
+    feature normaliser folded into the first), and ``projection`` ``C``, ``(width, bits)``."""
 
     kernels: tuple[np.ndarray, ...]
     biases: tuple[np.ndarray, ...]
@@ -92,14 +92,11 @@ class QueryNetwork:
     projection: np.ndarray
 
     def weights(self, queries: np.ndarray) -> np.ndarray:
-        """``(nq, bits)`` ``phi(x) C``, in blocks of queries: float32 products, as the encoder
-        computes its logits (the network is most of a query's cost before its scan)."""
+        """``(nq, bits)`` ``phi(x) C`` in float32 products, as the encoder computes its logits."""
         out = np.empty((len(queries), self.projection.shape[1]), np.float32)
-        act = ACTIVATIONS[self.activation]
         for start in range(0, len(queries), _HIDDEN_ROWS):
-            hidden = queries[start : start + _HIDDEN_ROWS].astype(np.float32)
-            for kernel, bias in zip(self.kernels, self.biases, strict=True):
-                hidden = act(hidden @ kernel + bias).astype(np.float32, copy=False)
+            hidden = hidden_layers(queries[start : start + _HIDDEN_ROWS].astype(np.float32),
+                                   self.kernels, self.biases, self.activation)
             out[start : start + len(hidden)] = hidden @ self.projection
         return out
 
@@ -108,28 +105,14 @@ class QueryNetwork:
         return (f"QueryNetwork({self.kernels[0].shape[0]} features -> hidden ({widths}), "
                 f"{self.activation} -> {self.projection.shape[1]} bits)")
 
-    def scaled(self, factor: float) -> QueryNetwork:
-        return QueryNetwork(self.kernels, self.biases, self.activation,
-                            (np.asarray(self.projection, np.float64) * factor).astype(np.float32))
-
 
 @dataclass(frozen=True)
 class AsymmetricScore:
-    """``score(x, h) = sum_k h_k w_k(x) + ||h B||^2``, ``w(x) = x A + a [+ phi(x) C]``; see the
-    module doc for each kind.
-
-    Attributes:
-        bits: code length.
-        query_projection: ``A``, ``(dim, bits)`` float32.
-        query_offset: ``a``, ``(bits,)`` float32.
-        code_templates: ``B``, ``(bits, dim_b)`` float32, or None (no per-item term).
-        form: one line saying which form this is (goes into results files).
-        unit: the score is stored divided by this positive constant (1 unless the features'
-            scale would overflow float32: then the power of 4 just above the largest term),
-            which changes no ranking; ``D * unit`` is the score in input units.
-        kind: ``encoder``, ``decoder`` or ``joint`` (`SCORE_KINDS`).
-        network: an mlp encoder's hidden layers (`QueryNetwork`), or None.
-    """
+    """``score(x, h) = sum_k h_k w_k(x) + ||h B||^2``, ``w(x) = x A + a [+ phi(x) C]`` (module
+    doc): ``query_projection`` ``A`` ``(dim, bits)``, ``query_offset`` ``a``, ``code_templates``
+    ``B`` ``(bits, dim_b)`` or None, float32; ``form``: which form this is, in one line. The score
+    is stored divided by ``unit`` (1 unless the features' scale would overflow float32), which
+    changes no ranking: ``D * unit`` is the score in input units."""
 
     bits: int
     query_projection: np.ndarray
@@ -208,28 +191,24 @@ class AsymmetricScore:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], where: str,
                     prefix: str = "") -> AsymmetricScore:
-        """The score in ``arrays`` under ``prefix`` (as `arrays` writes it); ValueError naming
-        ``where`` and the key if anything is missing or malformed."""
+        """The score `arrays` wrote under ``prefix``; ValueError naming ``where`` and the key."""
         def get(key, default=None):
             return arrays.get(prefix + key, default)
 
-        for key in ("bits", "query_projection", "query_offset", "form"):
+        for key in ("bits", "query_projection", "query_offset", "form", "kind"):
             if get(key) is None:
                 raise ValueError(f"{where}: missing key {prefix + key!r} (an asymmetric score "
-                                 "holds bits, query_projection, query_offset, form[, "
+                                 "holds bits, query_projection, query_offset, form, kind[, "
                                  "code_templates])")
         bits = stored_bits(arrays, where, prefix + "bits")
-        numeric = [key for key in arrays if key.startswith(prefix) and key[len(prefix):] in (
-            "query_projection", "query_offset", "code_templates", "network_projection")
-            or key.startswith(prefix + "network_kernel_") or key.startswith(prefix +
-                                                                            "network_bias_")]
-        for key in numeric:
-            if arrays[key].dtype.kind not in "fiu":
+        numeric = ("query_projection", "query_offset", "code_templates", "network_projection")
+        for key, value in arrays.items():
+            name = key[len(prefix):] if key.startswith(prefix) else ""
+            if (name in numeric or name.startswith(("network_kernel_", "network_bias_"))) \
+                    and value.dtype.kind not in "fiu":
                 raise ValueError(f"{where}: key {key!r} must hold numbers, got dtype "
-                                 f"{arrays[key].dtype}")
-        form = str(get("form"))
-        # Files written before scores had kinds hold SGH's decoder or a projection (an encoder).
-        kind = str(get("kind", np.str_("decoder" if form.startswith("decoder") else "encoder")))
+                                 f"{value.dtype}")
+        form, kind = str(get("form")), str(get("kind"))
         if kind not in SCORE_KINDS:
             raise ValueError(f"{where}: key {prefix + 'kind'!r} is {kind!r}; accepted: "
                              f"{', '.join(SCORE_KINDS)}")
@@ -261,8 +240,6 @@ class AsymmetricScore:
 
 # _BYTE_BITS[t, v] = bit t (0 = most significant) of byte value v.
 _BYTE_BITS = ((np.arange(256)[None, :] >> (7 - np.arange(8)[:, None])) & 1).astype(np.float32)
-
-
 # Terms beyond this (float64, before the float32 cast) are rescaled: float32 ends at 3.4e38,
 # and a score's terms are products of two feature-scale numbers.
 _LARGEST_PLAIN_TERM = 1e18
@@ -271,12 +248,8 @@ _LARGEST_PLAIN_TERM = 1e18
 def make_score(bits: int, query_projection, query_offset, code_templates, form: str,
                kind: str, network: QueryNetwork | None = None,
                where: str = "the asymmetric score", rescale: bool = True) -> AsymmetricScore:
-    """An `AsymmetricScore` with its shapes checked (ValueError naming ``where``).
-
-    With ``rescale``, terms too large for float32 (features of scale >~1e9) are divided first (in
-    float64) by the power of 4 just above their largest magnitude, which no ranking notices
-    (`AsymmetricScore.unit`).
-    """
+    """An `AsymmetricScore` with its shapes checked (ValueError naming ``where``); with
+    ``rescale``, terms too large for float32 are divided first (`AsymmetricScore.unit`)."""
     unit = 1.0
     if rescale:
         offset64 = np.asarray(query_offset, np.float64)
@@ -285,17 +258,17 @@ def make_score(bits: int, query_projection, query_offset, code_templates, form: 
             largest = max(largest, float(np.square(np.asarray(code_templates, np.float64))
                                          .sum(axis=1).max(initial=0.0)))
         if np.isfinite(largest) and largest > _LARGEST_PLAIN_TERM:
-            # A power of 4 (so that its square root, which divides B, is a power of 2): dividing
-            # by it is exact, so features scaled by a power of two get the same float32 score,
-            # bit for bit, and the same ranking.
+            # A power of 4 (its square root, which divides B, a power of 2): dividing by it is
+            # exact, so features scaled by a power of two get the same float32 score, bit for bit.
             _, exponent = math.frexp(largest)
             unit = math.ldexp(1.0, exponent + exponent % 2)
             query_projection = np.asarray(query_projection, np.float64) / unit
             query_offset = offset64 / unit
             if code_templates is not None:
                 code_templates = np.asarray(code_templates, np.float64) / np.sqrt(unit)
-            if network is not None:
-                network = network.scaled(1.0 / unit)
+            if network is not None:  # its float32 cast follows, in _checked_network
+                network = dataclasses.replace(network, projection=np.asarray(
+                    network.projection, np.float64) / unit)
     query_projection = np.asarray(query_projection, np.float32)
     query_offset = np.asarray(query_offset, np.float32)
     if query_projection.ndim != 2 or query_projection.shape[1] != bits:
@@ -327,47 +300,34 @@ def _checked_network(network: QueryNetwork, dim: int, bits: int, where: str) -> 
     kernels = tuple(np.asarray(kernel, np.float32) for kernel in network.kernels)
     biases = tuple(np.asarray(bias, np.float32) for bias in network.biases)
     projection = np.asarray(network.projection, np.float32)
-    width = dim
-    for layer, (kernel, bias) in enumerate(zip(kernels, biases, strict=True)):
-        if kernel.ndim != 2 or kernel.shape[0] != width or bias.shape != (kernel.shape[1],):
-            raise ValueError(f"{where}: network layer {layer} has kernel {kernel.shape} and "
-                             f"bias {bias.shape}; its input is {width} wide")
-        width = kernel.shape[1]
+    width = chained_width(kernels, biases, dim, where, "network")
     if projection.shape != (width, bits):
         raise ValueError(f"{where}: network_projection must be ({width}, {bits}), got "
                          f"{projection.shape}")
     return QueryNetwork(kernels, biases, network.activation, projection)
 
 
-# What a linear decoder's score measures, by similarity: in its form, and in a joint score's.
-_DECODER_FORMULAS = {"reconstruction distance": "||x - (hT + t)||^2",
-                     "inner product": "-<x, hT + t>"}
+# What a linear decoder's score measures (euclidean, angular; inner product), in its forms.
+_DISTANCE, _INNER = "||x - (hT + t)||^2", "-<x, hT + t>"
 
 
 def decoder_score(templates: np.ndarray, offset: np.ndarray, similarity: str) -> AsymmetricScore:
-    """The linear decoder ``x^ = h T + t`` (input units) scored against queries.
-
-    Args:
-        templates: ``T``, ``(bits, dim)``: what each bit adds to the reconstruction.
-        offset: ``t``, ``(dim,)``: the reconstruction of the all-zero code.
-        similarity: ``euclidean`` or ``angular`` (``||x - x^||^2``) or ``inner_product``
-            (``-<x, x^>``).
-    """
+    """The linear decoder ``x^ = h T + t`` (input units; ``templates`` ``T`` ``(bits, dim)``,
+    ``offset`` ``t``) scored against queries: ``||x - x^||^2`` (euclidean, angular) or
+    ``-<x, x^>`` (inner_product)."""
     if similarity not in SIMILARITIES:
         raise ValueError(f"similarity={similarity!r} is not known; accepted: "
                          f"{', '.join(SIMILARITIES)}")
     templates = np.asarray(templates, np.float64)
-    offset = np.asarray(offset, np.float64)
     bits = templates.shape[0]
-    if similarity == "inner_product":
-        return make_score(bits, -templates.T, np.zeros(bits), None,
-                          f"decoder, inner product: {_DECODER_FORMULAS['inner product']} (T, t: "
-                          "the decoder's templates and offset in input units), ranked ascending",
-                          "decoder")
-    return make_score(bits, -2.0 * templates.T, 2.0 * templates @ offset, templates,
-                      "decoder, reconstruction distance: "
-                      f"{_DECODER_FORMULAS['reconstruction distance']} (T, t: the decoder's "
-                      "templates and offset in input units), ranked ascending", "decoder")
+    inner = similarity == "inner_product"
+    what = f"inner product: {_INNER}" if inner else f"reconstruction distance: {_DISTANCE}"
+    form = (f"decoder, {what} (T, t: the decoder's templates and offset in input units), ranked "
+            "ascending")
+    if inner:
+        return make_score(bits, -templates.T, np.zeros(bits), None, form, "decoder")
+    return make_score(bits, -2.0 * templates.T, 2.0 * templates @ np.asarray(offset, np.float64),
+                      templates, form, "decoder")
 
 
 def projection_score(mean: np.ndarray, projection: np.ndarray, method: str) -> AsymmetricScore:
@@ -396,8 +356,7 @@ def encoder_score(kernels: list[np.ndarray], biases: list[np.ndarray], activatio
     first = kernels[0] / scale
     kernels[0], biases[0] = first, biases[0] - mean @ first
     if len(kernels) == 1:
-        return make_score(first.shape[1], -kernels[0], -biases[0], None, ENCODER_FORM,
-                          "encoder")
+        return make_score(first.shape[1], -kernels[0], -biases[0], None, ENCODER_FORM, "encoder")
     bits = kernels[-1].shape[1]
     network = QueryNetwork(tuple(kernels[:-1]), tuple(biases[:-1]), activation, -kernels[-1])
     return make_score(bits, np.zeros((len(mean), bits)), -biases[-1], None,
@@ -406,11 +365,9 @@ def encoder_score(kernels: list[np.ndarray], biases: list[np.ndarray], activatio
 
 def joint_score(encoder: AsymmetricScore, decoder: AsymmetricScore, weight: float,
                 noise_variance: float) -> AsymmetricScore:
-    """``-log q(h|x) - weight * log p(x|h)``: ``encoder + weight * decoder / (2 sigma^2)``,
-    ``noise_variance`` = sigma^2, the decoder's variance in input units (up to constants).
-
-    Both scores must be unscaled (``unit`` 1), as built; the sum is rescaled if it must be.
-    """
+    """``-log q(h|x) - weight * log p(x|h)`` = ``encoder + weight * decoder / (2 sigma^2)`` up to
+    constants, ``noise_variance`` = sigma^2 in input units. Both scores must be unscaled (``unit``
+    1), as built; the sum is rescaled if it must be."""
     if encoder.kind != "encoder" or decoder.kind != "decoder":
         raise ValueError(f"joint_score takes an encoder and a decoder score, got {encoder.kind} "
                          f"and {decoder.kind}")
@@ -425,15 +382,9 @@ def joint_score(encoder: AsymmetricScore, decoder: AsymmetricScore, weight: floa
         + np.asarray(decoder.query_offset, np.float64) * factor,
         templates,
         f"joint likelihood: -log q(h|x) - {weight:g} log p(x|h) (the encoder's likelihood plus "
-        f"{weight:g} x the decoder's {_decoder_formula(decoder)} / "
+        f"{weight:g} x the decoder's {_INNER if decoder.code_templates is None else _DISTANCE} / "
         "(2 sigma^2), sigma^2 its variance in input units), ranked ascending",
         "joint", encoder.network)
-
-
-def _decoder_formula(decoder: AsymmetricScore) -> str:
-    """The formula a decoder score's form states (whole: it holds parentheses itself)."""
-    return next((formula for formula in _DECODER_FORMULAS.values() if formula in decoder.form),
-                "score")
 
 
 def check_queries(queries: np.ndarray, dim: int, name: str = "queries") -> np.ndarray:

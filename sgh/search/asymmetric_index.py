@@ -1,26 +1,16 @@
 """Exact search of binary codes by an asymmetric score: real-valued queries, binary database.
 
-``AsymmetricIndex(score)`` holds packed database codes and, per item, the score's code term
-(:meth:`sgh.search.asymmetric.AsymmetricScore.item_norms`, one float32 per item: the only memory
-beyond the codes), unless the score computes that term from the codes' byte pairs (a score with
-``pair_tables``: the byte decoder), in which case the index holds the codes alone and the scans
-compute the term per tile; a call of a few queries, which would share each tile's terms among
-too few of them, reads a one-byte bound of each item's term instead (`_term_bounds`, computed
-on the first such call and kept: one byte per item). A search builds each query's lookup
-tables and scans the database with the compiled kernels of :mod:`sgh.search.lookup_kernels`, in
-bounded memory: queries go in blocks whose tables fit in L2, the database in tiles, and only the
-running top k is kept.
+``AsymmetricIndex(score)`` holds packed database codes and each item's code term
+(`AsymmetricScore.item_norms`), or for a score with ``pair_tables`` (the byte decoder) the codes
+alone: the scans compute the term per tile, or for a call of a few queries read a one-byte bound
+of it (`_term_bounds`). A search scans with the kernels of :mod:`sgh.search.lookup_kernels`, in
+bounded memory: queries in blocks, the database in tiles, only the running top k kept.
 
 Conventions: ``D`` holds the scores (float32, smaller = nearer; the score omits a per-query
 constant, so compare D within a query only), ``I`` the database ids in insertion order; ties by
 smaller id; ``k > ntotal`` pads with ``D = inf`` and ``I = -1``.
-
-`save` writes one ``.npz`` of plain arrays: a ``format`` key, the score's arrays as a run's
-asymmetric.npz holds them (`AsymmetricScore.arrays`, under ``score.``) and the packed codes;
-`load` computes the item norms again from them.
 """
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
 import os
@@ -45,16 +35,13 @@ from sgh.search.lookup_kernels import (
 # A top k of at least 1 / DENSE_TOP_SHARE of the database comes from every score, partitioned:
 # the heap would take in most items.
 DENSE_TOP_SHARE = 16
-# Queries per kernel call: their tables (code_bytes x 256 float32 each: 8 KB at 64 bits) stay in
-# L2 together, and each call is long enough that dispatch costs nothing.
+# Queries per kernel call: their tables stay in L2 together, and each call is long enough that
+# dispatch costs nothing.
 QUERY_BLOCK = 64
 # A call of fewer queries than this many per byte pair scans by the items' one-byte bounds
 # (`bounded_scan_top_k`): with the term per tile, each query's share of the pairs costs more.
-# On MNIST, one thread: 32 bits (6 pairs) the bounds are faster up to 8-16 queries a call, 64
-# bits (28 pairs) beyond 32 (benchmarks/LOG.md).
 BOUNDED_QUERIES_PER_PAIR = 2
-# The bound's float32 rounding allowance, relative to the largest partial sum.
-_ROUNDING = 1e-5
+_ROUNDING = 1e-5  # the bound's float32 rounding allowance, relative to the largest partial sum
 # The `format` key of a saved index, and the prefix of its score's keys.
 _FORMAT, _SCORE = "sgh-asymmetric-index 1", "score."
 
@@ -70,8 +57,7 @@ class AsymmetricIndex:
     def __init__(self, score: AsymmetricScore) -> None:
         self.score = score
         self.bits = score.bits
-        # A score whose item term comes from the codes' byte pairs (module doc) has its
-        # (pairs, 65536) tables; for the others the kernels get none and read the held norms.
+        # Pair tables (the byte decoder's) give the kernels the item terms; else the held norms.
         pair_tables = getattr(score, "pair_tables", None)
         self._terms_from_codes = pair_tables is not None
         self._pair_tables = (pair_tables if self._terms_from_codes
@@ -87,7 +73,8 @@ class AsymmetricIndex:
         return f"AsymmetricIndex({self.ntotal} items, {self.score!r})"
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the score and the codes as one ``.npz`` of plain arrays (module doc)."""
+        """Write a ``format`` key, the score's arrays (keys ``score.*``) and the codes as one
+        ``.npz`` of plain arrays."""
         if not isinstance(self.score, AsymmetricScore):
             raise TypeError(f"save writes an AsymmetricScore's index, not a "
                             f"{type(self.score).__name__}'s (SGHIndex.save keeps a byte decoder)")
@@ -98,8 +85,7 @@ class AsymmetricIndex:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> AsymmetricIndex:
-        """Read what `save` wrote (no pickles); ValueError in one line naming the file if it is
-        a file of another kind, damaged or incomplete."""
+        """Read what `save` wrote (no pickles); ValueError naming the file if it is not one."""
         path = Path(path)
         arrays = read_npz_arrays(path)
         if "format" not in arrays or str(arrays["format"]) != _FORMAT or "codes" not in arrays:
@@ -129,8 +115,7 @@ class AsymmetricIndex:
         return self._codes[0] if self._codes else np.zeros((0, -(-self.bits // 8)), np.uint8)
 
     def norms(self) -> np.ndarray:
-        """Each item's code term of the score, in id order (computed here from the codes
-        where the score has pair tables: the index holds none)."""
+        """Each item's code term of the score, in id order."""
         if self._terms_from_codes:
             return self.score.item_norms(self.codes())
         return self._held_norms()
@@ -149,13 +134,18 @@ class AsymmetricIndex:
     def search(self, queries: np.ndarray, k: int, workers: int | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """The k best-scoring database codes of each query: ``(D, I)``, see the module doc."""
-        check_int("k", k, 1)
+        k = check_int("k", k, 1)
         codes, norms, pair_tables = self.codes(), self._held_norms(), self._pair_tables
-        if DENSE_TOP_SHARE * k >= len(codes) > 0:
-            return self._dense_search(queries, int(k), workers)
+        if DENSE_TOP_SHARE * k >= len(codes) > 0:  # the top k from every score, partitioned
+            D = np.full((len(queries), k), np.inf, np.float32)
+            I = np.full((len(queries), k), -1, np.int64)
+            kept = min(k, len(codes))
+            for q0, q1, scores in self.score_blocks(queries, workers=workers):
+                D[q0:q1, :kept], I[q0:q1, :kept] = smallest_by_score_then_id(scores, kept)
+            return D, I
         tables = self.score.lookup_tables(queries)
-        D = np.full((len(tables), int(k)), np.inf, np.float32)
-        I = np.full((len(tables), int(k)), -1, np.int64)
+        D = np.full((len(tables), k), np.inf, np.float32)
+        I = np.full((len(tables), k), -1, np.int64)
         if len(codes) == 0:
             return D, I
         block = QUERY_BLOCK
@@ -183,31 +173,18 @@ class AsymmetricIndex:
         return D, I
 
     def _term_bounds(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
-        """``(levels, level_terms, error)``: each item's pair term in one byte, as the inverted
-        lists hold it (`one_byte_terms`), ``level_terms[level]`` within ``error`` of it;
-        computed once (1 byte per item) on the first search of a few queries."""
+        """``(levels, level_terms, error)``: each item's pair term in one byte
+        (`one_byte_terms`), ``level_terms[level]`` within ``error`` of it; computed once."""
         if self._bounds is None:
             terms = self.score.item_norms(self.codes())
             levels, level_terms, _ = one_byte_terms(terms)
             self._bounds = (levels, level_terms, np.abs(level_terms[levels] - terms).max())
         return self._bounds
 
-    def _dense_search(self, queries: np.ndarray, k: int, workers: int | None
-                      ) -> tuple[np.ndarray, np.ndarray]:
-        """The top k from every score: for a k near the database's size, where the heap would
-        take in most items."""
-        D = np.full((len(queries), k), np.inf, np.float32)
-        I = np.full((len(queries), k), -1, np.int64)
-        kept = min(k, self.ntotal)
-        for q0, q1, scores in self.score_blocks(queries, workers=workers):
-            D[q0:q1, :kept], I[q0:q1, :kept] = smallest_by_score_then_id(scores, kept)
-        return D, I
-
     def score_blocks(self, queries: np.ndarray, block_items: int = 1 << 24,
                      workers: int | None = None):
         """Yield ``(q0, q1, scores)``: the ``(q1 - q0, ntotal)`` float32 scores of every database
-        item, for blocks of queries of at most ``block_items`` scores (evaluation ranks the whole
-        database; a search needs only :meth:`search`)."""
+        item, for blocks of queries of at most ``block_items`` scores."""
         tables = self.score.lookup_tables(queries)
         codes, norms, pair_tables = self.codes(), self._held_norms(), self._pair_tables
         step = max(1, block_items // max(1, len(codes)))
@@ -224,8 +201,7 @@ class AsymmetricIndex:
             yield q0, q1, out
 
     def candidate_scores(self, queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-        """``(nq, S)`` float32 scores of each query's candidate ids, unsorted; ``-1``
-        candidates (padding) score ``inf``."""
+        """``(nq, S)`` float32 scores of each query's candidate ids, unsorted; ``-1``: ``inf``."""
         tables = self.score.lookup_tables(queries)
         candidates = np.asarray(candidates, np.int64)
         if candidates.shape[0] != len(tables):
@@ -245,10 +221,8 @@ class AsymmetricIndex:
         D[~valid] = np.inf
         return D
 
-    def rescore(self, queries: np.ndarray, candidates: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
-        """Score each query's candidate ids and sort them: ``(D, I)`` of the candidates' shape,
-        by (score, id); ``-1`` candidates (padding) stay last with ``D = inf``."""
+    def rescore(self, queries: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`candidate_scores`, sorted: ``(D, I)`` by (score, id), ``-1`` last with ``D = inf``."""
         D = self.candidate_scores(queries, candidates)
         return sorted_heaps(D, np.where(np.asarray(candidates) >= 0, candidates, -1))
 
@@ -268,12 +242,10 @@ def smallest_by_score_then_id(scores: np.ndarray, k: int) -> tuple[np.ndarray, n
 
 
 def _resolved_workers(workers: int | None) -> int:
-    """The threads a scan runs on: `default_workers` for None."""
     return default_workers() if workers is None else max(1, int(workers))
 
 
-def run_query_blocks(scan, n_queries: int, workers: int | None, block: int = QUERY_BLOCK
-                     ) -> None:
+def run_query_blocks(scan, n_queries: int, workers: int | None, block: int = QUERY_BLOCK) -> None:
     """Run ``scan(start)`` for every ``block`` of queries, on threads."""
     starts = range(0, n_queries, block)
     workers = _resolved_workers(workers)
@@ -282,5 +254,4 @@ def run_query_blocks(scan, n_queries: int, workers: int | None, block: int = QUE
             scan(start)
         return
     with ThreadPoolExecutor(workers) as pool:
-        for _ in pool.map(scan, starts):  # re-raises a kernel's exception
-            pass
+        list(pool.map(scan, starts))  # consumed: re-raises a kernel's exception

@@ -1,41 +1,18 @@
 """The byte decoder: one 256-entry table per code byte, and database codes by its posterior mode.
 
-SGH's linear decoder reconstructs ``x^(h) = h T + t``: every bit adds its own template. The
-byte decoder gives every byte of the code a table of 256 reconstructions instead,
-
-    x^(h) = t + sum_j C_j[h_j]        (h_j: the code's byte j, as `sgh.codes.pack_bits` packs it)
-
-which is still a Gaussian decoder ``p(x|h) = N(x^(h), sigma^2 I)``, multilinear in each byte's 8
-bits (any 256-entry table is), and holds the linear decoder as the special case where each table
-is a sum of its bits' templates. It costs 256 x dim floats per byte instead of 8 x dim.
-
-Codes: the encoder ``q(h|x)`` only approximates the model's posterior. A database is encoded
-once, so each item can afford the posterior's mode itself, ``argmax_h log p(x|h)`` (flat prior):
-starting from the encoder's code, each byte in turn is set to the table entry that minimises
-``||x - x^(h)||^2`` given the other bytes (iterated conditional modes; each step can only lower
-the error). ICM stops at a local mode; encoding then runs iterated local search, as faiss's LSQ
-encodes: each round moves one byte of every item's code to another value, runs ICM again from
-there, and keeps the new code where its error is lower. Fitting is hard EM on training features:
-codes by ICM, tables by least squares given the codes, `FIT_ITERATIONS` times.
-
-Subspace: the tables live in the span of the training features' top ``r`` principal directions
-(``r = min(dim, SUBSPACE_DIMS_PER_BIT * bits)``; ``C_j[v] = U c_j[v]``, ``U`` the ``(dim, r)``
-orthonormal basis). A 32-bit code reconstructs little outside them, and the rest of a vector,
-its part orthogonal to ``U``, adds the same to its error against every code: fitting, encoding
-(ICM in ``r`` coordinates) and each query's tables (``<x, U c> = <U^T x, c>``) cost ``r / dim``
-of the full-dimension work, at a validation recall within noise of the full tables
-(docs/results.md).
+``x^(h) = t + sum_j C_j[h_j]`` (``h_j`` the code's byte j, as `sgh.codes.pack_bits` packs it): a
+Gaussian decoder holding the linear one as the case where each table sums its bits' templates.
+An item's code is the posterior's mode, from the encoder's code by iterated conditional modes
+(ICM: each byte in turn set to the entry that best reconstructs the item, the others fixed), then
+iterated local search as faiss's LSQ encodes. Fitting is hard EM: codes by ICM, tables by least
+squares. The tables live in the training features' top ``r`` principal directions (``C_j[v] =
+U c_j[v]``): a vector's part orthogonal to ``U`` adds the same to its error against every code,
+so fitting, encoding and the query tables work in ``r`` coordinates.
 
 Search: ``||x - x^(h)||^2 = ||x||^2 + sum_j (||C'_j[h_j]||^2 - 2 <x, C'_j[h_j]>)
-+ 2 sum_{a<b} <C'_a[h_a], C'_b[h_b]>`` (``C'_0`` holding ``t``): one 256-entry lookup table per
-byte per query (`lookup_tables`) and a per-item term read from tables of byte pairs
-(`pair_tables`, `item_norms`): the form `sgh.search.asymmetric_index.AsymmetricIndex` scans. The
-per-item term is a function of the code, so the index holds the ``bits / 8`` code bytes per item
-and no norm: the scan computes the term once per tile of the database for all the queries
-of a call (faiss's ``ST_norm_from_LUT`` computes the same sum for every query). faiss's own
-additive-quantizer scan runs the same distance (`faiss_index`: `faiss.IndexLocalSearchQuantizer`
-with these tables as its codebooks and ``||x^(h)||^2`` kept in one byte more, faiss's
-``ST_norm_qint8``, for `faiss.read_index`).
++ 2 sum_{a<b} <C'_a[h_a], C'_b[h_b]>`` (``C'_0`` holding ``t``): a lookup table per byte and
+query (`lookup_tables`) and a per-item term from tables of byte pairs (`pair_tables`), the form
+`AsymmetricIndex` scans.
 """
 
 from __future__ import annotations
@@ -47,30 +24,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgh.codes import stored_bits, validate_codes
+from sgh.search.fast_scan import add_listed_codes
 from sgh.search.lookup_kernels import pair_terms
 
-# Hard-EM rounds of `ByteDecoder.fit` (each: one posterior-mode sweep, one least-squares fit):
-# validation recall still rose a little at 8 on MNIST and SIFT10K; 10 leaves little to gain.
-FIT_ITERATIONS = 10
-# Sweeps over the bytes when encoding new items with fixed tables (a sweep that changes no byte
-# ends early).
-ENCODE_SWEEPS = 4
+FIT_ITERATIONS = 10  # hard-EM rounds of `ByteDecoder.fit`
+ENCODE_SWEEPS = 4  # ICM sweeps over the bytes when encoding with fixed tables
 # Local-search rounds when encoding (module doc), each ICM_SWEEPS_PER_ROUND sweeps from a moved
-# byte: on validation splits of all four datasets 16 rounds beat 8 (+0.001 to +0.007) at 1.8x
-# the encoding time, and 32 added at most 0.003 more at 3.5x (docs/design.md). Fitting does
-# without them: there they cost 14x the fit for a fraction of what they give the database codes.
+# byte. Fitting does without them: there they cost far more than they give the database codes.
 LOCAL_SEARCH_ROUNDS = 16
 ICM_SWEEPS_PER_ROUND = 2
-# Training rows the tables are fitted on at most (a random sample beyond): the tables have
-# 256 x bytes rows, which 100,000 items fill many times over.
+# Training rows fitted on at most (a random sample beyond): many times the tables' 256 x bytes.
 FIT_ROWS = 100_000
-# Items whose errors against one table are computed at a time ((rows, 256) float32 plus the
-# residuals (rows, dim)).
-_BLOCK_ROWS = 1 << 14
-# The tables' subspace: the top SUBSPACE_DIMS_PER_BIT * bits principal directions (module doc).
-# On validation splits at 32 bits, 4 per bit (128 of MNIST's 784 dimensions) kept Recall10@100
-# within 0.0013 of the full tables on MNIST and within noise on CIFAR-10 GIST (docs/results.md).
-SUBSPACE_DIMS_PER_BIT = 4
+_BLOCK_ROWS = 1 << 14  # items whose errors against one table are computed at a time
+SUBSPACE_DIMS_PER_BIT = 4  # the tables' subspace: principal directions per bit (module doc)
 # Ridge on the least-squares fit, relative to the mean count per table entry: keeps entries no
 # item uses at zero (the last byte's values with padding bits set) and the system definite.
 _RIDGE = 1e-3
@@ -78,15 +44,9 @@ _RIDGE = 1e-3
 
 @dataclass(frozen=True)
 class ByteDecoder:
-    """The decoder ``x^(h) = offset + basis @ sum_j tables[j, h_j]`` (module doc).
-
-    Attributes:
-        bits: code length.
-        offset: ``t``, ``(dim,)`` float32.
-        tables: ``c``, ``(ceil(bits / 8), 256, r)`` float32, in the basis' coordinates.
-        basis: ``U``, ``(dim, r)`` float32 orthonormal columns; None: the features' own
-            coordinates (``r = dim``).
-    """
+    """The decoder ``x^(h) = offset + basis @ sum_j tables[j, h_j]`` (module doc), float32:
+    ``offset`` ``t`` ``(dim,)``; ``tables`` ``(ceil(bits / 8), 256, r)`` in the coordinates of
+    ``basis`` ``U`` ``(dim, r)``, orthonormal columns (None: the features' own, ``r = dim``)."""
 
     bits: int
     offset: np.ndarray
@@ -113,8 +73,7 @@ class ByteDecoder:
     @classmethod
     def fit(cls, features: np.ndarray, start_codes: np.ndarray, bits: int,
             iterations: int = FIT_ITERATIONS, seed: int = 0) -> ByteDecoder:
-        """Hard EM on ``features`` from the encoder's ``start_codes`` (packed, one row per
-        feature row); at most `FIT_ROWS` rows, drawn with ``seed``."""
+        """Hard EM on ``features`` (`FIT_ROWS` at most) from the encoder's ``start_codes``."""
         start_codes = validate_codes(start_codes, bits, "start_codes")
         if len(start_codes) != len(features):
             raise ValueError(f"start_codes has {len(start_codes)} rows for {len(features)} "
@@ -138,8 +97,7 @@ class ByteDecoder:
     def encode(self, features: np.ndarray, start_codes: np.ndarray,
                sweeps: int = ENCODE_SWEEPS, rounds: int = LOCAL_SEARCH_ROUNDS) -> np.ndarray:
         """Each item's posterior-mode code (module doc: ICM ``sweeps``, then ``rounds`` of local
-        search), from its encoder code ``start_codes``. An item's code depends on its own
-        features and start code only, so the same items give the same codes in any batches."""
+        search) from its encoder code ``start_codes``: the same in any batches."""
         start_codes = validate_codes(start_codes, self.bits, "start_codes")
         centred = _coordinates(features, self.offset, self.basis)
         valid = _valid_values(self.bits)
@@ -166,9 +124,8 @@ class ByteDecoder:
             len(products), len(self.tables), 256)
 
     def item_norms(self, codes: np.ndarray) -> np.ndarray:
-        """``(n,)`` float32: the scan's per-item term, the part of ``||x^(h)||^2`` that no
-        single byte holds, ``2 sum_{a<b} <C'_a[h_a], C'_b[h_b]>``, summed as the scans sum it
-        (`sgh.search.lookup_kernels.pair_terms`)."""
+        """``(n,)`` float32: the scan's per-item term, ``2 sum_{a<b} <C'_a[h_a], C'_b[h_b]>``
+        (the part of ``||x^(h)||^2`` no single byte holds), summed as the scans sum it."""
         codes = np.ascontiguousarray(validate_codes(codes, self.bits, "codes"))
         terms = np.empty(len(codes), np.float32)
         pair_terms(self.pair_tables, codes, 0, len(codes), terms)
@@ -177,8 +134,7 @@ class ByteDecoder:
     @functools.cached_property
     def pair_tables(self) -> np.ndarray:
         """``(pairs, 65536)`` float32: for each byte pair ``a < b`` in `pair_terms`' order,
-        ``2 <C'_a[u], C'_b[v]>`` at ``256 u + v`` (256 KB per pair: 1.5 MB at 32 bits, 7 MB at
-        64), built once."""
+        ``2 <C'_a[u], C'_b[v]>`` at ``256 u + v`` (256 KB per pair), built once."""
         books = self._books().astype(np.float64)
         pairs = [2.0 * books[a] @ books[b].T for a in range(len(books))
                  for b in range(a + 1, len(books))]
@@ -191,27 +147,23 @@ class ByteDecoder:
         return np.einsum("jvd,jvd->jv", books, books).ravel()
 
     def squared_norms(self, codes: np.ndarray) -> np.ndarray:
-        """``(n,)`` float32 ``||x^(h)||^2`` of packed codes: the per-byte parts and the cross
-        terms (`item_norms`)."""
+        """``(n,)`` float32 ``||x^(h)||^2`` of packed codes."""
         codes = validate_codes(codes, self.bits, "codes")
         per_byte = self._books_squared.reshape(-1, 256)
         return self.item_norms(codes) + sum(per_byte[j][codes[:, j]] for j in range(len(per_byte))
                                             ).astype(np.float32)
 
     def _in_features(self, coordinates: np.ndarray) -> np.ndarray:
-        """Points in the tables' coordinates, in the features' (``U c``)."""
         return coordinates if self.basis is None else coordinates @ self.basis.T
 
     def _books(self) -> np.ndarray:
-        """The tables in the features' coordinates with the offset in the first:
-        ``x^ = sum_j C'_j[h_j]``."""
+        """The tables in the features' coordinates, the offset in the first: ``C'`` (module doc)."""
         books = self._in_features(self.tables).astype(np.float32)
         books[0] += self.offset
         return books
 
     @functools.cached_property
     def _tables64(self) -> np.ndarray:
-        """The tables as ``(bytes * 256, r)`` float64, built once: every search's tables."""
         return self.tables.reshape(-1, self.tables.shape[2]).astype(np.float64)
 
     @functools.cached_property
@@ -220,10 +172,8 @@ class ByteDecoder:
 
     def faiss_index(self, codes: np.ndarray, lists: np.ndarray | None = None,
                     centroids: np.ndarray | None = None):
-        """A faiss additive-quantizer index holding ``codes``, searched by ``||x - x^(h)||^2``
-        (module doc), this decoder's tables as its codebooks: `faiss.IndexLocalSearchQuantizer`,
-        or with ``lists`` and their ``centroids`` `faiss.IndexIVFLocalSearchQuantizer`, the
-        codes being of the residuals to each item's list centroid (faiss's ``by_residual``)."""
+        """faiss's `IndexLocalSearchQuantizer` of ``codes`` with these tables as its codebooks,
+        or with ``lists`` and their ``centroids`` (codes of residuals) its IVF version."""
         import faiss  # on first use: `import sgh.search` stays light
 
         codes = validate_codes(codes, self.bits, "codes")
@@ -248,12 +198,10 @@ class ByteDecoder:
         index.aq.train_norm(len(norms), faiss.swig_ptr(norms))
         stored = np.concatenate(
             [codes, norm_levels(norms, index.aq.norm_min, index.aq.norm_max)[:, None]], axis=1)
-        if lists is not None:  # IVF codes: each item's list number first, little-endian
-            width = index.coarse_code_size()
-            prefix = (np.asarray(lists, np.int64)[:, None] >> (8 * np.arange(width))
-                      ).astype(np.uint8)
-            stored = np.concatenate([prefix, stored], axis=1)
-        index.add_sa_codes(np.ascontiguousarray(stored))
+        if lists is None:
+            index.add_sa_codes(np.ascontiguousarray(stored))
+        else:
+            add_listed_codes(index, lists, stored)
         return index
 
     def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
@@ -266,8 +214,7 @@ class ByteDecoder:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], where: str,
                     prefix: str = "") -> ByteDecoder:
-        """The decoder `arrays` wrote (``basis`` optional: absent, the tables are in the
-        features' coordinates); ValueError naming ``where`` and the key if malformed."""
+        """The decoder `arrays` wrote; ValueError naming ``where`` and the key if malformed."""
         missing = [prefix + key for key in ("bits", "offset", "tables")
                    if prefix + key not in arrays]
         if missing:
@@ -299,10 +246,8 @@ class ByteDecoder:
 
 def one_byte_terms(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     """Per-item terms held in one byte, as faiss holds its norms (`norm_levels` over their
-    range): ``(levels, decoded, step)``, ``decoded[level]`` the float32 value a scan reads for
-    a level (``low + (level + 0.5) * step``), within ``step / 2`` of the term."""
-    low = float(terms.min()) if len(terms) else 0.0
-    high = float(terms.max()) if len(terms) else 0.0
+    range): ``(levels, decoded, step)``, ``decoded[level]`` within ``step / 2`` of the term."""
+    low, high = (float(terms.min()), float(terms.max())) if len(terms) else (0.0, 0.0)
     step = (high - low) / 256
     decoded = (low + (np.arange(256) + 0.5) * step).astype(np.float32)
     return norm_levels(terms, low, high), decoded, step
@@ -316,8 +261,7 @@ def norm_levels(norms: np.ndarray, low: float, high: float) -> np.ndarray:
 
 
 def _principal_directions(centred: np.ndarray, count: int) -> np.ndarray | None:
-    """``(dim, count)`` float32: the ``count`` leading principal directions of centred rows
-    (float64 covariance, largest first); None where ``count >= dim`` (no subspace)."""
+    """The ``count`` leading principal directions of centred rows; None if ``count >= dim``."""
     if count >= centred.shape[1]:
         return None
     covariance = centred.T.astype(np.float64) @ centred
@@ -325,9 +269,7 @@ def _principal_directions(centred: np.ndarray, count: int) -> np.ndarray | None:
     return np.ascontiguousarray(vectors[:, ::-1][:, :count], np.float32)
 
 
-def _coordinates(features: np.ndarray, offset: np.ndarray, basis: np.ndarray | None
-                 ) -> np.ndarray:
-    """Features minus the offset, in the tables' coordinates (float32)."""
+def _coordinates(features: np.ndarray, offset: np.ndarray, basis: np.ndarray | None) -> np.ndarray:
     centred = np.asarray(features, np.float32) - offset
     return centred if basis is None else centred @ basis
 
@@ -350,8 +292,8 @@ def _reconstruct(codes: np.ndarray, tables: np.ndarray) -> np.ndarray:
 
 def _posterior_modes(centred: np.ndarray, codes: np.ndarray, tables: np.ndarray,
                      valid: np.ndarray, sweeps: int) -> np.ndarray:
-    """Iterated conditional modes (module doc) from ``codes``, ``sweeps`` times over the bytes,
-    in blocks of rows; a block stops early when a sweep changes nothing."""
+    """Iterated conditional modes (module doc) from ``codes``, ``sweeps`` times over the bytes;
+    a block of rows stops early when a sweep changes nothing."""
     codes = codes.copy()
     squared = np.einsum("jvd,jvd->jv", tables, tables)
     squared[~valid] = np.inf
@@ -374,8 +316,7 @@ def _posterior_modes(centred: np.ndarray, codes: np.ndarray, tables: np.ndarray,
 def _local_search(centred: np.ndarray, codes: np.ndarray, start_codes: np.ndarray,
                   tables: np.ndarray, valid: np.ndarray, rounds: int) -> np.ndarray:
     """Iterated local search (module doc) over ``rounds``. Which byte moves, and to which
-    value, is a hash of the item's start code and the round: random-looking, yet the same for
-    an item whichever batch it comes in."""
+    value, is a hash of the item's start code and the round: the same in any batch."""
     n_bytes = codes.shape[1]
     keys = np.zeros(len(codes), np.uint64)
     for j in range(n_bytes):

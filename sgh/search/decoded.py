@@ -1,25 +1,18 @@
 """Scores through an mlp decoder: a shortlist rescored by decoding its codes, in NumPy.
 
-A linear decoder's reconstruction distance splits into per-bit lookup tables
-(`sgh.search.asymmetric`); an mlp decoder's, ``x^~(h) = phi(h) K + c`` (normalised units, ``phi``
-its hidden layers), does not. It still splits at the last layer:
+An mlp decoder's reconstruction ``x^~(h) = phi(h) K + c`` (in the model's normalised units
+``x~ = (x - mean) / scale``, ``phi`` its hidden layers) is no sum over the bits, but its distance
+splits at the last layer:
 
-    ||x~ - x^~(h)||^2 = ||x~ - c||^2 - 2 <(x~ - c) K^T, phi(h)> + ||x^~(h) - c||^2 ... (*)
+    ||x~ - x^~(h)||^2 = ||x~||^2 - 2 <x~ K^T, phi(h)> - 2 <x~, c> + ||x^~(h)||^2
 
-written here as ``||x~||^2 - 2 <x~ K^T, phi(h)> - 2 <x~, c> + ||x^~(h)||^2``: per query one
-projection ``x~ K^T`` (``width`` numbers), per database item one number ``||x^~(h)||^2``, and
-per (query, candidate) one dot product of ``width`` — the decoder's output layer, by far its
-largest (``width x dim``), is never run on a candidate. ``phi(h)`` is computed once per distinct
-database code, when the codes are added, and kept (``width`` float32 per distinct code) while it
-fits in :data:`CACHE_BYTES`; beyond, per block of candidates.
-
-Kinds (`sgh.search.asymmetric.SCORE_KINDS`), smaller = nearer, in the model's normalised units
-(``x~ = (x - mean) / scale``; no ranking depends on the unit):
-
-* ``decoder``: ``||x~ - x^~(h)||^2`` (euclidean, angular), ``-<x~ + mean / scale, x^~(h)>``
-  (inner product: ``-<x, x^>`` / scale^2 up to a per-query constant);
-* ``joint``: the encoder's per-bit ``-log q(h|x)`` plus ``weight * decoder / (2 rho^2)``, rho the
-  decoder's standard deviation in normalised units.
+per query one projection ``x~ K^T``, per database item one number ``||x^~(h)||^2``, per (query,
+candidate) one dot product of ``width``: the output layer, the decoder's largest, never runs on a
+candidate. ``phi(h)`` is computed once per distinct database code, kept while it fits in
+:data:`CACHE_BYTES`. Kinds, smaller = nearer: ``decoder``, that distance (euclidean, angular) or
+``-<x~ + mean / scale, x^~(h)>`` (inner product: ``-<x, x^>`` / scale^2 up to a per-query
+constant); ``joint``, the encoder's per-bit ``-log q(h|x)`` plus ``weight * decoder / (2 rho^2)``,
+rho the decoder's standard deviation in normalised units.
 """
 
 from __future__ import annotations
@@ -30,34 +23,29 @@ import numpy as np
 
 from sgh.codes import unpack_bits, validate_codes
 from sgh.compiled import compiled
-from sgh.search.asymmetric import ACTIVATIONS, AsymmetricScore, check_queries
+from sgh.search.asymmetric import (
+    ACTIVATIONS,
+    AsymmetricScore,
+    chained_width,
+    check_queries,
+    hidden_layers,
+)
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.lookup_kernels import sorted_heaps
 
-# phi of the distinct database codes is kept while it takes at most this (MNIST: 58,000
-# distinct 32-bit codes x 512 units = 119 MB).
-CACHE_BYTES = 1 << 30
-# Codes run through the hidden layers at a time.
-DECODE_ROWS = 8192
-# float64 values of one block of (query, candidate) products (2**24: 128 MB).
-BLOCK_VALUES = 1 << 24
-# Shortlists that hold, on average, at least 1 / DENSE_SHARE of the distinct database codes are
-# scored by dense products with every distinct code (a GEMM, several times the flops per second
-# of gathered pairs), shorter ones pair by pair.
+CACHE_BYTES = 1 << 30  # phi of the distinct database codes is kept while it takes at most this
+DECODE_ROWS = 8192  # codes run through the hidden layers at a time
+BLOCK_VALUES = 1 << 24  # float64 values of one block of (query, candidate) products
+# A shortlist holding on average >= 1 / DENSE_SHARE of the distinct codes is scored by dense
+# products with every distinct code (a GEMM: far faster per product than pair by pair).
 DENSE_SHARE = 8
 
 
 @dataclass(frozen=True)
 class DecoderNetwork:
-    """An mlp decoder in normalised units, ``x^~(h) = phi(h) K + c``, and the normaliser.
-
-    Attributes:
-        kernels, biases: the hidden layers (the first ``(bits, width_1)``), float32.
-        activation: a key of `sgh.search.asymmetric.ACTIVATIONS`, after each hidden layer.
-        output_kernel: ``K``, ``(width, dim)`` float32; output_bias: ``c``, ``(dim,)``.
-        mean, scale: the normaliser, ``x~ = (x - mean) / scale``.
-        noise_variance: rho^2, the decoder's variance in normalised units.
-    """
+    """An mlp decoder in normalised units, ``x^~(h) = phi(h) K + c`` (``phi``: the hidden layers
+    ``kernels``, ``biases``, each followed by ``activation``; ``K``: ``output_kernel``, ``c``:
+    ``output_bias``), its normaliser ``x~ = (x - mean) / scale`` and ``noise_variance`` rho^2."""
 
     kernels: tuple[np.ndarray, ...]
     biases: tuple[np.ndarray, ...]
@@ -83,22 +71,12 @@ class DecoderNetwork:
 
     def hidden(self, codes: np.ndarray) -> np.ndarray:
         """``phi(h)`` of packed codes, ``(n, width)`` float32."""
-        act = ACTIVATIONS[self.activation]
         out = np.empty((len(codes), self.output_kernel.shape[0]), np.float32)
         for start in range(0, len(codes), DECODE_ROWS):
             h = unpack_bits(codes[start : start + DECODE_ROWS], self.bits).astype(np.float32)
-            for kernel, bias in zip(self.kernels, self.biases, strict=True):
-                h = act(h @ kernel + bias).astype(np.float32)
-            out[start : start + len(h)] = h
+            out[start : start + len(h)] = hidden_layers(h, self.kernels, self.biases,
+                                                        self.activation)
         return out
-
-    def reconstruct(self, codes: np.ndarray) -> np.ndarray:
-        """``x^~(h)`` of packed codes in normalised units, ``(n, dim)`` float32."""
-        return self.hidden(codes) @ self.output_kernel + self.output_bias
-
-    def normalise(self, queries: np.ndarray) -> np.ndarray:
-        """``x~ = (x - mean) / scale`` in float64."""
-        return (np.asarray(queries, np.float64) - self.mean) / self.scale
 
     def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
         arrays = {"activation": np.str_(self.activation), "output_kernel": self.output_kernel,
@@ -126,27 +104,18 @@ class DecoderNetwork:
         if activation not in ACTIVATIONS:
             raise ValueError(f"{where}: key {prefix + 'activation'!r} is {activation!r}; "
                              f"accepted: {', '.join(ACTIVATIONS)}")
-        numbers = {key: np.asarray(arrays[prefix + key]) for key in needed if key != "activation"}
-        numbers.update({f"kernel_{layer}": np.asarray(arrays[prefix + f"kernel_{layer}"])
-                        for layer in range(layers)})
+        numbers = {key: np.asarray(arrays[prefix + key]) for key in needed + [
+            f"kernel_{layer}" for layer in range(layers)] if key != "activation"}
         for key, value in numbers.items():
             if value.dtype.kind not in "fiu" or not np.isfinite(value).all():
                 raise ValueError(f"{where}: key {prefix + key!r} must hold finite numbers")
         scale, variance = float(numbers["scale"]), float(numbers["noise_variance"])
-        network = cls(tuple(numbers[f"kernel_{layer}"].astype(np.float32)
-                            for layer in range(layers)),
-                      tuple(numbers[f"bias_{layer}"].astype(np.float32)
-                            for layer in range(layers)),
-                      activation, numbers["output_kernel"].astype(np.float32),
-                      numbers["output_bias"].astype(np.float32),
+        single = {key: value.astype(np.float32) for key, value in numbers.items()}
+        network = cls(tuple(single[f"kernel_{layer}"] for layer in range(layers)),
+                      tuple(single[f"bias_{layer}"] for layer in range(layers)), activation,
+                      single["output_kernel"], single["output_bias"],
                       numbers["mean"].astype(np.float64), scale, variance)
-        width = network.bits
-        for layer, (kernel, bias) in enumerate(zip(network.kernels, network.biases,
-                                                   strict=True)):
-            if kernel.ndim != 2 or kernel.shape[0] != width or bias.shape != (kernel.shape[1],):
-                raise ValueError(f"{where}: decoder layer {layer} has kernel {kernel.shape} and "
-                                 f"bias {bias.shape}; its input is {width} wide")
-            width = kernel.shape[1]
+        width = chained_width(network.kernels, network.biases, network.bits, where, "decoder")
         dim = network.output_bias.shape[0] if network.output_bias.ndim == 1 else -1
         if network.output_kernel.shape != (width, dim) or network.mean.shape != (dim,) \
                 or not (scale > 0 and variance > 0):
@@ -157,16 +126,9 @@ class DecoderNetwork:
 
 
 class DecodedRescorer:
-    """``rescore(queries, candidates)`` through an mlp decoder, for `TwoStageSearch` (module doc).
-
-    Args:
-        network: the decoder.
-        database_codes: ``(n, ceil(bits / 8))`` packed codes (ids = rows).
-        similarity: ``euclidean``, ``angular`` or ``inner_product``.
-        kind: ``decoder`` or ``joint``.
-        encoder: the encoder's per-bit score (``joint`` only).
-        weight: the weight of the decoder's likelihood (``joint`` only).
-    """
+    """``rescore(queries, candidates)`` through an mlp decoder, for `TwoStageSearch` (module doc):
+    ``kind`` ``decoder``, or ``joint`` with the ``encoder``'s per-bit score and the decoder
+    likelihood's ``weight``. Ids are rows of ``database_codes``."""
 
     def __init__(self, network: DecoderNetwork, database_codes: np.ndarray, similarity: str,
                  kind: str = "decoder", encoder: AsymmetricScore | None = None,
@@ -180,11 +142,9 @@ class DecodedRescorer:
         if encoder is not None:
             self._encoder_index = AsymmetricIndex(encoder)
             self._encoder_index.add(self.database_codes)
-        distinct, self._code_of_item = np.unique(self.database_codes, axis=0,
-                                                 return_inverse=True)
-        self._code_of_item = self._code_of_item.reshape(-1)
-        self._distinct = distinct
-        hidden = network.hidden(distinct)
+        self._distinct, code_of_item = np.unique(self.database_codes, axis=0, return_inverse=True)
+        self._code_of_item = code_of_item.reshape(-1)
+        hidden = network.hidden(self._distinct)
         # ||x^~(h)||^2 of each distinct code, in float64 (a sum of dim squares).
         decoded = hidden @ network.output_kernel + network.output_bias
         self._code_norms = np.einsum("ij,ij->i", decoded, decoded, dtype=np.float64)
@@ -200,16 +160,10 @@ class DecodedRescorer:
         return (f"DecodedRescorer({self.kind}, {self.bits} bits, {len(self.database_codes)} "
                 f"codes, {self.network!r})")
 
-    def _hidden_of(self, codes: np.ndarray) -> np.ndarray:
-        """phi of distinct-code ids, float64."""
-        if self._hidden is not None:
-            return self._hidden[codes].astype(np.float64)
-        return self.network.hidden(self._distinct[codes]).astype(np.float64)
-
     def _dense_dots(self, projected: np.ndarray, codes: np.ndarray,
                     valid: np.ndarray) -> np.ndarray:
-        """``<x~ K^T, phi(h)>`` of each (query, candidate) from the products of each block of
-        queries with every distinct code (long shortlists: most codes are someone's)."""
+        """``<x~ K^T, phi(h)>`` of each (query, candidate), from dense products with every
+        distinct code (long shortlists: most codes are someone's)."""
         n_codes = len(self._distinct)
         dots = np.zeros(codes.shape)
         step = max(1, BLOCK_VALUES // max(1, n_codes))
@@ -217,8 +171,9 @@ class DecodedRescorer:
             q1 = min(q0 + step, len(codes))
             products = np.empty((q1 - q0, n_codes))
             for c0 in range(0, n_codes, DECODE_ROWS):
-                chunk = self._hidden_of(np.arange(c0, min(c0 + DECODE_ROWS, n_codes)))
-                products[:, c0 : c0 + len(chunk)] = projected[q0:q1] @ chunk.T
+                chunk = (self._hidden[c0 : c0 + DECODE_ROWS] if self._hidden is not None else
+                         self.network.hidden(self._distinct[c0 : c0 + DECODE_ROWS]))
+                products[:, c0 : c0 + len(chunk)] = projected[q0:q1] @ chunk.T.astype(np.float64)
             dots[q0:q1] = np.take_along_axis(products, codes[q0:q1], axis=1)
         dots[~valid] = 0.0
         return dots
@@ -241,12 +196,11 @@ class DecodedRescorer:
 
     def scores(self, queries: np.ndarray, candidates: np.ndarray,
                encoder_scores: np.ndarray | None = None) -> np.ndarray:
-        """``(nq, S)`` float64 scores of each query's candidate ids (``-1``: ``inf``).
-        ``encoder_scores``: the candidates' encoder scores where the caller has them already
-        (a shortlist made by the same encoder score), for the joint kind."""
+        """``(nq, S)`` float64 scores of each query's candidate ids (``-1``: ``inf``);
+        ``encoder_scores``: the candidates' encoder scores, for the joint kind, if known."""
         network = self.network
         queries = check_queries(queries, network.dim)
-        normalised = network.normalise(queries)
+        normalised = (np.asarray(queries, np.float64) - network.mean) / network.scale
         candidates = np.asarray(candidates, np.int64)
         if candidates.shape[0] != len(queries):
             raise ValueError(f"candidates must have one row per query ({len(queries)}), got "
@@ -258,19 +212,16 @@ class DecodedRescorer:
         projected = (normalised.astype(np.float32) @ network.output_kernel.T).astype(np.float64)
         offsets = normalised @ network.output_bias.astype(np.float64)
         lengths = np.einsum("ij,ij->i", normalised, normalised)
-        D = np.full(candidates.shape, np.inf)
         valid = candidates >= 0
         codes = self._code_of_item[np.where(valid, candidates, 0)]
-        if valid.sum() * DENSE_SHARE >= len(candidates) * len(self._distinct):
-            dots = self._dense_dots(projected, codes, valid)
-        else:
-            dots = self._gathered_dots(projected, codes, valid)
-        inner = dots + offsets[:, None]
+        dense = valid.sum() * DENSE_SHARE >= len(candidates) * len(self._distinct)
+        dots = self._dense_dots if dense else self._gathered_dots
+        inner = dots(projected, codes, valid) + offsets[:, None]
         if self.similarity == "inner_product":
-            values = -inner
+            D = -inner
         else:
-            values = lengths[:, None] - 2.0 * inner + self._code_norms[codes]
-        D[valid] = values[valid]
+            D = lengths[:, None] - 2.0 * inner + self._code_norms[codes]
+        D[~valid] = np.inf
         if self.kind == "joint":
             if encoder_scores is None:
                 encoder_scores = self._encoder_index.candidate_scores(queries, candidates)
@@ -280,8 +231,7 @@ class DecodedRescorer:
 
     def rescore(self, queries: np.ndarray, candidates: np.ndarray,
                 encoder_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``(D, I)`` of the candidates sorted by (score, id); ``-1`` padding last, ``D = inf``
-        (``encoder_scores``: as for `scores`)."""
+        """`scores`, sorted: ``(D, I)`` by (score, id), ``-1`` padding last with ``D = inf``."""
         D = self.scores(queries, candidates, encoder_scores)
         return sorted_heaps(D, np.where(np.asarray(candidates) >= 0, candidates, -1))
 
@@ -289,7 +239,7 @@ class DecodedRescorer:
 @compiled
 def _pair_dots(projected, hidden, rows, valid):
     """``out[q, s] = <projected[q], hidden[rows[q, s]]>`` (float64 sums of float32 rows) where
-    ``valid``, else 0: no gathered copy of the rows (a shortlist's rows are read in place)."""
+    ``valid``, else 0, reading the rows in place."""
     n_queries, n_candidates = rows.shape
     width = projected.shape[1]
     whole = width - width % 4
@@ -298,8 +248,7 @@ def _pair_dots(projected, hidden, rows, valid):
         for s in range(n_candidates):
             if valid[q, s]:
                 row = rows[q, s]
-                # Four independent sums (in a fixed order: the same result every time) keep
-                # the multipliers busy; one running sum waits on each add.
+                # Four independent sums in a fixed order keep the multipliers busy.
                 t0 = t1 = t2 = t3 = 0.0
                 for w in range(0, whole, 4):
                     t0 += projected[q, w] * hidden[row, w]

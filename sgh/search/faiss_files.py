@@ -13,10 +13,8 @@ files faiss writes for those types read back here. Layout (faiss ``impl/index_wr
     IBMp body     the inner index (an IBxF record, as above), then WRITEVECTOR(id_map):
                   size uint64 = ntotal, then the ids, int64
 
-faiss needs ``d % 8 == 0``: codes of ``bits`` not a multiple of 8 are stored as
-``8 * ceil(bits / 8)``-bit codes, their zero padding bits included; Hamming distances are the
-same, since queries carry the same zero padding. ``b"IBM2"`` (``IndexBinaryIDMap2``) has the
-``IBMp`` layout and is read too; every other index type (IVF, HNSW, hash, ...) is refused.
+``b"IBM2"`` (``IndexBinaryIDMap2``) has the ``IBMp`` layout and is read too; every other index
+type (IVF, HNSW, hash, ...) is refused.
 """
 
 from __future__ import annotations
@@ -60,14 +58,9 @@ class BinaryIndexFile(NamedTuple):
 def write_binary_index(
     path: str | os.PathLike, codes: np.ndarray, ids: np.ndarray | None = None
 ) -> None:
-    """Write ``codes`` as a faiss ``IndexBinaryFlat`` file, or with ``ids`` as an
-    ``IndexBinaryIDMap`` over one, atomically (temporary file, then rename).
-
-    Args:
-        path: the file to write (faiss has no fixed extension; ``.faissbin`` in our docs).
-        codes: ``(ntotal, code_size)`` uint8 packed codes; faiss's ``d`` is ``8 * code_size``.
-        ids: ``(ntotal,)`` int64 external ids, or None.
-    """
+    """Write ``(ntotal, code_size)`` uint8 ``codes`` as a faiss ``IndexBinaryFlat`` file of
+    ``d = 8 * code_size``, or with ``(ntotal,)`` ``ids`` as an ``IndexBinaryIDMap`` over one,
+    atomically."""
     codes = np.asarray(codes)
     if codes.ndim != 2 or codes.dtype != np.uint8 or codes.shape[1] < 1:
         raise ValueError(f"codes must be a 2-D uint8 array with >= 1 byte per row, got dtype "
@@ -94,13 +87,8 @@ def write_binary_index(
 
 
 def read_binary_index(path: str | os.PathLike) -> BinaryIndexFile:
-    """Read a faiss ``IndexBinaryFlat`` or ``IndexBinaryIDMap`` file (see the module layout).
-
-    Raises:
-        FileNotFoundError: no file at ``path``.
-        ValueError: one line naming the file: another index type (and what is accepted), or a
-            truncated, oversized or inconsistent file.
-    """
+    """Read a faiss ``IndexBinaryFlat`` or ``IndexBinaryIDMap`` file (the module's layout);
+    ValueError in one line naming the file for another index type or a damaged file."""
     path = Path(path)
     with open(path, "rb") as file:
         reader = _Reader(file, path)

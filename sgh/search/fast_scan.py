@@ -1,33 +1,15 @@
 """The asymmetric scan on faiss's fast-scan kernels, flat or over inverted lists.
 
-A per-bit score (:mod:`sgh.search.asymmetric`) is ``score(x, h) = sum_k h_k w_k(x) + c(h)``.
-Grouped in fours, the bits of a code name one of the 16 corners of ``{0,1}^4`` per group, and a
-group's share of the score is the inner product of the query's four weights with that corner.
-That is faiss's inner-product ``IndexPQ`` with ``ceil(bits / 4)`` sub-quantizers of 4 bits whose
-16 centroids are the corners: the nibbles of a packed code are its PQ codes, so the codes go in
-as they are, and faiss's fast-scan kernels (each query's tables quantised to 8 bits and summed
-in SIMD registers, ``IndexPQFastScan``) scan them unchanged.
-
-The per-item constant ``c(h) = ||h B||^2`` (decoder and joint scores) is one more term of the
-sum: it is quantised to 8 bits over its range and stored as two more 4-bit sub-quantizers (its
-high and low nibble, weighted 16 and 1 by the query), so the scan ranks by the whole score.
-
-Both quantisations (faiss's 8-bit tables, the 8-bit item constant) make the scan approximate, so
-a search asks faiss for ``refine_factor * k`` candidates and rescores them with the exact float32
-score (:func:`sgh.search.lookup_kernels.rescore_top_k`, the very sums of the float scan): the
-result is the float scan's wherever its top k is among the candidates
-(``scripts/bench_ann.py`` measures how often that holds).
-
-With ``nlist`` the database lives in inverted lists (faiss ``IndexIVFPQFastScan``, codes not
-residual: the per-bit weights do not depend on the list); which lists an item and a query belong
-to is decided outside, on the features (:class:`sgh.search.sgh_index.SGHIndex`), and handed to
-faiss's ``search_preassigned``.
-
-The faiss structures are derived from the codes this class keeps: they are rebuilt when the
-codes change, on the next search.
+Grouped in fours, a code's bits name one of the 16 corners of ``{0,1}^4``, and a per-bit score's
+share of a group is the inner product of the query's four weights with that corner: faiss's
+inner-product PQ with 4-bit sub-quantizers whose centroids are the corners, whose codes are the
+packed codes' nibbles as they are. The per-item term ``||h B||^2`` rides along as two more
+sub-quantizers (8 bits). Both quantisations make the scan approximate: a search rescores its
+``refine_factor * k`` best by the exact float32 score (`rescore_top_k`). With ``nlist`` the codes
+live in ``IndexIVFPQFastScan`` lists (not residual: the bit weights do not depend on the list),
+which `SGHIndex` chooses on the features and hands to ``search_preassigned``.
 """
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
 import numpy as np
@@ -37,27 +19,18 @@ from sgh.errors import check_int
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.lookup_kernels import rescore_top_k
 
-# Candidates per result rescored exactly. The fast scan's own top k, reordered by the exact score,
-# kept the float scan's Recall10@100 within 0.0005 on MNIST and glove-50-angular at 32 bits
-# (scripts/bench_ann.py); each doubling costs about a fifth of the queries/s. Raise
-# `FastScanIndex.refine_factor` for a result nearer the float scan's, or for small k.
+# Candidates per result rescored exactly: raise `FastScanIndex.refine_factor` for a result nearer
+# the float scan's, or for a small k.
 DEFAULT_REFINE_FACTOR = 1
-# The fast-scan block size of faiss (codes are interleaved by 32 items).
-_BLOCK = 32
+_BLOCK = 32  # faiss's fast-scan block size (codes are interleaved by 32 items)
 # _CORNERS[c] = the 4 bits of nibble value c, first bit most significant (as `pack_bits`).
 _CORNERS = ((np.arange(16)[:, None] >> (3 - np.arange(4))) & 1).astype(np.float32)
 
 
 class FastScanIndex:
     """Packed codes searched by one `AsymmetricScore` on faiss's fast-scan kernels (module doc).
-
-    Args:
-        score: the per-bit score.
-        nlist: inverted lists (None: one flat scan of every code).
-
     Items are rows ``0 .. ntotal - 1`` in the order they were added; ``lists`` (with ``nlist``)
-    says which inverted list each row is in.
-    """
+    says which inverted list each row is in."""
 
     def __init__(self, score: AsymmetricScore, nlist: int | None = None) -> None:
         self.score = score
@@ -97,11 +70,8 @@ class FastScanIndex:
     def search(self, queries: np.ndarray, k: int, probes: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """Each query's k best rows by the exact score among the fast scan's
-        ``refine_factor * k`` candidates: ``(D, I)`` sorted by (score, row), ``D`` the float32
-        score as `AsymmetricIndex` gives it, padding ``inf`` / ``-1``.
-
-        ``probes``: ``(nq, nprobe)`` the lists each query scans (with ``nlist``; -1 skipped).
-        """
+        ``refine_factor * k`` candidates: ``(D, I)`` sorted by (score, row), padding ``inf`` /
+        ``-1``. ``probes``: ``(nq, nprobe)`` the lists each query scans (with ``nlist``)."""
         k = check_int("k", k, 1)
         weights = self.score.bit_weights(queries)
         tables = self.score.tables_of(weights)
@@ -116,9 +86,7 @@ class FastScanIndex:
         if self.nlist is None:
             _, candidates = index.search(targets, depth)
         else:
-            probes = np.ascontiguousarray(probes, np.int64)
-            if probes.ndim != 2 or len(probes) != nq:
-                raise ValueError(f"probes must be (nq, nprobe) lists, got {probes.shape}")
+            probes = np.ascontiguousarray(probes, np.int64)  # (nq, nprobe), as SGHIndex gives them
             index.nprobe = probes.shape[1]
             _, candidates = index.search_preassigned(
                 targets, depth, probes, np.zeros(probes.shape, np.float32))
@@ -136,7 +104,6 @@ class FastScanIndex:
         return targets
 
     def _index(self):
-        """The faiss index of the current codes, built on first use after a change."""
         if self._faiss_index is None:
             self._faiss_index = self._build()
         return self._faiss_index
@@ -156,28 +123,31 @@ class FastScanIndex:
             centroids[self._groups + 1, :, 0] = np.arange(16) * step
             levels = np.clip(np.rint((self.norms - low) / step), 0, 255).astype(np.uint8)
             pq_codes = _append_nibbles(pq_codes, self._groups, [levels >> 4, levels & 15])
+        # Filled as an IndexPQ or IndexIVFPQ, then converted: the conversion interleaves the
+        # codes as faiss's fast-scan kernels take them.
         if self.nlist is None:
-            pq_index = faiss.IndexPQ(d, m, 4, faiss.METRIC_INNER_PRODUCT)
-            faiss.copy_array_to_vector(centroids.ravel(), pq_index.pq.centroids)
-            pq_index.is_trained = True
-            pq_index.add_sa_codes(np.ascontiguousarray(pq_codes))
-            return faiss.IndexPQFastScan(pq_index, _BLOCK)
-        # The coarse step is done outside (on the features); faiss needs a quantizer object
-        # of its dimension all the same, which no search consults (`search_preassigned`).
-        quantizer = faiss.IndexFlatIP(d)
-        quantizer.add(np.zeros((self.nlist, d), np.float32))
-        # Filled as an IndexIVFPQ, then converted: faiss's fast-scan inverted lists take their
-        # codes interleaved, which the conversion does.
-        staging = faiss.IndexIVFPQ(quantizer, d, self.nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
-        staging.by_residual = False
+            staging = faiss.IndexPQ(d, m, 4, faiss.METRIC_INNER_PRODUCT)
+        else:
+            # The coarse step is done outside; faiss needs a quantizer of its dimension all the
+            # same, which `search_preassigned` never consults.
+            quantizer = faiss.IndexFlatIP(d)
+            quantizer.add(np.zeros((self.nlist, d), np.float32))
+            staging = faiss.IndexIVFPQ(quantizer, d, self.nlist, m, 4, faiss.METRIC_INNER_PRODUCT)
+            staging.by_residual = False
         faiss.copy_array_to_vector(centroids.ravel(), staging.pq.centroids)
         staging.is_trained = True
-        list_bytes = staging.coarse_code_size()
-        prefix = (self.lists[:, None] >> (8 * np.arange(list_bytes))).astype(np.uint8)
-        staging.add_sa_codes(np.ascontiguousarray(np.concatenate([prefix, pq_codes], axis=1)),
-                             np.arange(self.ntotal, dtype=np.int64))
-        index = faiss.IndexIVFPQFastScan(staging, _BLOCK)
-        return index
+        if self.nlist is None:
+            staging.add_sa_codes(np.ascontiguousarray(pq_codes))
+            return faiss.IndexPQFastScan(staging, _BLOCK)
+        add_listed_codes(staging, self.lists, pq_codes)
+        return faiss.IndexIVFPQFastScan(staging, _BLOCK)
+
+
+def add_listed_codes(index, lists: np.ndarray, codes: np.ndarray) -> None:
+    """Add codes to a faiss IVF ``index`` by ``add_sa_codes``, each item's list number first
+    (little-endian), its ids continuing ``index.ntotal``."""
+    prefix = np.asarray(lists, np.int64)[:, None] >> (8 * np.arange(index.coarse_code_size()))
+    index.add_sa_codes(np.ascontiguousarray(np.concatenate([prefix.astype(np.uint8), codes], 1)))
 
 
 def swap_nibbles(codes: np.ndarray) -> np.ndarray:
@@ -200,6 +170,6 @@ def _append_nibbles(pq_codes: np.ndarray, groups: int, nibbles: list[np.ndarray]
 
 
 def _joined(held: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """``held`` and ``new`` in one array: ``new`` itself when nothing is held yet, so that an
-    index built in one call (as `SGHIndex` builds it) keeps its caller's codes, not a copy."""
+    """``held`` and ``new`` in one array: ``new`` itself when nothing is held yet (an index
+    built in one call, as `SGHIndex` builds it, keeps its caller's codes, not a copy)."""
     return np.concatenate([held, new]) if len(held) else new

@@ -1,33 +1,17 @@
-"""Exact Hamming search over packed binary codes, with faiss ``IndexBinaryFlat`` semantics.
+"""Exact Hamming search over packed binary codes (`sgh.codes`), as faiss's ``IndexBinaryFlat``.
 
-Codes follow :mod:`sgh.codes`: ``uint8`` rows of ``ceil(bits / 8)`` bytes from
-``np.packbits(..., axis=1)``, first code bit = most significant bit of byte 0, zero padding bits.
-Database ids are ``0 .. ntotal - 1`` in insertion order (the *position* of a code), unless
-external ids are given to every ``add`` (``add(codes, ids)``, as faiss ``IndexBinaryIDMap``'s
-``add_with_ids``): then results report those ids. Vocabulary as in faiss ``contrib``: ``xb``
-database, ``xq`` queries, results ``(D, I)``.
+Ids are positions (insertion order) unless every ``add`` gives external ids, as faiss's
+``IndexBinaryIDMap``: int64, any value but -1, repeats allowed. Results are faiss's ``(D, I)``:
 
-Conventions:
-
-* Ties: ordered by (distance, position), earlier-added first. faiss 1.15
-  ``IndexBinaryFlat.search`` does the same (checked: ``use_heap`` True and False, 1 and 2
-  threads, nq 1..1,000, k up to 5,000), so ``search`` returns exactly faiss's ``D`` and ``I``.
-  With external ids the order is the same, by position, and ids are mapped afterwards: ties are
-  *not* sorted by external id. This is what ``IndexBinaryIDMap`` does (it searches its inner
-  ``IndexBinaryFlat``, whose ids are positions, then maps them), so results still equal faiss's.
-* External ids: int64, one per code, any value but -1 (the padding); repeated ids are allowed
-  (as ``IndexBinaryIDMap`` allows them), and each copy is found at its own position.
-* k > ntotal: like faiss, missing neighbours get ``D = 2**31 - 1`` (INT32_MAX) and ``I = -1``.
-* Range search is inclusive, distance <= radius. faiss's binary ``range_search`` is strict
-  (distance < radius), returns float32 distances and lists each query's hits in position order;
-  here ``D`` is int32 and each query's hits are sorted by (distance, position). Same hits as
-  faiss at ``radius + 1``.
-* faiss files (:meth:`HammingIndex.write_faiss`, :meth:`HammingIndex.read_faiss`,
-  :mod:`sgh.search.faiss_files`): faiss needs a multiple of 8 bits, so the file's ``d`` is
-  ``8 * ceil(bits / 8)``, padding bits included (zero, so distances do not change).
+* Ties by (distance, position), earlier-added first; external ids are mapped afterwards, so ties
+  are *not* sorted by id. ``search`` returns exactly faiss's ``D`` and ``I``.
+* k > ntotal: missing neighbours get ``D = 2**31 - 1`` and ``I = -1``.
+* Range search is inclusive (distance <= radius), int32 ``D``, hits sorted by (distance,
+  position); faiss's is strict, float32, in position order: the same hits at ``radius + 1``.
+* faiss files need a multiple of 8 bits: the file's ``d`` is ``8 * ceil(bits / 8)``, with the
+  zero padding bits (distances do not change).
 """
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
 import os
@@ -62,11 +46,8 @@ def _check_ids(ids, n: int) -> np.ndarray:
 class HammingIndex:
     """Exact (brute-force) index over ``bits``-bit packed codes; see the module conventions.
 
-    The scan is faiss's ``IndexBinaryFlat`` (built by the first search after ``add``, and kept),
-    which returns exactly these conventions and, single-threaded, about 1.4 to 2.2 times the
-    queries/s of a numpy scan (scripts/bench_ann.py); memory: the packed codes twice (ours, in
-    insertion order, and faiss's copy), and external ids (8 bytes per code, and a copy with a
-    trailing -1 mapping positions and padding to ids, built by the first search after ``add``).
+    The scan is faiss's ``IndexBinaryFlat``, built by the first search after ``add``. Memory: the
+    packed codes twice (ours, in insertion order, and faiss's copy), and any external ids twice.
     """
 
     def __init__(self, bits: int) -> None:
@@ -88,14 +69,8 @@ class HammingIndex:
         self._id_table: np.ndarray | None = None  # ids then -1: maps positions (and -1) to ids
 
     def add(self, codes: np.ndarray, ids: np.ndarray | None = None) -> None:
-        """Append ``(n, ceil(bits/8))`` uint8 codes.
-
-        Args:
-            codes: the packed codes; they take positions ``ntotal .. ntotal + n - 1``.
-            ids: ``(n,)`` integer external ids (int64, not -1, repeats allowed), reported by
-                ``search`` and ``range_search`` instead of positions. Give ids to every ``add``
-                of an index or to none (``reset`` starts over); without ids, ids are positions.
-        """
+        """Append ``(n, ceil(bits/8))`` uint8 codes, with ``(n,)`` external ids (module doc) in
+        every ``add`` of an index or in none (``reset`` starts over)."""
         codes = validate_codes(codes, self.bits, "codes")
         has_ids = ids is not None
         if self._has_ids is not None and has_ids != self._has_ids:
@@ -145,17 +120,8 @@ class HammingIndex:
         return self._id_table[I]
 
     def search(self, xq: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k nearest database codes of each query.
-
-        Args:
-            xq: ``(nq, ceil(bits/8))`` uint8 packed query codes.
-            k: number of neighbours, >= 1.
-
-        Returns:
-            ``D`` int32 ``(nq, k)`` Hamming distances, ascending; ``I`` int64 ``(nq, k)`` ids
-            (external ids if given to ``add``). Ties by position (earlier-added first, whatever
-            the external ids); INT32_MAX / -1 padding when k > ntotal (as faiss).
-        """
+        """The k nearest codes of each packed query: ``D`` int32 ``(nq, k)`` ascending, ``I``
+        int64 ``(nq, k)`` (module doc: ties, padding)."""
         k = check_int("k", k, 1)
         xq = validate_codes(xq, self.bits, "xq")
         if self.ntotal == 0:
@@ -167,15 +133,8 @@ class HammingIndex:
     def range_search(
         self, xq: np.ndarray, radius: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All database codes within ``radius`` (inclusive: distance <= radius) of each query.
-
-        Returns:
-            ``(lims, D, I)`` in faiss's layout: query i's hits are ``D[lims[i]:lims[i + 1]]``
-            (int32) and ``I[lims[i]:lims[i + 1]]`` (int64, external ids if given to ``add``),
-            sorted by (distance, position); ``lims`` is int64 ``(nq + 1,)`` (faiss: uint64).
-            faiss's ``range_search(xq, radius + 1)`` finds the same hits (it is strict) but
-            lists them in position order with float32 distances.
-        """
+        """All codes within ``radius`` (inclusive) of each query, as faiss's ``(lims, D, I)``:
+        query i's hits are ``D[lims[i]:lims[i + 1]]``, ``I[...]``; ``lims`` int64 (module doc)."""
         radius = check_int("radius", radius, 0)
         xq = validate_codes(xq, self.bits, "xq")
         if self.ntotal == 0:
@@ -189,8 +148,7 @@ class HammingIndex:
         return lims, D[order], self._external(I[order])
 
     def _engine(self):
-        """faiss's ``IndexBinaryFlat`` of the codes (built by the first search after a change):
-        it returns this index's conventions exactly (module doc) and scans faster than numpy."""
+        """faiss's ``IndexBinaryFlat`` of the codes, built by the first search after a change."""
         if self._faiss is None:
             import faiss
 
@@ -221,7 +179,7 @@ class HammingIndex:
             codes = validate_codes(arrays["codes"], index.bits, "codes")
         except ValueError as error:
             raise ValueError(f"{path}: key 'codes': {error}") from error
-        ids = arrays.get("ids")  # absent in files without ids (and in older files)
+        ids = arrays.get("ids")  # absent in files without ids
         try:
             index.add(codes, ids=None if ids is None else _check_ids(ids, len(codes)))
         except ValueError as error:
@@ -229,30 +187,15 @@ class HammingIndex:
         return index
 
     def write_faiss(self, path: str | os.PathLike) -> None:
-        """Write the index as a faiss file, atomically; faiss is not needed to write it.
-
-        ``faiss.read_index_binary(path)`` opens it as an ``IndexBinaryFlat`` (no ids) or an
-        ``IndexBinaryIDMap`` over one (ids), of ``d = 8 * ceil(bits / 8)``, whose ``search``
-        returns the same ``(D, I)`` as :meth:`search` (``range_search``: faiss at r + 1 = ours
-        at r). Layout: :mod:`sgh.search.faiss_files`.
-        """
+        """Write the index as a faiss file, atomically: ``faiss.read_index_binary`` opens it as an
+        ``IndexBinaryFlat`` (no ids) or an ``IndexBinaryIDMap`` over one, which search alike."""
         write_binary_index(path, self.codes(), self.ids() if self._has_ids else None)
 
     @classmethod
     def read_faiss(cls, path: str | os.PathLike, bits: int | None = None) -> HammingIndex:
-        """Read a faiss ``IndexBinaryFlat`` or ``IndexBinaryIDMap`` (over one) file, as
-        written by :meth:`write_faiss` or ``faiss.write_index_binary``.
-
-        Args:
-            path: the faiss file.
-            bits: the code length; default the file's ``d`` (a multiple of 8). A file written
-                from ``bits``-bit codes by :meth:`write_faiss` has ``d = 8 * ceil(bits / 8)``:
-                give ``bits`` to get the same index back (its padding bits must be zero).
-
-        Raises:
-            ValueError: one line naming the file: another index type, a truncated or
-                inconsistent file, or ``bits`` that do not fit its codes.
-        """
+        """Read a faiss ``IndexBinaryFlat`` or ``IndexBinaryIDMap`` (over one) file; ``bits``
+        defaults to the file's ``d`` (give the original bits to get a `write_faiss`-ed index
+        back: its padding bits must be zero). ValueError in one line naming the file."""
         stored = read_binary_index(path)
         if bits is None:
             bits = stored.d

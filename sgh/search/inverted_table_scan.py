@@ -1,21 +1,12 @@
-"""`InvertedTableScan`: codes of residuals grouped by inverted list, scored by a lookup-table
-score in the lists a query probes only.
+"""`InvertedTableScan`: the byte decoder's scan over inverted lists, as faiss's IVF-PQ.
 
-The byte decoder's search over inverted lists (`sgh.search.sgh_index.SGHIndex` with
-``decoder="bytes"`` and ``nlist``), as faiss's IVF-PQ: each item is coded as its residual to its
-list's centroid ``c_l``, so its reconstruction is ``c_l + x^(h)``, and a query's squared
-distance to it is
-
-    ||q - c_l||^2 - 2 <q - c_l, x^(h)> + ||x^(h)||^2
-
-one constant per probed list, the query's lookup tables minus the centroid's (``-2 <c_l, C_j>``,
-computed once per list), and the item's cross terms of the norm (`ByteDecoder.item_norms`), held
-in one byte: the flat scan's sums, with a list's table. The codes come in list order (as
-`SGHIndex` holds them), so that each probed list is one contiguous run of memory, read where
-it is.
+An item coded as its residual to its list's centroid ``c_l`` is reconstructed as ``c_l + x^(h)``;
+a query's squared distance to it, ``||q - c_l||^2 - 2 <q - c_l, x^(h)> + ||x^(h)||^2``, is one
+constant per probed list, the query's lookup tables minus the centroid's, and the item's cross
+terms of the norm (`ByteDecoder.item_norms`) held in one byte. The codes come in list order, so
+that each probed list is one contiguous run, read in place.
 """
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
 import numpy as np
@@ -30,16 +21,11 @@ class InvertedTableScan:
     non-decreasing order), scored by ``score``: an object with ``lookup_tables(queries)`` and
     ``item_norms(codes)`` (a `ByteDecoder`)."""
 
-    def __init__(self, score, codes: np.ndarray, lists: np.ndarray, centroids: np.ndarray
-                 ) -> None:
-        if np.any(lists[:-1] > lists[1:]):
-            raise ValueError("InvertedTableScan: the rows must come in list order")
+    def __init__(self, score, codes: np.ndarray, lists: np.ndarray, centroids: np.ndarray) -> None:
         self.score = score
         self.codes = np.ascontiguousarray(codes)
-        # Each item's term held in one byte, as faiss's additive quantizers hold their norms
-        # (B / 8 + 1 bytes per item): computed from the pair tables for every probed list, as
-        # the flat scan does per tile, it cost 1.6-2.5x the scan (each query probes its own
-        # lists, so nothing is shared across a block of queries).
+        # Each item's term held in one byte, as faiss's additive quantizers hold their norms:
+        # each query probes its own lists, so computing terms per tile would share nothing.
         self.term_levels, self.level_terms, self.term_step = one_byte_terms(
             score.item_norms(self.codes))
         self.starts = np.searchsorted(lists, np.arange(len(centroids) + 1)).astype(np.int64)
@@ -53,8 +39,7 @@ class InvertedTableScan:
                workers: int) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest rows of each query among its ``probes`` lists: ``(D, I)``, ``D`` the
         squared distance to each reconstruction, sorted by (D, row), padding ``inf`` / ``-1``.
-        ``distances``: ``(nq, nprobe)`` each probed list's ``||q - c_l||^2``, as the coarse
-        step that chose the lists computed them (not computed twice)."""
+        ``distances``: ``(nq, nprobe)`` each probed list's ``||q - c_l||^2`` (the coarse step's)."""
         tables = self.score.lookup_tables(queries)
         probes = np.ascontiguousarray(probes, np.int64)
         constants = np.ascontiguousarray(distances, np.float32)

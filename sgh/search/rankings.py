@@ -1,14 +1,7 @@
-"""Whole rankings of the database for evaluation: asymmetric, or a Hamming shortlist rescored.
+"""Whole rankings of the database for evaluation: asymmetric, or a shortlist rescored.
 
 The metrics of :mod:`sgh.metrics.ordered` score a ranking given as ids in rank order, the first
-``depth`` of each query (the whole database for mAP@all). The Hamming ranking has its own engine
-(:mod:`sgh.metrics`), exact and tie-aware from distance counts; these are the others:
-
-* ``asymmetric``: every database item by its asymmetric score (ties by id).
-* ``rerank``: the shortlist (the Hamming top S or radius, or the encoder score's top S)
-  reordered by the rescoring rule, then the rest of the database in the shortlist's order, ties
-  by id (what a two-stage search returns if asked for more than its shortlist holds).
-  ``eval.shortlist_by=auto`` is the better first stage the method has (`shortlist_stage`).
+``depth`` of each query; the Hamming ranking has its own tie-aware engine (:mod:`sgh.metrics`).
 """
 
 from __future__ import annotations
@@ -24,9 +17,7 @@ from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.score_set import ScoreSet
 from sgh.search.two_stage import TwoStageSearch
 
-# Entries (query x database item) of one block of rankings: 2**22 int64 ids are 32 MB, and the
-# label metrics hold ~25 bytes per entry.
-BLOCK_ENTRIES = 1 << 22
+BLOCK_ENTRIES = 1 << 22  # entries (query x database item) of one block of rankings
 
 
 def block_queries(n_database: int, depth: int) -> int:
@@ -59,29 +50,25 @@ def order_of_distances(distances: np.ndarray, depth: int) -> np.ndarray:
 
 @dataclass
 class AsymmetricRanking:
-    """Every database item by its asymmetric score against the query's features."""
+    """Every database item by its asymmetric score against the query's features, ties by id."""
 
     index: AsymmetricIndex
     queries: np.ndarray
     description: str = "asymmetric"  # the results file's `ranking`
 
     def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
-        n = self.index.ntotal
-        depth = min(depth, n)
-        if depth < n:  # the top `depth` only: the heap scan, no dense scores
-            step = block_queries(0, depth)
-            for q0 in range(0, len(self.queries), step):
-                q1 = min(q0 + step, len(self.queries))
-                yield q0, q1, self.index.search(self.queries[q0:q1], depth)[1]
-            return
-        for q0, q1, scores in self.index.score_blocks(self.queries, BLOCK_ENTRIES):
-            # Stable: equal scores stay in id order (ties by id, as the heap scan).
-            yield q0, q1, np.argsort(scores, axis=1, kind="stable")
+        depth = min(depth, self.index.ntotal)
+        step = block_queries(0, depth)
+        for q0 in range(0, len(self.queries), step):
+            q1 = min(q0 + step, len(self.queries))
+            yield q0, q1, _score_order(self.index, self.queries[q0:q1], depth)
 
 
 @dataclass
 class RerankRanking:
-    """The shortlist rescored, then the rest of the database in the first stage's order."""
+    """The shortlist (the Hamming top S or radius, or the encoder score's top S) rescored, then
+    the rest of the database in the first stage's order, ties by id: what a two-stage search
+    returns if asked for more than its shortlist holds."""
 
     search: TwoStageSearch
     query_codes: np.ndarray
@@ -93,20 +80,14 @@ class RerankRanking:
 
     def _first_stage(self, q0: int, q1: int, reach: int) -> tuple[np.ndarray, np.ndarray]:
         """(the first ``reach`` ids of each query's first-stage order, its shortlist lengths)."""
-        n = self.search.hamming.ntotal
-        index = self.search.shortlist_index
-        if index is not None:  # the encoder score's order
-            if reach < n:
-                order = index.search(self.queries[q0:q1], reach)[1]
-            else:
-                scores = next(index.score_blocks(self.queries[q0:q1], (q1 - q0) * n))[2]
-                order = np.argsort(scores, axis=1, kind="stable")
-            return order, np.full(q1 - q0, min(self.shortlist, n))
-        distances = hamming_distances(self.query_codes[q0:q1], self.search.hamming.codes())
-        order = order_of_distances(distances, reach)
-        if self.radius is None:
-            return order, np.full(q1 - q0, min(self.shortlist, n))
-        return order, (distances <= self.radius).sum(axis=1)
+        if self.search.shortlist_index is not None:  # the encoder score's order
+            order = _score_order(self.search.shortlist_index, self.queries[q0:q1], reach)
+        else:
+            distances = hamming_distances(self.query_codes[q0:q1], self.search.hamming.codes())
+            order = order_of_distances(distances, reach)
+            if self.radius is not None:
+                return order, (distances <= self.radius).sum(axis=1)
+        return order, np.full(q1 - q0, min(self.shortlist, self.search.hamming.ntotal))
 
     def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
         n = self.search.hamming.ntotal
@@ -125,44 +106,38 @@ class RerankRanking:
             yield q0, q1, merged[:, :depth]
 
 
+def _score_order(index: AsymmetricIndex, queries: np.ndarray, depth: int) -> np.ndarray:
+    """The first ``depth`` ids of each query's order by the index's score, ties by id."""
+    if depth < index.ntotal:  # the heap scan, no dense scores
+        return index.search(queries, depth)[1]
+    scores = next(index.score_blocks(queries, len(queries) * max(1, index.ntotal)))[2]
+    return np.argsort(scores, axis=1, kind="stable")  # equal scores stay in id order
+
+
 def shortlist_stage(config, scores: ScoreSet | None) -> str:
     """What ``eval.shortlist_by`` means for a method with these scores: ``auto`` is the encoder
-    score's scan where there is one (its order finds more true neighbours than Hamming
-    distance's 33 levels at 32 bits), Hamming distance otherwise, or where
-    ``eval.shortlist_radius`` is set (a radius is a Hamming notion)."""
+    score's scan where there is one (finer than Hamming distance's bits + 1 levels), Hamming
+    distance otherwise, or where ``eval.shortlist_radius`` is set (a Hamming notion)."""
     if config.shortlist_by != "auto":
         return config.shortlist_by
-    if scores is None or config.shortlist_radius is not None:
-        return "hamming"
-    return "encoder"
+    return "hamming" if scores is None or config.shortlist_radius is not None else "encoder"
 
 
 def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarray, bits: int,
                        scores: ScoreSet | None = None, queries: np.ndarray | None = None,
                        database_vectors=None, similarity: str = "euclidean",
                        without_score: str = "this method has no asymmetric score"):
-    """The ranking `eval` asks for (None: Hamming, scored by the tie-aware engine).
-
-    Args:
-        config: the `EvalConfig` (``ranking``, ``score``, ``shortlist_by`` (`shortlist_stage`),
-            ``shortlist``, ``shortlist_radius``, ``rescore``).
-        scores: the method's scores and their validated choice, or None with ``without_score``
-            saying why.
-        queries: the query features (as the method encodes them).
-        database_vectors: the database's features (array or streamed), for ``rescore=exact``.
-
-    Raises:
-        UserInputError: in one line, when the ranking needs what is missing.
-    """
+    """The ranking `eval` (``config``, an `EvalConfig`) asks for (None: Hamming, scored by the
+    tie-aware engine); UserInputError when it needs what is missing (``scores`` None:
+    ``without_score`` says why; ``database_vectors``: for ``rescore=exact``)."""
     if config.ranking == "hamming":
         return None
     scan = config.ranking == "asymmetric"
     by_encoder = shortlist_stage(config, scores) == "encoder"
-    needs_score = scan or config.rescore == "score" or by_encoder
     rule = ("eval.ranking=asymmetric" if scan else
             f"eval.ranking=rerank with eval.rescore={config.rescore} and eval.shortlist_by="
             f"{config.shortlist_by}")
-    if needs_score and scores is None:
+    if scores is None and (scan or config.rescore == "score" or by_encoder):
         raise UserInputError(f"{rule} needs an asymmetric score, and {without_score}; accepted: "
                              "eval.ranking=hamming, or eval.ranking=rerank eval.rescore=exact")
     if queries is None:

@@ -2,16 +2,9 @@
 
 SGH has up to three per-bit scores (`sgh.search.asymmetric`: encoder, decoder, joint), a
 projection baseline one (its encoder form). `eval.score=auto` uses the kind the validation split
-favoured, chosen once after training (`sgh.training.score_selection`) for each use of a score:
-
-* ``chosen``: for the scan of the whole database (`eval.ranking=asymmetric`, and an `encoder`
-  shortlist is always the encoder's);
-* ``rescore_chosen``: for rescoring a shortlist (`eval.ranking=rerank eval.rescore=score`),
-  where an mlp decoder's kinds (decoder, joint) are available by decoding the shortlist, so
-  it may name a kind that has no per-bit form here.
-
-The file holds plain arrays only (keys ``<kind>.<key>`` per score, `AsymmetricScore.arrays`).
-A file of one score without kinds (written before kinds existed) reads as that score alone.
+favoured (`sgh.training.score_selection`) for each use of a score: ``chosen`` for a scan of the
+whole database, ``rescore_chosen`` for rescoring a shortlist (which may name an mlp decoder's
+kind, decoder or joint, with no per-bit form: it decodes the shortlist).
 """
 
 from __future__ import annotations
@@ -33,23 +26,10 @@ from sgh.search.decoded import DecodedRescorer, DecoderNetwork
 
 @dataclass(frozen=True)
 class ScoreSet:
-    """Scores by kind (`SCORE_KINDS` order) and the validated choices (module doc).
-
-    Attributes:
-        scores: the per-bit scores, by kind.
-        chosen: the kind for a scan of the database.
-        rescore_chosen: the kind for rescoring a shortlist.
-        joint_weight: the weight ``lambda`` of the decoder's likelihood in the joint score.
-        selection: one line: how the choice was made (goes into results files).
-        validation: the validation figure of each candidate, by name (empty without validation).
-        similarity: what the decoder's scores measure (``euclidean``, ``angular``,
-            ``inner_product``).
-        decoder: an mlp decoder (`sgh.search.decoded`), which rescores shortlists by decoding
-            them: its ``decoder`` and ``joint`` kinds have no per-bit form; None otherwise.
-        feature_conversion: how the model's training features became float32 (as
-            `sgh.data.feature_conversion` names it, e.g. ``uint8 / 255``), which the features
-            of queries read from files must match (`sgh.cli.input_scale`); None: not recorded.
-    """
+    """Scores by kind (`SCORE_KINDS` order) and the validated choices (module doc): ``selection``
+    says how, ``validation`` holds each candidate's figure. ``decoder``: an mlp decoder, whose
+    kinds rescore by decoding; ``feature_conversion``: how the training features became float32
+    (e.g. ``uint8 / 255``), which query features read from files must match (None: unknown)."""
 
     scores: dict[str, AsymmetricScore]
     chosen: str
@@ -72,7 +52,7 @@ class ScoreSet:
         if not hasattr(model, "asymmetric_score"):
             raise TypeError(f"SGHIndex takes a fitted hasher or a ScoreSet, got "
                             f"{type(model).__name__}")
-        reason = getattr(model, "without_asymmetric", None)  # the hasher's own word (SH, SpH)
+        reason = getattr(model, "without_asymmetric", None)  # SH, SpH: the hasher's own word
         if reason is not None:
             raise ValueError(f"{type(model).__name__} has no asymmetric score: {reason}; "
                              "SGHIndex needs a per-bit score (SGH, ITQ, PCAH, LSH): search "
@@ -87,8 +67,7 @@ class ScoreSet:
 
     @property
     def fingerprint(self) -> str:
-        """The model's fingerprint (`sgh.codes.model_fingerprint`): of the encoder's score,
-        which fixes the codes (a code bit is 1 where the bit's encoder weight is <= 0)."""
+        """The model's fingerprint: of the encoder's score, which fixes the codes."""
         return model_fingerprint(self.scores["encoder"].arrays())
 
     @property
@@ -105,8 +84,7 @@ class ScoreSet:
 
     def rescorer(self, kind: str, database_codes: np.ndarray):
         """What rescores a shortlist of ``database_codes`` by ``kind`` (``"auto"``: the
-        validated choice for rescoring): the per-bit score (`AsymmetricScore`), or a
-        `DecodedRescorer` for an mlp decoder's kinds."""
+        validated choice): the per-bit score, or a `DecodedRescorer` for an mlp decoder's."""
         if kind == "auto":
             kind = self.rescore_chosen or self.chosen
         if kind in self.scores:
@@ -151,7 +129,8 @@ class ScoreSet:
         return fields
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write every score and the choices as an ``.npz`` of plain arrays."""
+        """Write every score (keys ``<kind>.*``, `AsymmetricScore.arrays`) and the choices as an
+        ``.npz`` of plain arrays."""
         arrays = {"kinds": np.array(list(self.scores), dtype=np.str_),
                   "chosen": np.str_(self.chosen), "rescore_chosen": np.str_(self.rescore_chosen),
                   "joint_weight": np.float64(self.joint_weight),
@@ -170,8 +149,7 @@ class ScoreSet:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ScoreSet:
-        """Read what `save` (or `AsymmetricScore.save`) wrote; ValueError naming the file and the
-        key if it is damaged or incomplete."""
+        """Read what `save` (or `AsymmetricScore.save`) wrote; ValueError naming file and key."""
         path = Path(path)
         try:
             arrays = read_npz_arrays(path)

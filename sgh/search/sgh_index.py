@@ -1,44 +1,18 @@
-"""`SGHIndex`: one object that owns a trained model's query side, the database codes and their
-ids, and searches them the way faiss indexes do.
+"""`SGHIndex`: a trained model's query side, the database codes and their ids, searched the way
+faiss indexes are (usage, modes, ``nlist`` and ``decoder="bytes"``: docs/guide/search.md).
 
-    index = SGHIndex(hasher)                     # a fitted SGHHasher, ITQ, PCAH or LSH
-    index = SGHIndex.from_run("runs/mnist/sgh-32b/<time>")   # a run's codes and scores
-    index.add(x_base)                            # features, encoded here (or add_codes(codes))
-    D, I = index.search(x_query, k=100)          # (nq, k) scores and ids, as faiss
-    index.save("mnist.sghindex"); SGHIndex.load("mnist.sghindex")
+Modes (`index.mode`): ``"scan"``, every code by the validated score on faiss's fast-scan kernels
+(:mod:`sgh.search.fast_scan`); ``"two_stage"``, the encoder score's shortlist reordered by the
+validated rescoring score; ``"hamming"``, the query's own code by Hamming distance. With the byte
+decoder (:mod:`sgh.search.byte_decoder`) and ``nlist``, as in faiss's IVF-PQ, an item is coded
+as its residual to its list's centroid.
 
-Modes (`index.mode`, settable):
-
-* ``"scan"``: every code scored against the real query by the validated asymmetric score
-  (`ScoreSet.chosen`), on faiss's fast-scan kernels (:mod:`sgh.search.fast_scan`): the
-  fast-scan's ``refine_factor * k`` best, rescored by the exact float score.
-* ``"two_stage"``: the encoder score's scan keeps a shortlist (``index.shortlist``; None:
-  `default_shortlist`, ``max(5 k, 1% of the items)``), which the validated rescoring score reorders
-  (`ScoreSet.rescore_chosen`: per bit, or an mlp decoder decoding each shortlisted code).
-* ``"hamming"``: the query's own code against every code by Hamming distance (ties by id).
-
-With ``decoder="bytes"`` the index keeps its own decoder, one 256-entry table per code byte
-(:mod:`sgh.search.byte_decoder`), fitted by `train`: each added item's code is that decoder's
-posterior mode (from the encoder's code), and ``"scan"`` (its only mode) ranks by the squared
-distance to each code's reconstruction (lookup tables, on the compiled table scan,
-`AsymmetricIndex`, on faiss's thread count). The saved ``codes.faiss`` is faiss's additive
-quantizer of the same tables and codes (`ByteDecoder.faiss_index`: the norm in one byte).
-
-With ``nlist`` the database is partitioned by a k-means of its features (faiss IVF): `train`
-learns the lists, each added item goes to the list of its nearest centroid, and a search scans
-the ``index.nprobe`` lists nearest the query (the coarse step on the features, the fine step
-on the codes by the per-bit score, through faiss's ``search_preassigned``). With the byte
-decoder, as in faiss's IVF-PQ, the decoder is fitted on, and each item coded as, its residual
-to its list's centroid (`sgh.search.inverted_table_scan`; validated in docs/results.md).
-
-The index encodes features by the encoder's own score: a code bit is 1 where the bit's encoder
-weight is <= 0 (``-log q(h|x)`` falls when the bit agrees with the logit's sign), in float64; a
-bit whose logit is within float32 rounding of 0 may come out unlike the TensorFlow encoder's.
+Features are encoded by the encoder's own score: a bit is 1 where its encoder weight is <= 0, in
+float64 (a logit within float32 rounding of 0 may give a bit unlike the TensorFlow encoder's).
 Codes carry the model's fingerprint (`sgh.codes.model_fingerprint`): codes, scores and saved
 indexes of different models are refused, never searched together.
 """
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
 import dataclasses
@@ -63,33 +37,21 @@ from sgh.search.score_set import ScoreSet
 from sgh.search.two_stage import default_shortlist, padded, warn_if_one_score
 
 MODES = ("hamming", "scan", "two_stage")
-# What ranks the codes: the model's own scores, or the index's byte decoder (module doc).
-DECODERS = ("model", "bytes")
+DECODERS = ("model", "bytes")  # what ranks the codes: the model's scores, or a byte decoder
 # The files of a saved index (a directory): faiss opens CODES_FILE with faiss.read_index.
 INDEX_FILE, SCORES_FILE, CODES_FILE = "index.npz", "scores.npz", "codes.faiss"
-_FORMAT = "sgh-index 2"  # 2: a byte decoder's inverted lists hold codes of residuals
-# What `save` may replace: an index saved before, nothing else (atomic_directory refuses).
+_FORMAT = "sgh-index 2"
 SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CODES_FILE})",
                        required=frozenset({INDEX_FILE, SCORES_FILE, CODES_FILE}))
-# Features encoded (and assigned to lists) at a time by `add`: 65,536 rows.
-_ADD_ROWS = 1 << 16
-# Training points per list for the coarse k-means (faiss's own cap is 256).
-_KMEANS_POINTS_PER_LIST = 256
-# The key prefix of a byte decoder's arrays in a saved index's index.npz.
-_BYTE_DECODER = "byte_decoder."
+_ADD_ROWS = 1 << 16  # features encoded (and assigned to lists) at a time by `add`
+_KMEANS_POINTS_PER_LIST = 256  # training points per list for the coarse k-means: faiss's cap
+_BYTE_DECODER = "byte_decoder."  # the key prefix of a byte decoder's arrays in index.npz
 
 
 class SGHIndex:
-    """A model's codes and their search (module doc).
-
-    Args:
-        model: a fitted hasher with an asymmetric score (`SGHHasher`, ITQ, PCAH, LSH), or a
-            `ScoreSet` (a run's asymmetric.npz).
-        mode: ``"scan"``, ``"two_stage"`` or ``"hamming"`` (module doc).
-        nlist: inverted lists (None: a flat scan of every code).
-        decoder: ``"model"`` (the model's scores) or ``"bytes"`` (a byte decoder `train`
-            fits; module doc).
-    """
+    """A model's codes and their search (module doc). ``model``: a fitted hasher with an
+    asymmetric score (`SGHHasher`, ITQ, PCAH, LSH) or a `ScoreSet` (a run's asymmetric.npz);
+    ``nlist``: inverted lists (None: a flat scan of every code)."""
 
     def __init__(self, model, mode: str = "scan", nlist: int | None = None,
                  decoder: str = "model") -> None:
@@ -111,7 +73,6 @@ class SGHIndex:
         self._centroids: np.ndarray | None = None
         self._engines: dict = {}
 
-    # ---- settings -------------------------------------------------------------------------
     @property
     def mode(self) -> str:
         return self._mode
@@ -148,10 +109,9 @@ class SGHIndex:
         return (f"SGHIndex({self.bits} bits, {self.ntotal} items, mode={self.mode!r}{score}"
                 f"{lists}, model {self.fingerprint})")
 
-    # ---- building -------------------------------------------------------------------------
     def encode(self, x: np.ndarray) -> np.ndarray:
-        """Packed codes of features ``x`` (module doc: the encoder score's signs, or the byte
-        decoder's posterior modes, of the residuals to their lists' centroids with ``nlist``)."""
+        """Packed codes of features ``x``: the encoder score's signs, or the byte decoder's
+        posterior modes (of the residuals to their lists' centroids with ``nlist``)."""
         features = self._features(x)
         if self.decoder == "model":
             return self._codes_of(features)
@@ -159,15 +119,13 @@ class SGHIndex:
         return self._stored_codes(features, self._lists_of(features))
 
     def _stored_codes(self, features: np.ndarray, lists: np.ndarray | None) -> np.ndarray:
-        """The codes this index stores for features as the model saw them, in ``lists``."""
         codes = self._codes_of(features)
         if self.byte_decoder is not None:
             codes = self.byte_decoder.encode(self._residuals(features, lists), codes)
         return codes
 
     def _residuals(self, features: np.ndarray, lists: np.ndarray | None) -> np.ndarray:
-        """What the byte decoder codes: the features, or with inverted lists their residuals to
-        their lists' centroids."""
+        """What the byte decoder codes: the features, or their residuals to their lists'."""
         return features if lists is None else features - self._centroids[lists]
 
     def _lists_of(self, features: np.ndarray) -> np.ndarray | None:
@@ -178,8 +136,7 @@ class SGHIndex:
         return pack_bits(self.scores.scores["encoder"].bit_weights(features) <= 0)
 
     def train(self, x: np.ndarray, seed: int = 0) -> None:
-        """Fit the byte decoder (``decoder="bytes"``) on features ``x``, and learn the ``nlist``
-        inverted lists: a k-means of them (at most 256 per list are drawn, faiss's own cap)."""
+        """Fit the byte decoder (``decoder="bytes"``) and the ``nlist`` lists on features ``x``."""
         if self.decoder == "bytes" and self.ntotal:
             raise ValueError(f"train: the index holds {self.ntotal} items coded by its byte "
                              "decoder, which new tables would invalidate; train a new SGHIndex")
@@ -207,13 +164,11 @@ class SGHIndex:
         for start in range(0, len(x), _ADD_ROWS):
             block = self._features(x[start : start + _ADD_ROWS])
             lists = self._lists_of(block)
-            self._append(self._stored_codes(block, lists), ids[start : start + len(block)],
-                         lists)
+            self._append(self._stored_codes(block, lists), ids[start : start + len(block)], lists)
 
     def add_codes(self, codes, ids: np.ndarray | None = None) -> None:
         """Add packed codes: an ``(n, ceil(bits/8))`` uint8 array, or a ``codes.npz`` path whose
-        database codes must carry this model's fingerprint. A flat index only: inverted lists
-        place items by their features (`add`)."""
+        database codes must carry this model's fingerprint (a flat index only)."""
         if self.nlist is not None:
             raise ValueError("add_codes: an index with inverted lists places each item by its "
                              "features; use add(x), or SGHIndex.from_run(run, nlist=...)")
@@ -238,7 +193,6 @@ class SGHIndex:
             self._engines.clear()
         return removed
 
-    # ---- search ---------------------------------------------------------------------------
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest items of each query: ``(D, I)``, ``(nq, k)``, sorted by (score, id),
         smaller nearer; ``I`` the items' ids, padding ``D = inf``, ``I = -1`` (as faiss)."""
@@ -251,19 +205,21 @@ class SGHIndex:
             distances, probes = (None, None) if self.nlist is None else self._coarse(
                 queries, check_int("nprobe", self.nprobe, 1))
             if self.decoder == "bytes":
-                # faiss's thread count, so that one setting governs every mode's threads.
+                import faiss  # its thread count: one setting governs every mode's threads
+
+                threads = faiss.omp_get_max_threads()
                 if probes is None:
-                    D, rows = self._engine("bytes").search(queries, k, workers=_faiss_threads())
+                    D, rows = self._engine("bytes").search(queries, k, workers=threads)
                     # The scan's score lacks the query's own ||x||^2: added, D is a distance.
                     D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 else:
                     D, rows = self._engine("bytes_lists").search(queries, k, probes, distances,
-                                                                 _faiss_threads())
-                D, rows = padded(D, rows, k)
+                                                                 threads)
             elif self.mode == "scan":
                 D, rows = self._engine("scan").search(queries, k, probes)
             else:
-                depth = self._shortlist_size(k)
+                depth = (default_shortlist(k, self.ntotal) if self.shortlist is None
+                         else max(k, check_int("shortlist", self.shortlist, 1)))
                 candidates = self._engine("shortlist").search(queries, depth, probes)[1]
                 D, rows = self._engine("rescore").rescore(queries, candidates)
                 D, rows = padded(D, rows, k)
@@ -271,11 +227,6 @@ class SGHIndex:
         ids = np.full(rows.shape, -1, np.int64)
         ids[found] = self._ids[rows[found]]
         return D, ids
-
-    def _shortlist_size(self, k: int) -> int:
-        if self.shortlist is None:
-            return default_shortlist(k, self.ntotal)
-        return max(k, check_int("shortlist", self.shortlist, 1))
 
     def _engine(self, name: str):
         """The structure a mode searches with, built on first use after a change."""
@@ -287,39 +238,31 @@ class SGHIndex:
         return engine
 
     def _build_engine(self, name: str):
-        if name == "bytes":
-            engine = AsymmetricIndex(self.byte_decoder)
-            engine.add(self._codes)
-            return engine
         if name == "bytes_lists":
-            return InvertedTableScan(self.byte_decoder, self._codes, self._lists,
-                                     self._centroids)
-        if name == "hamming":
-            engine = HammingIndex(self.bits)
-            engine.add(self._codes)
+            return InvertedTableScan(self.byte_decoder, self._codes, self._lists, self._centroids)
+        if name in ("scan", "shortlist"):
+            kind = self.scores.chosen if name == "scan" else "encoder"
+            engine = FastScanIndex(self.scores.scores[kind], self.nlist)
+            engine.add(self._codes, self._lists)  # the lists are read with nlist only
             return engine
         if name == "rescore":
             rescorer = self.scores.rescorer(self._rescore_kind(), self._codes)
             # search -> _engine -> here: the warning names the user's search call.
             warn_if_one_score(self.scores.scores["encoder"], rescorer, stacklevel=4)
-            if isinstance(rescorer, AsymmetricScore):
-                index = AsymmetricIndex(rescorer)
-                index.add(self._codes)
-                return index
-            return rescorer
-        kind = self.scores.chosen if name == "scan" else "encoder"
-        engine = FastScanIndex(self.scores.scores[kind], self.nlist)
-        engine.add(self._codes, self._lists if self.nlist is not None else None)
+            if not isinstance(rescorer, AsymmetricScore):
+                return rescorer
+            engine = AsymmetricIndex(rescorer)
+        else:
+            engine = HammingIndex(self.bits) if name == "hamming" else AsymmetricIndex(
+                self.byte_decoder)
+        engine.add(self._codes)
         return engine
 
     def _rescore_kind(self) -> str:
         return self.scores.rescore_chosen or self.scores.chosen
 
-    # ---- persistence ----------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the index as a directory: ``index.npz`` (codes, ids, lists, settings,
-        fingerprint), ``scores.npz`` (the query side) and ``codes.faiss`` (the scan's faiss
-        index, which ``faiss.read_index`` opens). Replaces only an index saved before."""
+        """Write the index as a directory (`SAVED_INDEX`), replacing only an index saved before."""
         import faiss
 
         path = Path(path)
@@ -333,16 +276,20 @@ class SGHIndex:
             arrays["centroids"] = self._centroids
         if self.byte_decoder is not None:
             arrays.update(self.byte_decoder.arrays(_BYTE_DECODER))
+        if self.decoder == "bytes":  # codes.faiss: faiss's additive quantizer of the same tables
+            faiss_codes = self.byte_decoder.faiss_index(
+                self._codes, *(() if self.nlist is None else (self._lists, self._centroids)))
+        else:  # the index the mode searches
+            faiss_codes = self._engine("scan" if self.mode == "scan" else "shortlist")._index()
         with atomic_directory(path, replaces=SAVED_INDEX) as staging:
             np.savez(staging / INDEX_FILE, **arrays)
             self.scores.save(staging / SCORES_FILE)
-            faiss.write_index(self._faiss_codes(), str(staging / CODES_FILE))
+            faiss.write_index(faiss_codes, str(staging / CODES_FILE))
         return path
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SGHIndex:
-        """Read an index `save` wrote; UserInputError naming the file and key if it is not
-        one, or if its codes and scores are of different models."""
+        """Read an index `save` wrote; UserInputError naming the file and key if it is not one."""
         path = Path(path)
         if not (path / INDEX_FILE).is_file():
             raise UserInputError(f"{path}: no {INDEX_FILE} there; expected a directory "
@@ -378,11 +325,9 @@ class SGHIndex:
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, mode: str = "scan",
                  nlist: int | None = None, decoder: str = "model") -> SGHIndex:
-        """The database codes and scores of a finished `sgh-train` run (its codes.npz and
-        asymmetric.npz); with ``nlist``, its database features are read again (the run's
-        dataset) to learn and fill the inverted lists; with ``decoder="bytes"``, its training
-        and database features are, to fit the byte decoder and encode the database by it.
-        Ids are database rows; the scores keep how the run converted its features."""
+        """The database codes and scores of a finished `sgh-train` run (ids: database rows);
+        with ``nlist`` or ``decoder="bytes"`` its dataset's features are read again (to learn
+        the lists, or to fit the byte decoder and encode the database by it)."""
         from sgh.artifacts.run_directory import RunDirectory
 
         run = RunDirectory(run_dir, create=False)
@@ -414,19 +359,10 @@ class SGHIndex:
         index._append(codes.database, ids, lists)
         return index
 
-    # ---- internals ------------------------------------------------------------------------
-    def _faiss_codes(self):
-        """The faiss index that `save` writes as ``codes.faiss``: the one the mode searches, or
-        for the byte decoder faiss's additive quantizer of the same tables and codes."""
-        if self.decoder == "bytes":
-            return self.byte_decoder.faiss_index(
-                self._codes, *(() if self.nlist is None else (self._lists, self._centroids)))
-        return self._engine("scan" if self.mode == "scan" else "shortlist")._index()
-
     def _features(self, x: np.ndarray) -> np.ndarray:
         """float32 features as the model saw them: unit-normalised for an angular model."""
         x = np.asarray(x)
-        if x.dtype.kind != "f":  # sgh-train divides uint8 alone by 255: raw pixels rank wrong
+        if x.dtype.kind != "f":
             raise ValueError(f"features of dtype {x.dtype}: SGHIndex takes float "
                              "features as the model saw them (sgh-train divides uint8 features "
                              "by 255); convert them first, e.g. x.astype(np.float32) / 255")
@@ -465,8 +401,7 @@ class SGHIndex:
 
     def _append(self, codes: np.ndarray, ids: np.ndarray, lists: np.ndarray | None) -> None:
         """Add items at the end; with inverted lists each after the last item of its list, so
-        that a list is one run of the codes (in the order its items came), which the byte
-        decoder's scan reads where they are."""
+        that a list is one run of the codes, which the byte decoder's scan reads in place."""
         at = len(self._ids)
         if lists is not None:
             order = np.argsort(lists, kind="stable")
@@ -476,12 +411,6 @@ class SGHIndex:
         self._codes = np.insert(self._codes, at, codes, axis=0)
         self._ids = np.insert(self._ids, at, ids)
         self._engines.clear()
-
-
-def _faiss_threads() -> int:
-    import faiss
-
-    return faiss.omp_get_max_threads()
 
 
 def _run_split(run, n_database: int):

@@ -1,29 +1,14 @@
-"""Two-stage search: a shortlist, rescored. What users of binary codes do at scale.
+"""Two-stage search: a shortlist of the database, rescored.
 
-Stage 1 ranks the database cheaply and keeps a shortlist: by Hamming distance
-(:class:`sgh.search.HammingIndex`) of the queries' codes, the top ``shortlist`` items or every
-item within ``radius`` (inclusive); or, given a ``shortlist_score`` (the encoder's per-bit
-score), by that score's scan of the queries themselves (:class:`sgh.search.AsymmetricIndex`),
-the top ``shortlist``. Without a size, a search keeps `default_shortlist`: max(5 k, 1% of the
-database). Stage 2 reorders the shortlist by one of two rules:
-
-* ``score`` (the default): the method's score of the query against each shortlisted code
-  (:mod:`sgh.search.asymmetric`: SGH's encoder, decoder or joint score, or a baseline's
-  projection; an mlp decoder's through :mod:`sgh.search.decoded`). No original vectors are
-  needed.
-* ``exact``: the exact distance between the query and each shortlisted item's original vector,
-  read by id (an array, or features streamed from disk: only the shortlisted rows are read).
-  Euclidean and angular: ``||x - q||^2`` in float64; inner product: ``-<q, x>``.
-
-Results ``(D, I)``: the stage-2 scores (smaller = nearer) and database ids, sorted by
-(score, id); rows shorter than k are padded with ``D = inf``, ``I = -1``.
-
-A search whose stage 2 would rescore by the very score that made its shortlist returns that
-score's scan, only slower: `warn_if_one_score` says so where such a search is made (here, and
-`SGHIndex`'s two_stage mode).
+Stage 1 keeps a shortlist: by Hamming distance of the queries' codes (`HammingIndex`), the top
+``shortlist`` or every item within ``radius`` (inclusive); or the top ``shortlist`` by the scan
+of a ``shortlist_score`` (the encoder's per-bit score) of the queries themselves. Stage 2
+reorders it by the method's score (``rescore="score"``: :mod:`sgh.search.asymmetric`, or an mlp
+decoder's, :mod:`sgh.search.decoded`) or by the exact distance to each shortlisted item's
+original vector (``"exact"``: float64 ``||x - q||^2``, or ``-<q, x>`` for inner product). Results
+``(D, I)``: stage-2 scores (smaller = nearer) and ids by (score, id), padded ``inf`` / ``-1``.
 """
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 from __future__ import annotations
 
 import math
@@ -41,29 +26,13 @@ from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.hamming_index import HammingIndex
 from sgh.search.lookup_kernels import sorted_heaps
 
-# Candidate rows read and scored at a time by the exact rule (bounded memory for large
-# shortlists of high-dimensional vectors: 2**20 floats = 4 MB per block of rows).
-_EXACT_BLOCK_VALUES = 1 << 20
+_EXACT_BLOCK_VALUES = 1 << 20  # vector values read and scored at a time by the exact rule
 
 
 class TwoStageSearch:
-    """A shortlist rescored by the method's score or exact distances (module doc).
-
-    Args:
-        database_codes: ``(n, ceil(bits / 8))`` packed codes.
-        score: the method's asymmetric score (needed for ``rescore="score"``), or an object
-            with ``bits`` and ``rescore(queries, candidates) -> (D, I)`` (an mlp decoder's
-            `sgh.search.decoded.DecodedRescorer`).
-        vectors: the database's original vectors, ``(n, dim)`` array or streamed features
-            (needed for ``rescore="exact"``).
-        similarity: ``euclidean``, ``angular`` (vectors already unit-normalised) or
-            ``inner_product``; what ``exact`` computes.
-        shortlist_score: a per-bit score whose scan makes the shortlist (the encoder's), instead
-            of Hamming distance.
-        bits: the code length, for a search without a score (a Hamming shortlist rescored by
-            exact distances); a score knows its own.
-        workers: threads of that scan (None: one per core, at most 8).
-    """
+    """A shortlist rescored by the method's score or exact distances (module doc). ``score``: an
+    `AsymmetricScore`, or an object with ``bits`` and ``rescore(queries, candidates) -> (D, I)``
+    (`DecodedRescorer`); ``vectors`` (angular: unit-normalised) for the exact rule."""
 
     def __init__(self, database_codes: np.ndarray, score: AsymmetricScore | None = None,
                  vectors=None, similarity: str = "euclidean",
@@ -76,12 +45,10 @@ class TwoStageSearch:
         self.similarity, self.vectors, self.workers = similarity, vectors, workers
         self.hamming = HammingIndex(self.bits)
         self.hamming.add(database_codes)
-        self.asymmetric = None  # what rescores for the `decoder` rule: `.rescore(...)`
+        self.asymmetric = score  # what rescores for the `score` rule: `.rescore(...)`
         if isinstance(score, AsymmetricScore):
             self.asymmetric = AsymmetricIndex(score)
             self.asymmetric.add(database_codes)
-        elif score is not None:  # a rescorer without per-bit tables (sgh.search.decoded)
-            self.asymmetric = score
         self.shortlist_index = None  # stage 1 by a score's scan instead of Hamming distance
         if shortlist_score is not None:
             self.shortlist_index = AsymmetricIndex(shortlist_score)
@@ -101,10 +68,8 @@ class TwoStageSearch:
     def shortlist(self, queries: np.ndarray | None = None, shortlist: int | None = None,
                   radius: int | None = None, query_codes: np.ndarray | None = None
                   ) -> np.ndarray:
-        """Stage 1: ``(nq, S)`` int64 database ids in Hamming order (or the shortlist score's
-        order; ties by id), ``-1`` padding; the top ``shortlist``, or every item within
-        ``radius`` (then S is the largest count of any query; Hamming only). A shortlist score
-        ranks the ``queries`` themselves; Hamming distance compares their ``query_codes``."""
+        """Stage 1: ``(nq, S)`` int64 database ids in Hamming order of the ``query_codes`` (or
+        the shortlist score's order of the ``queries``; ties by id), ``-1`` padding."""
         _check_stage_one(shortlist, radius)
         if self.shortlist_index is not None:
             if radius is not None or queries is None:
@@ -144,9 +109,7 @@ class TwoStageSearch:
     def search(self, queries: np.ndarray, k: int, shortlist: int | None = None,
                radius: int | None = None, rescore: str = "score",
                query_codes: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The k best of each query's shortlist after rescoring: ``(D, I)``, ``(nq, k)``.
-        ``shortlist`` and ``radius`` None: the top `default_shortlist`; ``query_codes`` only
-        for a Hamming shortlist."""
+        """The k best of each query's shortlist after rescoring: ``(D, I)``, ``(nq, k)``."""
         check_int("k", k, 1)
         if shortlist is None and radius is None:
             shortlist = default_shortlist(k, self.hamming.ntotal)
@@ -166,17 +129,14 @@ class TwoStageSearch:
 
 
 def default_shortlist(k: int, n_items: int) -> int:
-    """The shortlist a search keeps when not told: max(5 k, 1% of the database's items).
-    1% alone does nothing on a small database (of 10,000 items 100, which at k = 100 is the
-    result itself, unreordered); 5 k alone falls behind a large one, where the rescoring finds
-    true neighbours further down the first stage's order."""
+    """The shortlist a search keeps when not told, max(5 k, 1% of the items): 1% alone leaves
+    nothing to reorder on a small database, 5 k alone misses neighbours on a large one."""
     return max(5 * k, math.ceil(0.01 * n_items))
 
 
 def warn_if_one_score(shortlist_score, rescorer, stacklevel: int = 1) -> None:
-    """Warn when a two-stage search would rescore its shortlist by the score that made it: the
-    results are then that score's scan, found more slowly. ``stacklevel`` as the caller would
-    pass it to `warnings.warn`."""
+    """Warn when a two-stage search would rescore its shortlist by the score that made it: that
+    score's scan, found more slowly."""
     if shortlist_score is None or rescorer is None:
         return
     same = rescorer is shortlist_score or (
@@ -213,8 +173,7 @@ def _code_length(score, shortlist_score, bits: int | None) -> int:
 
 
 def _check_stage_one(shortlist: int | None, radius: int | None) -> None:
-    """One of a shortlist size (at least 1) or a Hamming radius (at least 0), each by its name
-    (the index's own check would blame its `k`)."""
+    """One of a shortlist size or a Hamming radius, each checked by its name (not as `k`)."""
     if (shortlist is None) == (radius is None):
         raise ValueError("give exactly one of shortlist (top S) or radius")
     if shortlist is not None:
@@ -224,9 +183,8 @@ def _check_stage_one(shortlist: int | None, radius: int | None) -> None:
 
 
 def _check_vectors(vectors, n_codes: int) -> None:
-    """The database's original vectors as the exact rule reads them: an ``(n, dim)`` numpy
-    array of numbers, one row per code, or streamed features. Their values are checked where
-    they are read (`exact_rescore`): a file may be larger than memory."""
+    """An ``(n, dim)`` numpy array of numbers, one row per code, or streamed features; their
+    values are checked where they are read (`exact_rescore`): a file may outgrow memory."""
     if not isinstance(vectors, (np.ndarray, StreamedFeatures)):
         raise ValueError(f"vectors is a {type(vectors).__name__}; accepted: the database's "
                          "original vectors as an (n, dim) numpy array (np.asarray(vectors)) or "
@@ -240,24 +198,10 @@ def _check_vectors(vectors, n_codes: int) -> None:
         raise ValueError(f"vectors has {len(vectors)} rows for {n_codes} codes")
 
 
-def _refuse_non_finite(rows: np.ndarray, ids: np.ndarray) -> None:
-    """NaN or Inf in a database vector makes its exact distance NaN, which no ranking orders:
-    the search would answer inf and id -1 for it without a word."""
-    bad = ~np.isfinite(rows)
-    if bad.any():
-        row, column = np.argwhere(bad)[0]
-        raise ValueError(f"vectors holds {one_line(rows[row, column])} at row {ids[row]}, "
-                         f"column {column}; the exact rule needs finite features: fix or drop "
-                         "that row, or use rescore='score'")
-
-
 def exact_rescore(queries: np.ndarray, vectors, candidates: np.ndarray, similarity: str
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact scores of each query's candidate ids (``-1``: padding), sorted by (score, id).
-
-    ``vectors`` is an ``(n, dim)`` array or streamed features; each distinct candidate row is
-    read once. Scores are float64 (a squared distance of large features overflows float32).
-    """
+    """Exact scores of each query's candidate ids (``-1``: padding), sorted by (score, id); each
+    distinct candidate row is read once. float64: a squared distance may overflow float32."""
     candidates = np.asarray(candidates, np.int64)
     dim = vectors.shape[1]
     queries = check_queries(queries, dim).astype(np.float64)
@@ -269,7 +213,12 @@ def exact_rescore(queries: np.ndarray, vectors, candidates: np.ndarray, similari
         valid = block >= 0
         distinct, inverse = np.unique(block[valid], return_inverse=True)
         read = take_rows(vectors, distinct).astype(np.float64)
-        _refuse_non_finite(read, distinct)
+        bad = ~np.isfinite(read)  # a NaN distance, which no ranking orders
+        if bad.any():
+            row, column = np.argwhere(bad)[0]
+            raise ValueError(f"vectors holds {one_line(read[row, column])} at row "
+                             f"{distinct[row]}, column {column}; the exact rule needs finite "
+                             "features: fix or drop that row, or use rescore='score'")
         rows = read[inverse]
         owners = np.nonzero(valid)[0] + q0
         D[q0 : q0 + rows_per_block][valid] = nearness(rows, queries[owners], similarity)

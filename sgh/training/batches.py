@@ -1,19 +1,10 @@
 """Which items each training step draws, and the tf.data pipeline that reads them from disk.
 
 Step t's batch is `batch_size` indices drawn uniformly with replacement (as the released demo
-does) by a stateless RNG keyed by (seed, 2t): a function of the seed and the step alone, so a
-run's data order does not depend on how steps are grouped into calls, on a restart, or on
-whether the training set is in memory (gathered on the device inside the compiled loop) or
-streamed from disk (`streamed_blocks`). Both paths draw the same indices, so they train the same
-weights bit for bit.
-
-Why uniform draws rather than a shuffle buffer over a sequential read: a file stored in some
-order (by class, by source) stays locally ordered under a buffer of a few thousand items, which
-biases every batch; exact uniform draws need no buffer state in the checkpoint, and resuming
-stays exact. The price is random reads: a gather through a memory map of the file, or one
-positioned read per run of consecutive rows (`StreamedFeatures.take`, `dataset.stream_reader`),
-which the pipeline overlaps with training (`PARALLEL_READS` calls read at once, one more is
-ready).
+does) by a stateless RNG keyed by (seed, 2t) (the neuron's noise: (seed, 2t + 1)), so a run's
+data order depends on the seed and the step alone, in memory or streamed (`streamed_blocks`).
+Uniform draws, not a shuffle buffer over a sequential read: a file stored in some order stays
+locally ordered under a buffer, whose state a resume would need.
 """
 
 from __future__ import annotations
@@ -52,11 +43,7 @@ def block_bytes(config: TrainerConfig, dim: int) -> int:
 
 def streamed_blocks(rows: StreamedFeatures, config: TrainerConfig,
                     plan: list[tuple[int, int]]) -> tf.data.Dataset:
-    """One float32 block (steps, batch_size, d) per compiled call of `plan` (`call_plan`), in
-    order. Memory allocated for them is bounded by BLOCKS_IN_MEMORY x `block_bytes`, whatever
-    the size of the file (with `dataset.stream_reader=mmap` the file's pages that gathers touch
-    count in resident memory too, as reclaimable page cache: `sgh.data.mapped_rows`).
-    """
+    """One float32 block (steps, batch_size, d) per call of `plan`; BLOCKS_IN_MEMORY at most."""
     plan = np.array(plan, np.int64).reshape(-1, 2)
     n_train, dim, batch_size = len(rows), rows.shape[1], config.batch_size
 

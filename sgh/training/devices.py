@@ -1,22 +1,13 @@
 """Which devices train and which process writes: `tf.distribute` strategies from the config.
 
-`trainer.strategy`:
-    one_device    TensorFlow's default strategy: one device (the first GPU if any, else the CPU);
-                  the single-device fast path (the whole loop of a call compiled by XLA).
-    mirrored      `MirroredStrategy`: one replica per local GPU, or per logical CPU when
-                  `trainer.logical_cpus >= 2`; gradients all-reduced every step.
-    multi_worker  `MultiWorkerMirroredStrategy`: the workers named by the `TF_CONFIG` environment
-                  variable, each with its local GPUs (or its CPU), collective all-reduce.
-    auto          multi_worker when `TF_CONFIG` is set, mirrored when there is more than one GPU
-                  or `trainer.logical_cpus >= 2`, else one_device.
+`trainer.strategy`: `one_device` (TensorFlow's default: the first GPU if any, else the CPU),
+`mirrored` (one replica per local GPU, or per logical CPU when `trainer.logical_cpus >= 2`),
+`multi_worker` (the workers of the `TF_CONFIG` environment variable, each with its local GPUs or
+its CPU), or `auto` (multi_worker when `TF_CONFIG` is set, mirrored with more than one GPU or
+logical CPU, else one_device).
 
-Device configuration is process-global and fixed once TensorFlow has initialised its devices (its
-first op), and `MultiWorkerMirroredStrategy` must be created before that as well: call
-`strategy_for` at the start of a program. A sweep runs its jobs in one process, so strategies are
-created once per process and reused; jobs that ask for another device layout are refused.
-
-Only the chief writes: `writable_run_dir` gives every other worker a temporary directory, deleted
-at the end (TensorFlow's documented multi-worker pattern), so all workers run the same code.
+Devices are fixed once TensorFlow has initialised them: call `strategy_for` at the start of a
+program (a sweep's jobs reuse its strategies). Only the chief writes (`writable_run_dir`).
 """
 
 from __future__ import annotations
@@ -48,10 +39,7 @@ def resolve_strategy(config: TrainerConfig) -> str:
 
 
 def configure_logical_cpus(count: int) -> None:
-    """Split the physical CPU into `count` logical devices (no-op for 0 or 1, or if already so).
-
-    Must run before TensorFlow initialises its devices; afterwards only the same split is accepted.
-    """
+    """Split the physical CPU into `count` logical devices (0 or 1: none), before TF starts."""
     if count < 2:
         return
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -83,8 +71,7 @@ def strategy_for(config: TrainerConfig) -> tf.distribute.Strategy:
                              "variable (the cluster and this worker's task); see "
                              "docs/guide/devices.md")
     if name == "one_device":
-        # TensorFlow's default strategy: no replicas, the single-device fast path. Not cached:
-        # `get_strategy` answers with the strategy whose scope is open, so refuse one there.
+        # Not cached: `get_strategy` answers with the strategy whose scope is open.
         if tf.distribute.has_strategy():
             raise ValueError("trainer.strategy=one_device inside another strategy's scope")
         return tf.distribute.get_strategy()
@@ -98,10 +85,8 @@ def strategy_for(config: TrainerConfig) -> tf.distribute.Strategy:
 def _create(name: str, logical_cpus: int) -> tf.distribute.Strategy:
     if name == "mirrored":
         configure_logical_cpus(logical_cpus)
-        if logical_cpus >= 2:
-            devices = [device.name for device in tf.config.list_logical_devices("CPU")]
-        else:
-            devices = [device.name for device in tf.config.list_logical_devices("GPU")] or None
+        kind = "CPU" if logical_cpus >= 2 else "GPU"
+        devices = [device.name for device in tf.config.list_logical_devices(kind)] or None
         return tf.distribute.MirroredStrategy(devices)
     try:
         return tf.distribute.MultiWorkerMirroredStrategy()
@@ -120,8 +105,7 @@ def is_multi_worker(strategy: tf.distribute.Strategy | None) -> bool:
 
 
 def is_chief(strategy: tf.distribute.Strategy | None) -> bool:
-    """True for the process that writes: every single-process strategy, and the multi-worker
-    chief (task `chief`, or worker 0 when the cluster has no `chief` task)."""
+    """True for the process that writes: a single process, or task `chief` (else worker 0)."""
     if not is_multi_worker(strategy):
         return True
     resolver = strategy.cluster_resolver
@@ -134,9 +118,7 @@ def is_chief(strategy: tf.distribute.Strategy | None) -> bool:
 
 @contextmanager
 def writable_run_dir(run_dir: str | os.PathLike, strategy: tf.distribute.Strategy | None):
-    """Yield the directory this process writes its run into: `run_dir` for the chief; for any
-    other worker a temporary directory, deleted on exit, so that only the chief's files remain.
-    """
+    """`run_dir` for the chief, else a temporary directory, deleted on exit."""
     if is_chief(strategy):
         yield Path(run_dir)
         return
@@ -162,11 +144,7 @@ class Workers:
         self.strategy = strategy
 
     def adopt_chief_values(self, variables: list) -> None:
-        """Set every (mirrored) variable to its value on the chief, on every worker.
-
-        A masked all-reduce: replica 0, which lives on the chief, contributes the value, every
-        other replica zeros; one all-reduce per dtype (a batched one packs its tensors into one).
-        """
+        """Set every (mirrored) variable to its value on the chief (replica 0), on every worker."""
         # A Keras variable (the optimizer's) wraps a tf.Variable, its `value`.
         variables = [v if isinstance(v, tf.Variable) else v.value for v in variables]
 
@@ -178,8 +156,7 @@ class Workers:
             values = list(masked)
             for dtype in {value.dtype for value in masked}:
                 where = [i for i, value in enumerate(masked) if value.dtype == dtype]
-                reduced = context.all_reduce(tf.distribute.ReduceOp.SUM,
-                                             [masked[i] for i in where])
+                reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, [masked[i] for i in where])
                 for i, value in zip(where, reduced, strict=True):
                     values[i] = value
             return values

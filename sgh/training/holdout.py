@@ -1,22 +1,8 @@
-"""Model selection during training: a validation split carved from the training set (not the
-protocol `dataset.split=validation`, which is `sgh.data.split.training_set_split`).
-
-The test queries are never looked at before the end. Instead `carve` holds out
-`validation.queries` training items (at most a tenth of them; never trained on) as validation
-queries, and ranks them against a fixed sample of `validation.database` of the remaining
-training items. At every validation point the model encodes both afresh (codes of the current
-weights, not stale ones) and the score decides which weights are kept as the best.
-
-The metric (`validation.metric`): Recall K@100 (tie-aware) against the exact K nearest
-validation-database items by the split's similarity (Euclidean by default; angular on the
-unit-normalised features; largest inner product), K = `eval.recall_k` — the paper's task, and
-what SGH's reconstruction objective serves — or the same recall of the encoder score's ranking
-of the query features (`encoder_recall`: for codes searched asymmetrically,
-`sgh.search.asymmetric`), or mAP@all (tie-aware, same label = relevant) for labelled data.
-All are the test-time definitions; recall values run higher than on the test
-protocol because the validation database is smaller (10,000 items instead of MNIST's 69,000,
-so the top 100 is a larger share of it). Selecting by label mAP on MNIST keeps earlier weights
-that lose Euclidean recall (64 bits: test Recall10@100 0.797 instead of 0.852).
+"""Model selection's validation split, carved from the training set (not the protocol
+`dataset.split=validation`): held-out training queries against a fixed sample of the others, so
+the test queries are never looked at before the end. The metric (`validation.metric`), by its
+test-time definition: Recall K@100 (tie-aware, K = `eval.recall_k`), the same recall of the
+encoder score's ranking (`encoder_recall`), or mAP@all (tie-aware) for labelled data.
 """
 
 from __future__ import annotations
@@ -71,15 +57,12 @@ class ValidationSet:
             index.add(database_codes)
             found = index.search(self.query, RECALL_CUTOFF)[1]  # ties by id
             truth = self.groundtruth[:, : self.k]
-            return float((found[:, :, None] == truth[:, None, :]).any(axis=1).sum()
-                         / truth.size)
+            return float((found[:, :, None] == truth[:, None, :]).any(axis=1).sum() / truth.size)
         return recall_at_n(query_codes, database_codes, bits, self.groundtruth, RECALL_CUTOFF,
                            k=self.k)[RECALL_CUTOFF]
 
 
-# Up to this many training items the draws are permutations of all of them (the validation split
-# of every run so far); beyond, samplers whose memory does not grow with the training set (a
-# permutation of SIFT-1B's 10^9 items would take 8 GB). Streamed and in-memory runs both draw here.
+# Beyond this many training items, samplers whose memory does not grow with the training set.
 PERMUTATION_LIMIT = 10_000_000
 
 
@@ -101,20 +84,14 @@ def _draw(n: int, n_queries: int, n_database: int) -> tuple[np.ndarray, np.ndarr
 
 
 def split_training_labels(split: RetrievalSplit) -> np.ndarray | None:
-    """The labels of the split's training items (the head of the database in every labelled
-    layout), or None."""
+    """The labels of the split's training items (the database's head), or None."""
     return split.database_labels[: len(split.train)] if split.has_labels else None
 
 
 def carve(train: Features, config: ValidationConfig, recall_k: int,
           labels: np.ndarray | None = None, name: str = "the training set",
           similarity: str = "euclidean") -> tuple[Features, ValidationSet]:
-    """Split `train` into (training items, validation set); see the module doc.
-
-    `labels`: the training items' labels (needed for `validation.metric=map`); `name`: how
-    errors call the data; `similarity`: the split's (`RetrievalSplit.similarity`), which
-    defines the recall metric's neighbours. A streamed training set stays on disk: the
-    validation items are read, and the training items are the file minus the held-out rows."""
+    """Split `train` into (training items, validation set); a streamed one stays on disk."""
     n_queries = min(config.queries, len(train) // MAX_HELD_OUT_SHARE)
     if n_queries < 1:
         raise UserInputError(
@@ -146,14 +123,13 @@ def carve(train: Features, config: ValidationConfig, recall_k: int,
                 "cut-off %d: every validation Recall%d@%d is 1.0, so the model selection keeps "
                 "the first validated weights; validation.every=0 keeps the last step's instead",
                 name, len(sample), RECALL_CUTOFF, recall_k, RECALL_CUTOFF)
-        k = recall_k
         by_encoder = metric == "encoder_recall"
         ranking = ("the encoder score's ranking of the query features, ties by id" if by_encoder
                    else "tie-aware")
         validation = ValidationSet(
-            metric=f"{'encoder_' if by_encoder else ''}recall{k}@{RECALL_CUTOFF}", query=query,
-            database=database, groundtruth=exact_neighbours(query, database, k, similarity),
-            k=k, by_encoder=by_encoder,
-            convention=(f"validation Recall{k}@{RECALL_CUTOFF}, {ranking}, exact "
+            metric=f"{'encoder_' if by_encoder else ''}recall{recall_k}@{RECALL_CUTOFF}",
+            query=query, database=database, k=recall_k, by_encoder=by_encoder,
+            groundtruth=exact_neighbours(query, database, recall_k, similarity),
+            convention=(f"validation Recall{recall_k}@{RECALL_CUTOFF}, {ranking}, exact "
                         f"{NEIGHBOUR_LABELS[similarity]} neighbours; {size}"))
     return without_rows(train, held_out), validation

@@ -1,24 +1,13 @@
 """The training loop: many optimizer steps per compiled call, seeded per step, on any strategy.
 
-Why it is fast: a plain TF2 port calls one `tf.function` per step and feeds each batch from numpy;
-at SGH's size (~125 MFLOP a step) that per-call overhead is a large share of the step. Here the
-training set lives in a TF variable, batches are gathered on the device, and `steps_per_call`
-steps run inside one `tf.while_loop`, compiled with XLA. A training set streamed from disk
-(`StreamedFeatures`) is fed instead as one (steps, batch, d) block per call, read ahead by a
-tf.data pipeline (`sgh.training.batches`); the batches, and so the weights, are the same.
+Rather than one call per step fed from numpy, the training set lives in a TF variable, batches
+are gathered on the device (or streamed as one block per call), and `steps_per_call` steps run
+inside one XLA-compiled `tf.while_loop`. Batches and noise are keyed by the seed and the step
+(`sgh.training.batches`), whatever the grouping into calls, restarts or streaming.
 
-Why it is reproducible: the batch indices and the neuron's noise of step t are drawn from
-stateless RNGs keyed by (seed, 2t) and (seed, 2t + 1), so a run's data order depends only on the
-seed and the step, never on how the steps were grouped into calls, whether the run was
-restarted, or whether the data were streamed.
-
-Several replicas (`sgh.training.devices`: mirrored GPUs or logical CPUs, or workers): the global
-batch stays `batch_size`. Every replica draws the same global batch of step t and takes its own
-slice, replica r items [r B/R, (r + 1) B/R), so the replicas together compute the single-device
-step; their gradients are summed by the optimizer's all-reduce, each replica's objective scaled so
-that the sum is the global batch's objective (`replica_share`). The loop over steps stays inside one
-`tf.function`; XLA compiles each replica's forward and backward pass (`jit_compile`), while the
-all-reduce and the optimizer update run outside XLA, which cannot span devices.
+Several replicas (`sgh.training.devices`) each take their slice [r B/R, (r + 1) B/R) of step t's
+global batch, so together they compute the single-device step (`replica_share`); the all-reduce
+and the update run outside XLA, which cannot span devices.
 """
 
 from __future__ import annotations
@@ -49,10 +38,7 @@ ADAM_EPSILON = 1e-8
 
 
 def _training_set_tensor(x_train: np.ndarray) -> tf.Tensor:
-    """The in-memory training set as a float32 tensor: the array's own memory where TensorFlow
-    can take it (float32, C-contiguous, writeable, 64-byte aligned: `sgh.data.aligned`, as the
-    data stages make it), so the training set is not held twice; a copy otherwise. Nothing
-    writes to it: it is a non-trainable variable's value."""
+    """The training set as a float32 tensor, sharing the array's memory where it can."""
     array = np.asarray(x_train, np.float32)
     if array.flags.c_contiguous and array.flags.writeable and is_aligned(array):
         return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
@@ -80,9 +66,7 @@ class ChunkLog:
     seconds: float
     learning_rate: float
     terms: dict[str, float] = field(default_factory=dict)
-    # L2 norms of the objective's gradient, per variable and "global" (all variables), means over
-    # the call's steps; empty on several replicas (each sees only its share before the
-    # all-reduce).
+    # Mean gradient L2 norms per variable and "global"; empty on several replicas.
     gradient_norms: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -92,15 +76,8 @@ class ChunkLog:
 
 def replica_share(terms: dict[str, tf.Tensor], replicas: int,
                   local_batch: int) -> dict[str, tf.Tensor]:
-    """A replica's loss terms rescaled so that, over the R replicas, the objective's *sum* and
-    the reported terms' *mean* are those of the global batch (R slices of B/R items).
-
-    `paper` (per-item means plus parameter-only terms): objective_r / R; the reported terms need
-    nothing, the mean over equal slices of a mean being the global mean.
-    `released` (`total_sum`, summed over the batch, plus the parameter-only weight decay WD):
-    sum_r + WD / R, so WD counts once; reported `weight_decay` (WD per local item) / R and `total`
-    lowered to match.
-    """
+    """A replica's loss terms rescaled so that the objective's *sum* and the reported terms' *mean*
+    over the replicas are the global batch's (`released`'s weight decay counted once)."""
     if "total_sum" not in terms:
         return {**terms, "objective": terms["total"] / replicas}
     surplus = terms["weight_decay"] * (1.0 - 1.0 / replicas)  # per local item
@@ -109,13 +86,8 @@ def replica_share(terms: dict[str, tf.Tensor], replicas: int,
 
 
 class Trainer:
-    """Trains `model` on `x_train` (in memory, or `StreamedFeatures` read from disk as needed);
-    on several replicas when `strategy` has them.
-
-    `strategy` is the one the program created at its start (`sgh.training.devices.strategy_for`);
-    None is TensorFlow's default, one device. With several replicas the model must have been
-    built inside `strategy.scope()` (its variables mirrored).
-    """
+    """Trains `model` on `x_train` (in memory, or `StreamedFeatures`) on the replicas of
+    `strategy` (None: one device), inside whose scope a replicated model must have been built."""
 
     def __init__(self, model: SGH, x_train: Features, config: TrainerConfig,
                  strategy: tf.distribute.Strategy | None = None):
@@ -135,9 +107,7 @@ class Trainer:
         self.streamed = x_train if isinstance(x_train, StreamedFeatures) else None
         with self.strategy.scope():
             if self.streamed is None:
-                # A variable, not a constant: a constant would be copied into every traced graph.
-                # Made from a tensor, whose buffer the variable takes over: made from the array
-                # itself it is several times slower than one copy.
+                # A variable (a constant would be copied into every traced graph).
                 self.data = tf.Variable(_training_set_tensor(x_train), trainable=False,
                                         name="train")
             self.optimizer = keras.optimizers.Adam(learning_rate_schedule(config),
@@ -145,21 +115,17 @@ class Trainer:
             self.optimizer.build(model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             if self.replicated:
-                # Each replica adds its terms locally; a read averages over replicas (MEAN), so
-                # the loss needs no communication inside the loop.
+                # Added locally, averaged on read: no communication inside the loop.
                 self._term_sums = tf.Variable(
                     tf.zeros([len(self.term_names)]), trainable=False, name="term_sums",
                     synchronization=tf.VariableSynchronization.ON_READ,
                     aggregation=tf.VariableAggregation.MEAN)
+        # autograph off: the loops are explicit tf.while_loops; converting only slows tracing.
         if self.replicated:
-            # autograph off: replica functions are traced in one thread per device, and nothing
-            # here needs Python control flow converted.
             self._replica_gradients = tf.function(self._gradients, autograph=False,
                                                   jit_compile=config.jit_compile)
             self._run = tf.function(self._run_replicated_steps, autograph=False)
         else:
-            # autograph off: the loop is an explicit tf.while_loop and nothing else needs
-            # converting; converting it anyway would lengthen every run's tracing.
             self._run = tf.function(self._run_steps, jit_compile=config.jit_compile,
                                     autograph=False)
         self.workers = Workers(self.strategy) if is_multi_worker(self.strategy) else None
@@ -185,7 +151,7 @@ class Trainer:
                                    **extra)
 
     def _batch_ids(self, step: tf.Tensor) -> tf.Tensor:
-        """Step `step`'s batch indices (B,), whoever draws them (`sgh.training.batches`)."""
+        """Step `step`'s batch indices (B,)."""
         return batch_ids(self.config.seed, step, self.config.batch_size, self.n_train)
 
     def _noise(self, step: tf.Tensor) -> tf.Tensor:
@@ -193,11 +159,8 @@ class Trainer:
         seed = tf.stack([tf.cast(self.config.seed, tf.int64), 2 * step + 1])
         return self.model.sample_noise(self.config.batch_size, seed)
 
-    # ---- one device: the whole call is one XLA computation ---------------------------------
     def train_step(self, step: tf.Tensor, x: tf.Tensor | None = None) -> tf.Tensor:
-        """One optimizer step at global step `step` on its batch `x` (gathered from the
-        in-memory training set when None); returns the loss terms, then the gradient norms
-        (`gradient_names`), as one vector."""
+        """One optimizer step on batch `x` (None: gathered); the loss terms, then gradient norms."""
         if x is None:
             x = tf.gather(self.data, self._batch_ids(step))
         epsilon = self._noise(step)
@@ -207,13 +170,11 @@ class Trainer:
             objective = self.model.objective(terms)
         gradients = tape.gradient(objective, variables)
         self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
-        # A few reductions over the ~2 * bits * dim gradient entries, inside the same XLA
-        # computation: next to nothing per step, and the weights unchanged bit for bit.
         norms = tf.stack([tf.norm(gradient) for gradient in gradients])
         return tf.concat([tf.stack([terms[name] for name in self.term_names]), norms,
                           tf.norm(norms)[tf.newaxis]], axis=0)
 
-    @traced_once_per_model  # each trainer's tf.function traces it once
+    @traced_once_per_model
     def _run_steps(self, n_steps: tf.Tensor, block: tf.Tensor | None = None) -> tf.Tensor:
         """`n_steps` steps from the current one; `block`: their streamed batches (n, B, d)."""
         start = self.step.read_value()
@@ -227,11 +188,9 @@ class Trainer:
         self.step.assign_add(tf.cast(n_steps, tf.int64))
         return total / tf.cast(n_steps, tf.float32)
 
-    # ---- several replicas --------------------------------------------------------------------
-    @traced_once_per_model  # each trainer's tf.function traces it once
+    @traced_once_per_model
     def _gradients(self, step: tf.Tensor, replica: tf.Tensor, x_global: tf.Tensor | None = None):
-        """Replica `replica`'s gradients of its share of step `step`'s objective, and its terms;
-        `x_global`: the step's streamed global batch (else gathered from memory)."""
+        """Replica `replica`'s gradients of its share of step `step`'s objective, and its terms."""
         local_batch = self.config.batch_size // self.replicas
         epsilon = self._noise(step)
         first = replica * local_batch
@@ -254,7 +213,7 @@ class Trainer:
         self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
         self._term_sums.assign_add(terms)
 
-    @traced_once_per_model  # each trainer's tf.function traces it once
+    @traced_once_per_model
     def _run_replicated_steps(self, n_steps: tf.Tensor, block: tf.Tensor | None = None
                               ) -> tf.Tensor:
         start = self.step.read_value()
@@ -278,19 +237,11 @@ class Trainer:
         self.stopped_by_another_worker = anywhere and not requested
         return anywhere
 
-    def current_learning_rate(self) -> float:
-        return float(self.optimizer.learning_rate.numpy())
-
     def fit(self, on_chunk: Callable[[ChunkLog], None] | None = None,
             stop_requested: Callable[[], bool] = lambda: False) -> list[ChunkLog]:
-        """Train from the current step to `config.steps`; call `on_chunk` after each call.
-
-        Stops early, between calls, once `stop_requested()` is true (an interrupted run); with
-        several workers, once it is true on any of them.
-        """
+        """Train to `config.steps`, or until `stop_requested()` (on any worker) between calls."""
         if self.workers is not None:
-            # Only the chief restores checkpoints (the others may not see its disk): after a
-            # resume the workers would otherwise start from different steps.
+            # Only the chief restores checkpoints (the others may not see its disk).
             self.workers.adopt_chief_values([*self.model.variables, self.step,
                                              *self.optimizer.variables])
         logs, n_terms = [], len(self.term_names)
@@ -300,26 +251,19 @@ class Trainer:
         for _, n in plan:
             if self._stop(stop_requested):
                 break
-            learning_rate = self.current_learning_rate()
+            learning_rate = float(self.optimizer.learning_rate.numpy())
             started = time.perf_counter()
-            # The first call compiles the step or loads it from the compiled-step cache.
             with cached_compilation() if not logs else contextlib.nullcontext():
-                if blocks is None:
-                    means = self._run(tf.constant(n)).numpy()
-                else:
-                    # The time waiting for a block counts: a slow disk shows in ms_per_step.
-                    means = self._run(tf.constant(n), next(blocks)).numpy()
+                # Waiting for a streamed block counts: a slow disk shows in ms_per_step.
+                block = () if blocks is None else (next(blocks),)
+                means = self._run(tf.constant(n), *block).numpy()
             log = ChunkLog(step=int(self.step.numpy()), steps=n,
                            seconds=time.perf_counter() - started, learning_rate=learning_rate,
-                           terms=dict(zip(self.term_names, means[:n_terms].tolist(),
-                                          strict=True)),
+                           terms=dict(zip(self.term_names, means[:n_terms].tolist(), strict=True)),
                            gradient_norms=dict(zip(self.gradient_names,
                                                    means[n_terms:].tolist(), strict=True)))
-            # The objective and the gradient norms: a non-finite gradient leaves non-finite
-            # weights even when this call's mean loss is finite, and those must not reach a
-            # checkpoint. The other terms only monitor: objective `paper` trains on normalised
-            # features, so its input-unit `reconstruction` may overflow float32 (features of
-            # scale >~1e19) while training is sound; it is then reported as inf, once warned.
+            # A non-finite gradient leaves non-finite weights even under a finite mean loss; the
+            # other terms only monitor (`paper`'s input-unit `reconstruction` may overflow).
             watched = [self.term_names.index("total"), *range(n_terms, len(means))]
             if not np.all(np.isfinite(means[watched])):
                 good = self.last_finite_log
@@ -333,8 +277,7 @@ class Trainer:
                     "features' scale")
             if not np.all(np.isfinite(means[:n_terms])) and not self._warned_overflow:
                 self._warned_overflow = True
-                overflowing = [name for name, value in log.terms.items()
-                               if not np.isfinite(value)]
+                overflowing = [name for name, value in log.terms.items() if not np.isfinite(value)]
                 logger.warning("the monitoring term(s) %s exceed float32's range in input units "
                                "(features of a very large scale); they show as inf, and "
                                "training, which works on normalised features, is unaffected",

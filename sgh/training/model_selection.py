@@ -1,11 +1,8 @@
 """Keeping the best weights by validation score, and stopping early when they stop improving.
 
-The selection's state (best score, its step, validation points since it) lives in TF variables
-that ride in the training checkpoint, so a resumed run makes exactly the decisions an
-uninterrupted one makes. The best weights are a separate one-slot checkpoint,
-`<run>/checkpoints/best/`; they give the run's final codes. In a run directory they are read
-back whole before use, and a damaged one is replaced by the training checkpoint of the same step
-when it is still kept (`RunDirectory.weights_of_step`).
+The selection's state rides in the training checkpoint, so a resumed run decides exactly as an
+uninterrupted one. The best weights, which give the final codes, are a one-slot checkpoint
+(`<run>/checkpoints/best/`; `RunDirectory.weights_of_step` when it is damaged).
 """
 
 from __future__ import annotations
@@ -41,26 +38,22 @@ class ValidationPoint:
 
 
 class ModelSelection:
-    """`best`: a one-slot manager of `tf.train.Checkpoint(model=model)` for the best weights
-    (`RunDirectory.checkpoint_manager(..., best=True)`). `weights_of_step`: in a run directory,
-    `RunDirectory.weights_of_step`, which finds an intact checkpoint of a step's weights (or
-    says in one line that there is none); None: the latest of `best`, unverified (in memory)."""
+    """`best`: a one-slot checkpoint manager of the best weights; `weights_of_step`:
+    `RunDirectory.weights_of_step` in a run directory, None in memory (`best`, unverified)."""
 
     def __init__(self, model: SGH, validation: ValidationSet, patience: int,
                  best: tf.train.CheckpointManager,
                  weights_of_step: Callable[[int], str] | None = None):
         self.model, self.validation, self.patience = model, validation, patience
         self.state = SelectionState()
-        self._best = best
-        self._weights_of_step = weights_of_step
+        self._best, self._weights_of_step = best, weights_of_step
 
     def evaluate(self, step: int) -> ValidationPoint:
         """Encode the validation split with the current weights, score it, keep the best."""
         database_bits = encode_bit_matrix(self.model, self.validation.database)
         encoder = self.model.encoder_score() if self.validation.by_encoder else None
         score = self.validation.score(encode_packed(self.model, self.validation.query),
-                                      np.packbits(database_bits, axis=1), self.model.bits,
-                                      encoder)
+                                      np.packbits(database_bits, axis=1), self.model.bits, encoder)
         # A NaN score (e.g. no scorable query) never counts as an improvement.
         improved = bool(score > float(self.state.best_score.numpy()))
         if improved:
@@ -81,17 +74,12 @@ class ModelSelection:
         return int(self.state.best_step.numpy())
 
     def should_stop(self) -> bool:
-        """Whether `patience` validation points in a row were no better than the best (never
-        with patience 0). Read from the checkpointed count, so a resumed run answers as an
-        uninterrupted one; the loop asks before each compiled call."""
+        """Whether `patience` (> 0) validation points in a row were no better than the best."""
         return self.patience > 0 and int(self.state.points_since_best.numpy()) >= self.patience
 
     def require_best_weights(self) -> None:
-        """On resume: fail now, not after training, if the best weights so far are lost.
-
-        Not when `best` already holds a later step's: the run was stopped after saving that
-        but before the training checkpoint, and makes the same choice again as it resumes.
-        """
+        """On resume: fail now, not after training, if the best weights so far are lost (unless
+        `best` holds a later step's, the run having stopped before its training checkpoint)."""
         saved = self._best.latest_checkpoint
         if self._weights_of_step is None or self.best_step < 0 or (
                 saved is not None and int(saved.rsplit("-", 1)[1]) > self.best_step):
@@ -102,12 +90,10 @@ class ModelSelection:
         """Load the best weights into the model; False if no validation point was reached."""
         if self.best_step < 0:
             return False
-        if self._weights_of_step is None:
-            source = self._best.latest_checkpoint
-            if source is None:
-                return False
-        else:
-            source = self._weights_of_step(self.best_step)
+        source = (self._best.latest_checkpoint if self._weights_of_step is None
+                  else self._weights_of_step(self.best_step))
+        if source is None:
+            return False
         # A training checkpoint holds the model too, beside the optimizer and step: partial.
         tf.train.Checkpoint(model=self.model).restore(source).expect_partial() \
             .assert_existing_objects_matched()

@@ -1,12 +1,5 @@
-"""What happens after each compiled call of training, as small steps that each do one job.
-
-    TrainingScalars     loss terms, learning rate, step time, gradient norms -> TensorBoard
-    ValidationPoints    at every validation.every steps: score, keep the best, show code health
-    PeriodicCheckpoints at every trainer.checkpoint_every steps: a checkpoint
-    ConsoleProgress     about every tenth of the run, and at the step where it stops early: one
-                        log line with the latest validation score, steps/s and an ETA that
-                        includes validation's time
-
+"""What happens after each compiled call of training, as small steps that each do one job:
+TensorBoard's training scalars, validation points, periodic checkpoints and the console's lines.
 `sgh.training.train_sgh` calls them in this order after every call; each is testable alone.
 """
 
@@ -35,6 +28,8 @@ def crossed_multiple(log: ChunkLog, every: int) -> bool:
 
 
 class TrainingScalars:
+    """Loss terms, learning rate, step time and gradient norms to TensorBoard."""
+
     def __call__(self, log: ChunkLog) -> None:
         for name, value in log.terms.items():
             events.scalar(f"loss/{name}", value, step=log.step)
@@ -45,8 +40,7 @@ class TrainingScalars:
 
 
 class ValidationPoints:
-    """Scores the current weights at every `every` steps and at the last step (all in its time:
-    `seconds`), and shows their codes and outputs."""
+    """Scores the weights at every `every` steps and at the last, in `seconds` all."""
 
     def __init__(self, selection: ModelSelection, every: int, total_steps: int):
         self.selection, self.every, self.total_steps = selection, every, total_steps
@@ -73,8 +67,7 @@ class ValidationPoints:
 
 
 class PeriodicCheckpoints:
-    """`last_saved`: the step of the latest checkpoint saved here (None before the first), so
-    that the end of training knows whether its step is already saved."""
+    """`last_saved`: the step of the latest checkpoint saved here (None before the first)."""
 
     def __init__(self, checkpoints: tf.train.CheckpointManager, every: int):
         self.checkpoints, self.every = checkpoints, every
@@ -87,9 +80,7 @@ class PeriodicCheckpoints:
 
 
 class ConsoleProgress:
-    """One line about every tenth of the run, and at its last step: the last one of a full run,
-    or the one where early stopping (`validation.patience`) ends it, which need not fall on a
-    tenth and would otherwise leave the deciding validation score unshown."""
+    """One line about every tenth of the run, and at its last step (early stopping's too)."""
 
     def __init__(self, total_steps: int, first_step: int,
                  validation: ValidationPoints | None = None):

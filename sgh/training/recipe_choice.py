@@ -1,13 +1,8 @@
 """Choosing the training recipe on the validation split: `validation.candidates`.
 
-A recipe chosen on one dataset need not transfer to another (`experiment=search`'s deep model
-ranks best on MNIST, the linear one on glove-50-angular: docs/results.md). With candidates, a
-run trains each of them, its model and trainer settings over the run's
-(`sgh.config.candidate_config`), on the same training items and validation split, each stopped
-early by `validation.patience`; and keeps the one whose validation figure for the search the
-codes are made for is highest (`search_figure`): a scan's, a rescoring's or a Hamming ranking's.
-Ties go to the earlier candidate. The training budget is the sum of the candidates'
-`trainer.steps`.
+A recipe chosen on one dataset need not transfer to another: a run trains each candidate on the
+same split, each stopped early by `validation.patience`, and keeps the one whose validation
+figure for the search the codes are made for is highest (`search_figure`), the earlier on a tie.
 """
 
 from __future__ import annotations
@@ -28,10 +23,10 @@ from sgh.training.score_selection import select_scores
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass
 class Choice:
-    """The chosen candidate's model (with its best validated weights) and scores, and the
-    run's SGH fields of metrics.json with the choice reported."""
+    """The chosen model (best validated weights), its scores and the run's SGH fields."""
 
     model: SGH
     scores: ScoreSet
@@ -39,9 +34,7 @@ class Choice:
 
 
 def search_of(config: Config) -> str:
-    """The search a run's codes are scored by (`eval.ranking`): "scan", "rescoring" or
-    "hamming"; a shortlist rescored by a score is judged by that score, one rescored exactly
-    by its scan."""
+    """The search a run's codes are made for: "scan", "rescoring" (by a score) or "hamming"."""
     if config.eval.ranking == "hamming":
         return "hamming"
     return "rescoring" if config.eval.ranking == "rerank" and config.eval.rescore == "score" \
@@ -49,10 +42,8 @@ def search_of(config: Config) -> str:
 
 
 def search_figure(config: Config, search: str, scores: ScoreSet, trained: dict) -> float:
-    """A trained candidate's validation figure for `search`: the validation Recall K@100 of the
-    score it would scan or rescore with (`eval.score`; `auto`: its validated choice), ranking the
-    held-out queries against every training item (`sgh.training.score_selection`); for Hamming
-    ranking, the best figure of `validation.metric`, which selected its weights."""
+    """A trained candidate's validation figure for `search`: the Recall K@100 of the score it
+    would scan or rescore with, or for Hamming ranking the best `validation.metric`."""
     if search == "hamming":
         return trained[f"best_validation_{trained['validation_metric']}"]
     try:
@@ -62,20 +53,10 @@ def search_figure(config: Config, search: str, scores: ScoreSet, trained: dict) 
     return scores.validation_figure(kind)
 
 
-def describe_figure(config: Config, search: str) -> str:
-    """`search_figure` in words, for metrics.json and the results table."""
-    if search == "hamming":
-        return f"best validation {config.validation.metric} (Hamming ranking)"
-    return (f"validation Recall{config.eval.recall_k}@100 of its {search} score, "
-            f"eval.score={config.eval.score}")
-
-
 def fit_and_score(config: Config, train_items: Features, validation: ValidationSet | None,
                   similarity: str, search: str,
                   fit: Callable[[Config, str | None], tuple[SGH, dict]]) -> Choice:
-    """The trained model, its validated scores and its fields of metrics.json: `fit(config,
-    None)` (the trained model and its training fields), or with `validation.candidates` the
-    best of them for `search` (`search_of`), each fitted as `fit(its config, its name)`."""
+    """The `Choice` of `fit(config, None)`, or the best for `search` of the candidates' fits."""
     recall_k = config.eval.recall_k
     if not config.validation.candidates:
         model, trained = fit(config, None)
@@ -101,14 +82,15 @@ def fit_and_score(config: Config, train_items: Features, validation: ValidationS
                 or math.isnan(report[best[0]]["validation"]):
             best = (name, model, trained, scores)
     chosen, model, trained, scores = best
-    described = describe_figure(config, search)
+    # The figure in words, for metrics.json and the results table.
+    described = (f"best validation {config.validation.metric} (Hamming ranking)"
+                 if search == "hamming" else f"validation Recall{recall_k}@100 of its {search} "
+                 f"score, eval.score={config.eval.score}")
     logger.info("recipe: %r chosen, %s: %s", chosen, described,
                 ", ".join(f"{name} {entry['validation']:.4f}" for name, entry in report.items()))
     fields = {**trained, **scores.metrics_fields(recall_k),
               "train_seconds": seconds,  # every candidate's, this process's part
-              CHOSEN_KEY: chosen,
-              "recipe_candidates": report,
-              "recipe_figure": described,
+              CHOSEN_KEY: chosen, "recipe_candidates": report, "recipe_figure": described,
               "recipe_budget_steps": budget,
               "recipe_convention": (
                   "each candidate trained on the same split, early-stopped by "

@@ -1,24 +1,10 @@
 """Choosing SGH's asymmetric score on the validation split, once, after training.
 
-SGH can score a real query against a binary code three ways (`sgh.search.asymmetric`): by its
-encoder's likelihood ``-log q(h|x)``, by its decoder's reconstruction distance, or by both,
-``-log q(h|x) - lambda log p(x|h)``. Which ranks best depends on the model and the data, so
-`eval.score=auto` takes the one the validation split favours, and the choice travels with the
-run (`sgh.search.score_set`).
-
-The validation figure: Recall K@100 (K = `eval.recall_k`, the exact K nearest neighbours by the
-split's similarity) when every item of the validation database is ranked by the score, ties by
-id. The queries are the held-out validation queries (never trained on, never the test queries);
-the database is every other training item, up to :data:`SELECTION_DATABASE` (a fixed sample
-beyond). Not the 10,000-item sample of model selection: its top 100 is a share of the database
-seven times larger than the test protocol's (MNIST: 69,000 items), and on it the scores can
-rank in another order than on the test queries, where on the whole training set they rank as
-there (docs/guide/search.md).
-
-Candidates: the encoder score; the decoder score (per-bit for the linear decoder, decoded for an
-mlp one); and the joint score at each weight of :data:`JOINT_WEIGHTS`. The scan of the whole
-database (`eval.ranking=asymmetric`) takes the best per-bit one (`ScoreSet.chosen`); rescoring a
-shortlist takes the best of all (`ScoreSet.rescore_chosen`).
+`eval.score=auto` takes the score the validation split favours among the encoder's, the
+decoder's (per-bit, or decoded for an mlp decoder) and the joint one at each of `JOINT_WEIGHTS`:
+for a scan the best per-bit one, for rescoring the best of all. The figure is the Recall K@100 of
+the held-out queries against every other training item (up to `SELECTION_DATABASE`), ties by id:
+on model selection's smaller sample the scores can rank in another order (docs/guide/search.md).
 """
 
 from __future__ import annotations
@@ -54,18 +40,13 @@ _SAMPLE_SEED = 4
 
 def select_scores(model: SGH, validation: ValidationSet | None, train_items: Features,
                   similarity: str, recall_k: int) -> ScoreSet:
-    """The model's scores, and the kinds the validation split favours (module doc).
-
-    Without a validation split (`validation.every=0`) nothing is chosen on data: the encoder
-    score, which needs no weight, and the joint score at weight 1 (the two likelihoods as they
-    are) are what `auto` and `joint` mean.
-    """
+    """The model's scores, and the kinds the validation split favours (module doc)."""
     per_bit = model.asymmetric_scores(similarity)
     network = model.decoder_network()
     if validation is None:
-        return _scores(model, per_bit, network, similarity, 1.0, "encoder", "encoder",
-                       "no validation split (validation.every=0): eval.score=auto is the "
-                       "encoder score, eval.score=joint weighs the decoder's likelihood 1", {})
+        return score_set(model, per_bit, network, similarity, 1.0, "encoder", "encoder",
+                         "no validation split (validation.every=0): eval.score=auto is the "
+                         "encoder score, eval.score=joint weighs the decoder's likelihood 1", {})
     database = _selection_database(train_items)
     groundtruth = exact_neighbours(validation.query, database, recall_k, similarity)
     codes = encode_packed(model, database)
@@ -90,12 +71,13 @@ def select_scores(model: SGH, validation: ValidationSet | None, train_items: Fea
     logger.info("asymmetric score: %s for a scan, %s for rescoring (validation %s: %s)", chosen,
                 rescore, label, ", ".join(f"{name} {value:.4f}" for name, value in
                                            validation_figures.items()))
-    return _scores(model, per_bit, network, similarity, weight, chosen, rescore, selection,
-                   validation_figures)
+    return score_set(model, per_bit, network, similarity, weight, chosen, rescore, selection,
+                     validation_figures)
 
 
-def _scores(model: SGH, per_bit: dict, network, similarity: str, weight: float, chosen: str,
-            rescore: str, selection: str, validation: dict) -> ScoreSet:
+def score_set(model: SGH, per_bit: dict, network, similarity: str, weight: float, chosen: str,
+              rescore: str, selection: str, validation: dict) -> ScoreSet:
+    """The `ScoreSet` of `per_bit` scores, with the joint one at `weight`, and these choices."""
     scores = dict(per_bit)
     if "decoder" in per_bit:
         scores["joint"] = joint_score(per_bit["encoder"], per_bit["decoder"], weight,
@@ -106,10 +88,8 @@ def _scores(model: SGH, per_bit: dict, network, similarity: str, weight: float, 
 def _selection_database(train_items: Features) -> np.ndarray:
     """Every training item, or a fixed sample of `SELECTION_DATABASE` of them (sorted ids)."""
     n = len(train_items)
-    if n <= SELECTION_DATABASE:
-        return np.asarray(take_rows(train_items, np.arange(n)))
-    ids = np.sort(np.random.default_rng(_SAMPLE_SEED).choice(n, SELECTION_DATABASE,
-                                                              replace=False))
+    ids = np.arange(n) if n <= SELECTION_DATABASE else np.sort(
+        np.random.default_rng(_SAMPLE_SEED).choice(n, SELECTION_DATABASE, replace=False))
     return np.asarray(take_rows(train_items, ids))
 
 
@@ -142,12 +122,8 @@ def _validation_recalls(model: SGH, per_bit: dict, network, codes: np.ndarray,
             decoder_scores = decoder.scores(block, ids)
         truth = groundtruth[q0 : q0 + len(block), :recall_k]
         for kind, weight in candidates:
-            if kind == "encoder":
-                scores = encoder_scores
-            elif kind == "decoder":
-                scores = decoder_scores
-            else:
-                scores = encoder_scores + weight / (2.0 * variance) * decoder_scores
+            scores = (encoder_scores if kind == "encoder" else decoder_scores if kind == "decoder"
+                      else encoder_scores + weight / (2.0 * variance) * decoder_scores)
             _, top = smallest_by_score_then_id(scores, CUTOFF)
             hits[kind, weight] = hits.get((kind, weight), 0) + int(
                 (top[:, :, None] == truth[:, None, :]).any(axis=1).sum())

@@ -1,8 +1,6 @@
-"""`SGHHasher`: SGH as a scikit-learn estimator, with `sgh-train`'s defaults and training core
-(`sgh.training.train_sgh`), so `SGHHasher(n_bits=32, random_state=0).fit(x_train)` encodes
-exactly as `sgh-train` with no overrides does; without a run directory, so no checkpoints nor
-TensorBoard events. Every parameter is a key of `sgh-train`'s configuration. Usage:
-docs/guide/python-api.md.
+"""`SGHHasher`: SGH as a scikit-learn estimator on `sgh-train`'s defaults and training core, so
+`SGHHasher(n_bits=32, random_state=0).fit(x_train)` encodes exactly as `sgh-train` with no
+overrides does, without a run directory. Usage: docs/guide/python-api.md.
 """
 
 from __future__ import annotations
@@ -36,10 +34,11 @@ from sgh.errors import UserInputError
 from sgh.hasher import BinaryHasher
 from sgh.model.encoding import encode_bit_matrix, encode_packed
 from sgh.model.sgh_model import SGH
-from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore, joint_score
+from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore
 from sgh.search.score_set import ScoreSet
 from sgh.training.holdout import MAX_HELD_OUT_SHARE
 from sgh.training.recipe_choice import fit_and_score
+from sgh.training.score_selection import score_set
 from sgh.training.train_sgh import fit_in_memory, hold_out
 from sgh.training.verbose import progress_on_stderr
 
@@ -61,51 +60,29 @@ _DEFAULT_MODEL = ModelConfig()
 # A preset's (section, key) -> the parameter it sets.
 _PRESET_KEYS = {**{place: parameter for parameter, place in _KEYS.items()},
                 ("model", "bits"): "n_bits", ("trainer", "seed"): "random_state"}
-# eval.* keys that say how sgh-train scores the codes (ranking, score, cut-offs), which a hasher
-# does not do: a preset's are left out (search's eval.ranking=asymmetric: `asymmetric_score`).
+# eval.* keys of how sgh-train scores codes, which a hasher does not do: a preset's are left out.
 _EVAL_ONLY = {field.name for field in dataclasses.fields(EvalConfig)} - {"recall_k"}
 
 
 class SGHHasher(BinaryHasher):
     """Stochastic Generative Hashing as a scikit-learn transformer (see the module doc).
 
-    Args:
-        n_bits: code length (`model.bits`).
-        random_state: integer seed (`trainer.seed`) of the initial weights, the batches and
-            the neuron's noise; the same seed gives the same codes. A RandomState or None (as
-            in scikit-learn): a seed drawn from it at each `fit`.
-        objective, gradient_estimator, noise, normalization, init, alpha, beta, encoder,
-        encoder_hidden, encoder_activation, decoder, decoder_hidden, decoder_activation:
-        `model.*`
-        (`encoder="mlp"`, `decoder="mlp"`: deep SGH, dense layers of the hidden sizes).
-        steps, batch_size, learning_rate, schedule, decay_every, decay_rate, steps_per_call,
-        jit_compile: `trainer.*`.
-        validation_every, validation_queries, validation_database, validation_metric,
-        patience: `validation.every`, ... (`validation_every=0`: no held-out split, the final
-        codes are the last step's; `validation_metric="map"` needs `y` in `fit`).
-        candidates: `validation.candidates`, recipes to choose among on the validation split,
-        `{name: {"model": {...}, "trainer": {...}}}` over these settings: each is trained and
-        the one whose scan's validation Recall K@100 is highest is kept (`fit_info_` reports
-        them; `sgh.training.recipe_choice`). None: these settings are the recipe.
-        recall_k: `eval.recall_k`, the K of the validation Recall K@100.
-        verbose: print sgh-train's progress lines on stderr during `fit` (about every tenth of
-            the run: step, loss terms, validation score, steps/s, ETA); no effect on the codes.
+    Every parameter sets the `sgh-train` key `_KEYS` maps it to (`n_bits`: `model.bits`;
+    `random_state`: `trainer.seed`, or a RandomState or None to draw it from at each `fit`).
+    `validation_metric="map"` needs `y` in `fit`. `candidates`: recipes `{name: {"model": {...},
+    "trainer": {...}}}`, the best scan on the validation split kept. `verbose`: progress lines.
 
-    Attributes (after `fit`): `model_` (`sgh.SGH`), `scores_` (`sgh.search.score_set.ScoreSet`:
-    the model's asymmetric scores and the kinds the validation split favours), `n_bits_`,
-    `n_features_in_`, `fit_info_` (what `metrics.json` would report: steps, timing, best step,
-    validation scores).
+    After `fit`: `model_`, `scores_` (`ScoreSet`), `n_bits_`, `n_features_in_`, `fit_info_`.
     """
 
     without_asymmetric = None  # its encoder, decoder and joint scores
 
-    def __init__(self, n_bits: int = ModelConfig.bits, random_state: int = TrainerConfig.seed,
-                 *, objective: str = ModelConfig.objective,
+    def __init__(self, n_bits: int = ModelConfig.bits, random_state: int = TrainerConfig.seed, *,
+                 objective: str = ModelConfig.objective,
                  gradient_estimator: str = ModelConfig.gradient_estimator,
-                 noise: str = ModelConfig.noise,
-                 normalization: str = ModelConfig.normalization, init: str = ModelConfig.init,
-                 alpha: float = ModelConfig.alpha, beta: float = ModelConfig.beta,
-                 encoder: str = ModelConfig.encoder,
+                 noise: str = ModelConfig.noise, normalization: str = ModelConfig.normalization,
+                 init: str = ModelConfig.init, alpha: float = ModelConfig.alpha,
+                 beta: float = ModelConfig.beta, encoder: str = ModelConfig.encoder,
                  encoder_hidden: tuple[int, ...] = tuple(_DEFAULT_MODEL.encoder_hidden),
                  encoder_activation: str = ModelConfig.encoder_activation,
                  decoder: str = ModelConfig.decoder,
@@ -122,18 +99,15 @@ class SGHHasher(BinaryHasher):
                  validation_queries: int = ValidationConfig.queries,
                  validation_database: int = ValidationConfig.database,
                  validation_metric: str = ValidationConfig.metric,
-                 patience: int = ValidationConfig.patience,
-                 candidates: dict | None = None,
+                 patience: int = ValidationConfig.patience, candidates: dict | None = None,
                  recall_k: int = EvalConfig.recall_k, verbose: bool = False):
         # Every parameter stored untouched, under its own name (scikit-learn's contract).
         self.__dict__.update({name: value for name, value in locals().items() if name != "self"})
 
     @classmethod
     def from_preset(cls, name: str, **params) -> SGHHasher:
-        """A hasher with the settings of `sgh-train experiment=<name>`, read from its file
-        (configs/experiment/<name>.yaml); `params` (e.g. `n_bits=32`) override them. A preset's
-        dataset and `eval.*` keys but `recall_k` are left out (a hasher fits the X it is given
-        and scores no codes). An unknown preset, or a key SGHHasher cannot take: ValueError."""
+        """A hasher with the settings of configs/experiment/<name>.yaml, which `params` override,
+        less its dataset and `eval.*` keys but `recall_k` (a hasher fits X and scores no codes)."""
         directory = _experiment_dir()
         available = sorted(path.stem for path in directory.glob("*.yaml"))
         settings, refused = (_preset_settings(directory / f"{name}.yaml") if name in available
@@ -150,13 +124,11 @@ class SGHHasher(BinaryHasher):
                                  f"{', '.join(refused)}, which SGHHasher cannot take")
         return cls(**{**settings, **params})
 
-    # ---- the configuration sgh-train would run with ------------------------------------------
     def training_config(self) -> Config:
         """These parameters as `sgh-train`'s typed configuration (checked, one-line errors)."""
         seed = self.random_state
         if seed is None or isinstance(seed, np.random.RandomState):
-            # scikit-learn's convention: a seed drawn from the generator (None: NumPy's global
-            # one), so each fit differs unless the generator is seeded.
+            # scikit-learn's convention: a seed drawn from the generator (None: NumPy's global).
             seed = int(check_random_state(seed).randint(0, MAX_SEED))
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) \
                 or not 0 <= seed <= MAX_SEED:
@@ -178,11 +150,9 @@ class SGHHasher(BinaryHasher):
         except UserInputError as error:  # sgh-train's wording, in this class's names
             raise UserInputError(_python_names(str(error))) from None
 
-    # ---- BinaryHasher ------------------------------------------------------------------------
     def fit(self, X, y=None):
-        """Train on `X` (`(n, d)` floats); `y`: labels, used only by `validation_metric="map"`.
-        Returns `self`."""
-        # Every setting, with sgh-train's one-line errors, first (and the seed drawn once).
+        """Train on `X` (`(n, d)` floats); `y`: labels, used only by `validation_metric="map"`."""
+        # Every setting checked first, and the seed drawn once.
         self._config = self.training_config()
         self._labels = None if y is None else np.asarray(y)
         try:
@@ -192,15 +162,13 @@ class SGHHasher(BinaryHasher):
             del self._labels, self._config
 
     def _fit(self, X: np.ndarray, n_bits: int) -> None:
-        config = self._config
-        labels = self._labels
+        config, labels = self._config, self._labels
         if labels is not None and len(labels) != len(X):
             raise UserInputError(f"y has {len(labels)} labels but X has {len(X)} items")
         held_out = min(config.validation.queries, len(X) // MAX_HELD_OUT_SHARE)
         if config.validation.every and len(X) - held_out <= RECALL_CUTOFF \
                 and config.validation.metric != "map":
-            # Too few items for a validation database beyond the recall cut-off: every score
-            # would be 1.0. scikit-learn's way: fit anyway, say so.
+            # Every validation score would be 1.0; scikit-learn's way: fit anyway, say so.
             first = next(iter(config.validation.candidates), None)
             warnings.warn(f"X has {len(X)} items, too few to validate Recall@{RECALL_CUTOFF} "
                           "on; training without validation (validation_every=0)"
@@ -230,8 +198,7 @@ class SGHHasher(BinaryHasher):
         chosen = fit_and_score(config, train_items, validation, "euclidean", "scan", fit)
         self.model_, self.scores_, self.fit_info_ = chosen.model, chosen.scores, chosen.fields
 
-    # Codes come from `sgh.model.encoding`, as for sgh-train's codes.npz: float32 features in
-    # the model's own chunks (not the baselines' float64 row blocks).
+    # float32, as sgh-train encodes (not the baselines' float64 row blocks).
     def _features(self, X) -> np.ndarray:
         check_is_fitted(self)
         return validate_data(self, X, dtype=np.float32, reset=False)
@@ -243,22 +210,20 @@ class SGHHasher(BinaryHasher):
 
     def encode(self, X) -> np.ndarray:
         """Packed codes of ``X``, ``(n, ceil(n_bits / 8))`` uint8, as in ``codes.npz``."""
-        features = self._features(X)
-        return encode_packed(self.model_, features)
+        return encode_packed(self.model_, self._features(X))
 
     def asymmetric_score(self, similarity: str = "euclidean", *,
                          kind: str = "auto") -> AsymmetricScore:
-        """A query-against-code score for asymmetric and rescored search
-        (:mod:`sgh.search.asymmetric`), per bit: ``kind="encoder"`` (``-log q(h|x)``),
-        ``"decoder"`` (``||x - x^(h)||^2``, or ``-<x, x^(h)>`` for
-        ``similarity="inner_product"``), ``"joint"`` (both likelihoods, the decoder's weighed as
-        validation chose), or ``"auto"``: the kind the validation split favoured (Euclidean
-        neighbours; `scores_`). ValueError for the decoder and joint kinds of an mlp decoder,
-        which rescore shortlists instead (``scores_.rescorer(kind, codes)``)."""
+        """A per-bit query-against-code score of ``kind`` "encoder", "decoder", "joint" or "auto"
+        (validation's choice); an mlp decoder's rescore shortlists (``scores_.rescorer``)."""
         check_is_fitted(self)
         scores = self.scores_
-        if similarity != scores.similarity:
-            scores = _scores_for(self.model_, similarity, scores)
+        if similarity != scores.similarity:  # with the choice made for Euclidean neighbours
+            scores = score_set(self.model_, self.model_.asymmetric_scores(similarity),
+                               scores.decoder, similarity, scores.joint_weight, scores.chosen,
+                               scores.rescore_chosen,
+                               scores.selection + " (made for Euclidean neighbours)",
+                               scores.validation)
         try:
             return scores.scores[scores.kind_for(kind, "asymmetric", "SGHHasher")]
         except ValueError as error:
@@ -271,13 +236,9 @@ class SGHHasher(BinaryHasher):
         tags.non_deterministic = False  # the seed fixes everything (stateless per-step noise)
         return tags
 
-    # ---- saving ------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the fitted hasher to the directory `path` (atomically): its parameters, and its
-        weights as plain arrays (`weights.npz`, read back with `allow_pickle=False`).
-
-        `path` may be new, an empty directory or an earlier `save`'s, which is replaced; a file
-        or a folder holding anything else is the user's: `UserInputError`, nothing deleted."""
+        """Write the fitted hasher to the directory `path` atomically, its weights as plain
+        arrays; `path` may be new, empty or an earlier `save`'s, else `UserInputError`."""
         check_is_fitted(self)
         path = Path(path)
         saved = DirectoryKind(f"a saved SGHHasher ({_PARAMS_FILE}, {_WEIGHTS_FILE})",
@@ -293,9 +254,7 @@ class SGHHasher(BinaryHasher):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SGHHasher:
-        """A hasher written by `save`; anything else is one line naming the file at fault
-        (`UserInputError`): damaged or truncated, weights that are not finite, scores made for
-        codes of another length or features of another size."""
+        """A hasher written by `save`; anything else is a `UserInputError` naming the file."""
         path = Path(path)
         params_file, weights_file = path / _PARAMS_FILE, path / _WEIGHTS_FILE
         scores_file = path / _SCORES_FILE
@@ -332,8 +291,7 @@ class SGHHasher(BinaryHasher):
         self.n_features_in_, self.n_bits_, self.fit_info_ = n_features, config.model.bits, fit_info
         self.scores_ = scores
 
-    # Pickling (joblib, scikit-learn's clone-and-compare checks) goes through plain arrays too:
-    # TensorFlow objects are rebuilt, never pickled.
+    # Pickling goes through plain arrays too: TensorFlow objects are rebuilt, never pickled.
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         model = state.pop("model_", None)
@@ -350,8 +308,7 @@ class SGHHasher(BinaryHasher):
 
 
 def _python_names(message: str) -> str:
-    """``message`` with sgh-train's keys (``model.bits``) replaced by the parameters of
-    `SGHHasher` that set them (``n_bits``), longest key first."""
+    """``message`` with sgh-train's keys (``model.bits``) named as parameters (``n_bits``)."""
     for (section, key), parameter in sorted(_PRESET_KEYS.items(),
                                             key=lambda item: -len(".".join(item[0]))):
         message = re.sub(rf"\b{re.escape(section)}\.{re.escape(key)}\b", parameter, message)
@@ -359,8 +316,7 @@ def _python_names(message: str) -> str:
 
 
 def _refuse_non_finite_weights(weights: dict[str, np.ndarray], where: Path) -> None:
-    """A fitted model's weights are finite (training stops at a NaN loss): NaN or Inf there
-    would encode every item to the same code without a word."""
+    """NaN or Inf weights (training stops at a NaN loss) would give every item one code."""
     for name, array in weights.items():
         if array.dtype.kind in "fc" and not np.isfinite(array).all():
             bad = int(np.count_nonzero(~np.isfinite(array)))
@@ -371,8 +327,7 @@ def _refuse_non_finite_weights(weights: dict[str, np.ndarray], where: Path) -> N
 
 def _refuse_scores_of_another_size(scores: ScoreSet, where: Path, bits: object,
                                    n_features: int, params_file: Path) -> None:
-    """The scores saved beside the weights score this hasher's codes: the same code length
-    and features. Another hasher's, copied in, would rank with another model's bits."""
+    """Another hasher's scores, copied in, would rank with another model's bits."""
     for kind, score in scores.scores.items():
         if score.bits != bits:
             raise UserInputError(f"{where}: its {kind} score is for {score.bits}-bit codes, but "
@@ -385,21 +340,8 @@ def _refuse_scores_of_another_size(scores: ScoreSet, where: Path, bits: object,
                                  "the hasher again")
 
 
-def _scores_for(model: SGH, similarity: str, chosen: ScoreSet) -> ScoreSet:
-    """The model's scores under another similarity, with the choice made for Euclidean."""
-    scores = model.asymmetric_scores(similarity)
-    if "decoder" in scores:
-        scores["joint"] = joint_score(scores["encoder"], scores["decoder"], chosen.joint_weight,
-                                      model.noise_variance())
-    return ScoreSet(scores, chosen.chosen, chosen.rescore_chosen, chosen.joint_weight,
-                    chosen.selection + " (made for Euclidean neighbours)", chosen.validation,
-                    similarity, chosen.decoder)
-
-
 def _experiment_dir() -> Path:
-    """configs/experiment, found as `sgh.cli.resources.CONFIG_DIR` finds configs/ (the wheel's
-    sgh/configs, else the checkout's top level), which sgh.training may not import
-    (tests/test_layout.py); a test checks that both name the same directory."""
+    """configs/experiment, found the way `sgh.cli.resources.CONFIG_DIR` (not importable here) is."""
     package = Path(__file__).resolve().parents[1]  # sgh/
     installed = package / "configs"
     return (installed if installed.is_dir() else package.parent / "configs") / "experiment"

@@ -1,7 +1,5 @@
-"""Ctrl-C and SIGTERM during training: a request to stop after the current compiled call.
-
-The loop then saves a checkpoint and the run can be resumed exactly (`sgh.training.train_sgh`).
-"""
+"""Ctrl-C and SIGTERM during training: a request to stop after the current compiled call, at a
+saved checkpoint from which the run resumes exactly (`sgh.training.train_sgh`)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """Training SGH: one core (`SGHFit`) behind `sgh-train` (`train_sgh`) and `SGHHasher`.
 
-The core builds the model from the training set's statistics, runs the compiled loop with the
-after-each-call steps (`sgh.training.progress`), keeps the best weights on the validation split
-(`hold_out`), and reports the fields of `metrics.json`. Two thin callers say where the fit lives:
-`fit_in_run_directory` also resumes from the run's checkpoints, writes checkpoints and
-TensorBoard events, and turns SIGINT/SIGTERM into a saved checkpoint (`TrainingInterrupted`);
-`fit_in_memory` (the Python API) keeps everything in memory, and only the best weights pass
-through a temporary directory. `train_sgh` is what `sgh.pipeline` calls for `model=sgh`:
-`fit_in_run_directory`, then the exported encoder and the split's codes.
+The core trains with validation and reports the fields of `metrics.json`;
+`fit_in_run_directory` adds resuming, checkpoints, TensorBoard events and SIGINT/SIGTERM
+handling, `fit_in_memory` (the Python API) keeps everything in memory.
 """
 
 from __future__ import annotations
@@ -48,19 +43,12 @@ from sgh.training.signals import stop_on_signals
 
 logger = logging.getLogger(__name__)
 
+
 def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
               strategy: tf.distribute.Strategy | None = None) -> EncodedSplit:
-    """Train (or resume) SGH as configured in the run directory; export the encoder; encode.
-
-    `strategy` is the one `sgh.pipeline.run` created before TensorFlow started (None: the
-    default, one device).
-    """
-    # A sweep runs its jobs in one process: each starts from a clean Keras state. The full
-    # garbage collection that frees an earlier job's cyclic TF objects (its training set among
-    # them) only when there was one, as Keras's record of the names it gave says (an earlier
-    # training's optimizer took "adam"): in a fresh process it finds nothing and costs a pause.
-    # Here, not in the core: a library user's `SGHHasher.fit` leaves their Keras state alone
-    # (every random draw of a fit is keyed by its own seed, none by TensorFlow's global one).
+    """Train (or resume) SGH in the run directory, export the encoder, encode the split."""
+    # A sweep's jobs share a process: each starts from a clean Keras state (collecting an earlier
+    # job's objects only if there was one). Not in the core: `SGHHasher.fit` leaves it alone.
     keras.backend.clear_session(free_memory=keras.backend.get_uid("adam") > 1)
     train_items, validation = hold_out(config, split.train, split_training_labels(split),
                                        repr(split.name), split.similarity)
@@ -74,22 +62,19 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
     chosen = fit_and_score(config, train_items, validation, split.similarity, search_of(config),
                            fit)
     model, scores, fields = chosen.model, chosen.scores, chosen.fields
-    # The encoder that made the final codes, for sgh-encode and TF Serving (sgh.model.export).
     export_encoder(model, run_directory.encoder, unit_normalise=split.similarity == "angular")
     return EncodedSplit(database=encode_packed(model, split.database),
                         query=encode_packed(model, split.query), fields=fields, scores=scores)
 
 
-# The fields that describe how a run trained, and where they are kept beside its checkpoints.
+# The fields that describe how a run trained, kept beside its checkpoints.
 TRAINING_RECORD = ("train_seconds", "ms_per_step", "final_loss_terms_per_item",
                    "validation_seconds")
 _RECORD_FILE = "training_record.json"
 
 
 def _keep_training_record(fields: dict, run_directory: RunDirectory) -> None:
-    """The record of the process that trained the last steps, kept beside the checkpoints: a
-    process that resumes a run at its last step (an artifact was lost, the evaluation changed)
-    trains nothing, and reports the record of the training instead of its own empty one."""
+    """Keep the record of the process that trained; one resuming at the last step reports it."""
     path = run_directory.checkpoints / _RECORD_FILE
     if fields.get("steps_this_process", 0) > 0 or not path.is_file():
         write_json(path, {key: fields[key] for key in TRAINING_RECORD if key in fields})
@@ -103,8 +88,7 @@ def _keep_training_record(fields: dict, run_directory: RunDirectory) -> None:
 
 def hold_out(config: Config, train: Features, labels: np.ndarray | None,
              name: str, similarity: str = "euclidean") -> tuple[Features, ValidationSet | None]:
-    """(training items, validation set): the training set minus the held-out validation queries
-    when validation is on (`validation.every > 0`), else all of it and None."""
+    """(training items, validation set) when `validation.every > 0`, else (`train`, None)."""
     if config.validation.every == 0:
         return train, None
     return carve(train, config.validation, config.eval.recall_k, labels, name, similarity)
@@ -112,8 +96,7 @@ def hold_out(config: Config, train: Features, labels: np.ndarray | None,
 
 def fit_in_memory(config: Config, train_items: Features,
                   validation: ValidationSet | None) -> SGHFit:
-    """The Python API's fit (`SGHHasher`): nothing on disk but the best validated weights, which
-    wait in a directory that goes with the fit; Ctrl-C raises KeyboardInterrupt, as anywhere."""
+    """`SGHHasher`'s fit: nothing on disk but the best weights, in a temporary directory."""
     with tempfile.TemporaryDirectory(prefix="sgh-best-") as scratch:
         fit = SGHFit(config, train_items, validation, None,
                      lambda weights: tf.train.CheckpointManager(weights, scratch, 1))
@@ -124,40 +107,32 @@ def fit_in_memory(config: Config, train_items: Features,
 def fit_in_run_directory(config: Config, train_items: Features, validation: ValidationSet | None,
                          strategy: tf.distribute.Strategy | None,
                          run_directory: RunDirectory) -> SGHFit:
-    """`sgh-train`'s fit: resumed from the run's newest intact checkpoint, checkpointed every
-    `trainer.checkpoint_every` steps and at the end, with TensorBoard's events; SIGINT/SIGTERM
-    stop it at a saved checkpoint (`TrainingInterrupted`)."""
+    """`sgh-train`'s fit: resumed, checkpointed periodically and at the end or a SIGINT/SIGTERM."""
     fit = SGHFit(config, train_items, validation, strategy,
                  partial(run_directory.checkpoint_manager, best=True),
                  run_directory.weights_of_step)
     checkpoints = run_directory.checkpoint_manager(fit.checkpoint)
-    # The newest checkpoint that reads back whole (a damaged one is skipped, warned).
     resumed_from, resumed_step = run_directory.resume_checkpoint(checkpoints), None
     if resumed_from:
         fit.checkpoint.restore(resumed_from).assert_consumed()
         resumed_step = int(fit.trainer.step.numpy())
         logger.info("resuming from step %d (%s)", resumed_step, resumed_from)
-        if fit.selection is not None:  # now, not after the whole run: the best weights
+        if fit.selection is not None:  # lost best weights fail now, not after the whole run
             fit.selection.require_best_weights()
     periodic = PeriodicCheckpoints(checkpoints, config.trainer.checkpoint_every)
     with run_directory.summary_writer(), stop_on_signals() as signals:
         step = fit.train([periodic], stop_requested=lambda: bool(signals))
-        # Unless this step's checkpoint is known intact: resumed from, or saved just now. A
-        # damaged one listed for this step is replaced.
+        # Unless this step's checkpoint is known intact (a damaged one is replaced).
         if step not in (periodic.last_saved, resumed_step):
             checkpoints.save(checkpoint_number=step)
-        if signals or fit.trainer.stopped_by_another_worker:  # a Ctrl-C on any worker stops
-            # all; the command line says how to resume (a run's or a sweep's directory).
+        if signals or fit.trainer.stopped_by_another_worker:  # a Ctrl-C on any worker stops all
             raise TrainingInterrupted(
                 f"interrupted at step {step} of {config.trainer.steps}; checkpoint saved")
         return fit.finish("checkpoints/best", resumed_step)
 
 
 class SGHFit:
-    """The one core of both fits: SGH built from the training set's statistics, the compiled
-    loop with the after-each-call steps, and the best weights on `validation`, kept by the
-    manager `best` makes (`weights_of_step`: see `ModelSelection`). After `finish`: `model`
-    with its final weights (the best validated ones), `fields` SGH's keys of metrics.json."""
+    """The core of both fits (`best`, `weights_of_step`: see `ModelSelection`)."""
 
     def __init__(self, config: Config, train_items: Features, validation: ValidationSet | None,
                  strategy: tf.distribute.Strategy | None,
@@ -176,8 +151,7 @@ class SGHFit:
                         BLOCKS_IN_MEMORY, block_mib)
         strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         with strategy.scope():  # several replicas: the model's variables are mirrored on each
-            self.model = SGH.from_training_data(config.model, train_items,
-                                                seed=config.trainer.seed)
+            self.model = SGH.from_training_data(config.model, train_items, seed=config.trainer.seed)
         self.config, self.n_train = config, len(train_items)
         self.trainer = Trainer(self.model, train_items, config.trainer, strategy)
         self.selection = None if validation is None else ModelSelection(
@@ -205,16 +179,12 @@ class SGHFit:
         """The final weights and `fields`; `best_kept`: where the best validated ones wait."""
         config, step, logs = self.config, int(self.trainer.step.numpy()), self.logs
         self.fields = {
-            "objective": config.model.objective,
-            "estimator": config.model.gradient_estimator,
-            "noise": config.model.noise,
-            "steps": step,
-            # 0: the run had finished its steps before this process (its training record is
-            # the earlier process's, sgh.pipeline keeps it).
+            "objective": config.model.objective, "estimator": config.model.gradient_estimator,
+            "noise": config.model.noise, "steps": step,
+            # 0: the run had finished its steps before this process.
             "steps_this_process": step - (resumed_step or 0),
-            "batch_size": config.trainer.batch_size,
+            "batch_size": config.trainer.batch_size, "n_train": self.n_train,
             "replicas": self.trainer.replicas,  # devices the global batch was split over
-            "n_train": self.n_train,
             "train_seconds": self.train_seconds,  # this process's (a resumed run: its part)
             "ms_per_step": median_ms_per_step(logs),
             "ms_per_step_convention": ("median over compiled calls of wall time / steps, first "

@@ -1,5 +1,4 @@
-"""`SGHHasher(verbose=True)`: training's progress lines on stderr for a Python caller, in
-`sgh-train`'s shape, with TensorFlow's and absl's INFO chatter held back meanwhile."""
+"""`SGHHasher(verbose=True)`: training's progress lines on stderr, in `sgh-train`'s shape."""
 
 from __future__ import annotations
 
@@ -7,14 +6,11 @@ import contextlib
 import logging
 import sys
 
-# verbose=True: the records of these loggers go to stderr during `fit` (sgh-train's progress
-# lines), and TensorFlow's and absl's INFO chatter ("Sharding callback duration") is held back.
 _PROGRESS_LOGGER, _CHATTER = "sgh.training", ("tensorflow", "absl")
 
 
 class ProgressFormatter(logging.Formatter):
-    """sgh-train's console lines (`sgh.cli.logs.ConsoleFormatter`): `[sgh] message`, and
-    `warning: message` for warnings and worse."""
+    """sgh-train's console lines (`sgh.cli.logs.ConsoleFormatter`)."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
@@ -24,9 +20,7 @@ class ProgressFormatter(logging.Formatter):
 
 @contextlib.contextmanager
 def progress_on_stderr(verbose: object):
-    """`verbose`: during the block, the training's records go to stderr (and only there: no
-    line twice where the user's root logger shows INFO too), TensorFlow's and absl's INFO
-    lines are held back; everything is as it was after it. Otherwise nothing changes."""
+    """If `verbose`: the training's records go to stderr only, TensorFlow's chatter is held back."""
     if not verbose:
         yield
         return

@@ -1,7 +1,6 @@
 """`sgh-index build` and `search`: an index of a run over a vector file, queried from a file,
 with the results of `SGHIndex` in Python; every mistake one line and exit status 2."""
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 
 import numpy as np
 import pytest

@@ -2,7 +2,6 @@
 run's own dataset, searched from the command line as `SGHIndex` searches in Python; settings it
 cannot serve one line and exit status 2."""
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 
 import numpy as np
 import pytest

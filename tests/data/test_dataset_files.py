@@ -86,6 +86,10 @@ def test_mat_file_of_named_arrays_gives_the_npz_split(tmp_path):
                                           "y_test": arrays["y_test"][None, :] * 1.0})
     assert_same_split(load_split(_dataset(tmp_path / "d.mat", n_queries=5)),
                        load_split(_dataset(tmp_path / "d.npz", n_queries=5)))
+    # Extensions in any case, as every reader takes them.
+    (tmp_path / "d.npz").rename(tmp_path / "upper.NPZ")
+    assert_same_split(load_split(_dataset(tmp_path / "d.mat", n_queries=5)),
+                       load_split(_dataset(tmp_path / "upper.NPZ", n_queries=5)))
 
 
 def _message(dataset):

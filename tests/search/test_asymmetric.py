@@ -1,4 +1,3 @@
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 """Asymmetric scores and their compiled scan, against brute force on unpacked bits."""
 
 import numpy as np

@@ -3,7 +3,6 @@ item away from its features, our scan of its codes alone (the norm from byte pai
 additive-quantizer scan over its tables (norms in faiss's own 8-bit code), padding bits never
 set, and its arrays read back exactly or refused."""
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 import dataclasses
 
 import faiss

@@ -1,4 +1,3 @@
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 """An mlp decoder rescores a shortlist through its last layer's split: brute-force decoding's
 scores and order, for every block size, cache or none, and the joint kind."""
 

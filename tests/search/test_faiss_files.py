@@ -1,4 +1,3 @@
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 """faiss files written and read without faiss: byte layout, and parity through faiss itself.
 
 Tests that need faiss skip without it (faiss is an optional extra; the writer is ours).

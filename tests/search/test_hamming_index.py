@@ -1,4 +1,3 @@
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 """HammingIndex: worked examples, brute force, and parity with faiss ``IndexBinaryFlat``."""
 
 from __future__ import annotations

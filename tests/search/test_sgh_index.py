@@ -1,7 +1,6 @@
 """`SGHIndex` and its fast-scan engine: the float scan's results from faiss's kernels, one object
 that owns codes, ids and scores, inverted lists, saving, and the model fingerprint."""
 
-# ruff: noqa: E741
 import shutil
 import warnings
 

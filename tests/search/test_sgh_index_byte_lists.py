@@ -3,7 +3,6 @@ Each item is coded as its residual to its list's centroid and ranked by its squa
 ``centroid + reconstruction``; an item's distance does not depend on which other lists are
 probed; faiss opens the saved codes as its IVF additive quantizer."""
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 import faiss
 import numpy as np
 import pytest

@@ -3,7 +3,6 @@ modes and searched by faiss's additive-quantizer scan: better recall than the mo
 saved and loaded exactly, its codes.faiss searched by faiss alone, and every setting it cannot
 serve refused."""
 
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 import dataclasses
 
 import faiss

@@ -1,4 +1,3 @@
-# ruff: noqa: E741  (``D, I`` is faiss's name for search results)
 """Two-stage search: a Hamming shortlist rescored by the decoder's score or exact distances."""
 
 import dataclasses
