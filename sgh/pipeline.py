@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 from functools import partial
@@ -86,7 +85,7 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
 
     refuse_another_configuration(run_directory, config)
     refuse_other_data(run_directory, inputs)
-    previous = _previous_metrics(run_directory)
+    previous = run_directory.recorded_metrics()  # None: none yet, or damaged (written again)
     # A cluster's workers all take part in the collective steps: the chief goes through them too.
     if previous is not None and not _in_a_cluster(strategy):
         if finished_as_configured(run_directory, config, previous):
@@ -151,15 +150,6 @@ def _in_a_cluster(strategy) -> bool:
     from sgh.training.devices import is_multi_worker
 
     return is_multi_worker(strategy)
-
-
-def _previous_metrics(run_directory: RunDirectory) -> dict | None:
-    """The metrics.json of an earlier finish of this run, if there is a readable one."""
-    try:
-        metrics = json.loads(run_directory.metrics.read_text())
-    except (OSError, ValueError):
-        return None  # none yet, or damaged: the run writes it again
-    return metrics if isinstance(metrics, dict) else None
 
 
 def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:

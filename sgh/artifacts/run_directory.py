@@ -259,16 +259,22 @@ class RunDirectory:
                                  "resume it with sgh-train first")
         return json.loads(self.metrics.read_text())
 
+    def recorded_metrics(self) -> dict | None:
+        """metrics.json, or None where there is no readable one (not finished yet, damaged)."""
+        try:
+            metrics = json.loads(self.metrics.read_text())
+        except (OSError, ValueError):
+            return None
+        return metrics if isinstance(metrics, dict) else None
+
     @property
     def feature_conversion(self) -> str | None:
         """How the run's training features became float32 (e.g. 'uint8 / 255'), which new ones
         must match; None where unrecorded, and for an angular run (its rows are normalised)."""
-        try:
-            recorded = json.loads(self.metrics.read_text())
-            conversion, similarity = recorded.get("feature_conversion"), recorded.get("similarity")
-        except (OSError, ValueError, AttributeError):
-            return None
-        return conversion if isinstance(conversion, str) and similarity != "angular" else None
+        recorded = self.recorded_metrics() or {}
+        conversion = recorded.get("feature_conversion")
+        return (conversion if isinstance(conversion, str)
+                and recorded.get("similarity") != "angular" else None)
 
     def write_config(self, config) -> None:
         self._mark()

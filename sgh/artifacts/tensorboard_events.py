@@ -20,7 +20,6 @@ import io
 import itertools
 import os
 import socket
-import struct
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -155,22 +154,13 @@ def encoded_image(tag: str, png_bytes: bytes, step: int, description: str | None
     """An image already encoded as PNG (a matplotlib figure's, say), in the Images tab (the
     image plugin's tensor: width, height, then the encoded image)."""
     if recording():
-        width, height = png_size(png_bytes)
+        from PIL import Image  # only runs that show images pay for its import
+
+        width, height = Image.open(io.BytesIO(png_bytes)).size  # reads the header only
         metadata = image_metadata.create_summary_metadata(display_name=None,
                                                           description=description)
         tensor(tag, np.array([str(width).encode(), str(height).encode(), png_bytes],
                              dtype=object), step, metadata)
-
-
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def png_size(png_bytes: bytes) -> tuple[int, int]:
-    """(width, height) of a PNG image, from its header chunk (IHDR, always the first)."""
-    if png_bytes[:8] != _PNG_SIGNATURE or png_bytes[12:16] != b"IHDR":
-        raise ValueError("not a PNG image (no PNG signature and IHDR chunk at its start)")
-    width, height = struct.unpack(">II", png_bytes[16:24])
-    return width, height
 
 
 def png(pixels: np.ndarray) -> bytes:

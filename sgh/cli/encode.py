@@ -23,7 +23,13 @@ from sgh.artifacts.atomic import FileKind, atomic_file, refuse_to_replace, write
 from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file, refuse_a_runs_input
-from sgh.cli.input_scale import needs_unit_range, refuse_another_scale, refuse_unscaled_rows, scaled
+from sgh.cli.input_scale import (
+    needs_unit_range,
+    refuse_another_scale,
+    refuse_unscaled_rows,
+    scaled,
+    training_scale,
+)
 from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import INPUT_SCALES, EncodeCommandConfig
@@ -91,9 +97,8 @@ def encode_file(config: EncodeCommandConfig) -> dict:
     vectors = open_vectors(config.input, config.key)
     # Nothing is compared without a record (an encoder copied elsewhere, an older run, angular).
     run_dir = _run_dir(config)
-    conversion = (RunDirectory(run_dir, create=False).feature_conversion
-                  if config.input_scale == "auto" else None)
-    training = None if conversion is None else (conversion, f"run={run_dir}")
+    training = training_scale(RunDirectory(run_dir, create=False).feature_conversion,
+                              config.input_scale, f"run={run_dir}")
     refuse_another_scale(vectors, training)
     if needs_unit_range(training, vectors.dtype):
         # The first batch now, before the TensorFlow import; every batch as it is encoded.

@@ -7,7 +7,6 @@ reads them. The guide: docs/guide/search.md.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -19,7 +18,12 @@ from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file
 from sgh.cli.boundary import exit_on_failure
-from sgh.cli.input_scale import refuse_another_scale, refuse_unscaled_rows, scaled
+from sgh.cli.input_scale import (
+    refuse_another_scale,
+    refuse_unscaled_rows,
+    scaled,
+    training_scale,
+)
 from sgh.config import INPUT_SCALES
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.vector_files import open_vectors
@@ -83,9 +87,7 @@ def _batches(settings: dict, index: SGHIndex, where: str):
         raise UserInputError(f"{vectors.where} has {vectors.shape[1]} features per vector but "
                              f"the model takes {index.dim}; give vectors of the kind it was "
                              "trained on")
-    conversion = index.scores.feature_conversion
-    training = None if conversion is None or settings["input_scale"] != "auto" \
-        else (conversion, where)
+    training = training_scale(index.scores.feature_conversion, settings["input_scale"], where)
     refuse_another_scale(vectors, training)
     for start in range(0, len(vectors), settings["batch_size"]):
         rows = vectors.read(start, min(start + settings["batch_size"], len(vectors)))
@@ -113,13 +115,9 @@ def build(settings: dict) -> SGHIndex:
             raise UserInputError(str(error)) from None
     else:
         run = RunDirectory(settings["run"], create=False)
-        if not run.asymmetric_score.is_file():
-            raise UserInputError(f"run={run.path}: no {run.asymmetric_score.name} there; "
-                                 "expected a finished sgh-train run of SGH, ITQ, PCAH or LSH")
         try:
-            scores = dataclasses.replace(ScoreSet.load(run.asymmetric_score),
-                                         feature_conversion=run.feature_conversion)
-            index = SGHIndex(scores, settings["mode"], settings["nlist"], settings["decoder"])
+            index = SGHIndex(ScoreSet.of_run(run), settings["mode"], settings["nlist"],
+                             settings["decoder"])
         except ValueError as error:
             raise UserInputError(str(error)) from None
         if not index.is_trained:

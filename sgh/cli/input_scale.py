@@ -14,6 +14,13 @@ from sgh.data.feature_conversion import UINT8_CONVERSION, as_float32_features
 from sgh.errors import UserInputError
 
 
+def training_scale(conversion: str | None, input_scale: str,
+                   where: str) -> tuple[str, str] | None:
+    """``training`` for the checks below: None where ``input_scale`` states the scale or the run
+    recorded no conversion (nothing to compare)."""
+    return None if conversion is None or input_scale != "auto" else (conversion, where)
+
+
 def refuse_another_scale(vectors, training: tuple[str, str] | None) -> None:
     """uint8 input for a model trained on features of another dtype."""
     if training is not None and vectors.dtype == np.uint8 and training[0] != UINT8_CONVERSION:
@@ -33,8 +40,9 @@ def needs_unit_range(training: tuple[str, str] | None, stored) -> bool:
 def refuse_unscaled_rows(features: np.ndarray, stored, training, where: str,
                          first_row: int) -> None:
     """Float rows beyond [0, 1] for a model trained on uint8 / 255 (raw pixels)."""
-    if not needs_unit_range(training, stored):
-        return
+    if not needs_unit_range(training, stored) or (
+            features.size == 0 or (features.min() >= 0 and features.max() <= 1)):
+        return  # min and max: a fraction of the cost of locating the first value outside
     outside = np.argwhere((features < 0) | (features > 1))
     if len(outside):
         row, column = outside[0]

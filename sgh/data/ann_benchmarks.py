@@ -75,7 +75,8 @@ def _spot_check_neighbours(where: str, truth: np.ndarray, query: np.ndarray,
     k = min(_SPOT_CHECKED_NEIGHBOURS, truth.shape[1])
     key = "minus the inner product" if similarity == "inner_product" else "squared distance"
     rows = np.unique(np.linspace(0, len(query) - 1, _SPOT_CHECKED_QUERIES).astype(int))
-    # Imported here: `import sgh.data` should not load numba.
+    # Imported here: `import sgh.data` should not load numba (a streaming reader's whole memory
+    # budget is smaller than numba's import).
     from sgh.data.neighbours import exact_neighbours
 
     nearest = exact_neighbours(query[rows], database, k, similarity)

@@ -57,7 +57,7 @@ class MappedRows:
         with self._mapping:
             if self._stored is None:
                 with open(self.vectors.path, "rb") as handle:
-                    try:
+                    try:  # the map keeps its own duplicate of the descriptor (`size()`)
                         self._map = mmap.mmap(handle.fileno(), self._mapped_bytes,
                                               access=mmap.ACCESS_READ)
                     # ValueError: the file is shorter than the map; OSError: cannot be mapped.

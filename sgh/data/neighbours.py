@@ -46,13 +46,16 @@ def default_workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _as_features(array: np.ndarray, name: str) -> np.ndarray:
+def _as_features(array: np.ndarray, name: str, finite_checked: bool = False) -> np.ndarray:
+    """``array`` as a 2-D real array; ValueError naming ``name`` otherwise, or for NaN/Inf
+    unless the caller checks those itself (`finite_checked`)."""
     array = np.asarray(array)
     if array.ndim != 2 or not (np.issubdtype(array.dtype, np.floating)
                                or np.issubdtype(array.dtype, np.integer)):
         raise ValueError(f"{name} must be a 2-D real array (n, dim), got dtype {array.dtype} "
                          f"and shape {array.shape}")
-    if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
+    if not finite_checked and np.issubdtype(array.dtype, np.floating) \
+            and not np.isfinite(array).all():
         raise ValueError(f"{name} contains NaN or infinite values; neighbours are undefined")
     return array
 
@@ -174,6 +177,8 @@ def _chunk_candidates(query: np.ndarray, rows: np.ndarray, k: int, similarity: s
     while True:
         centred, item_norms = _centred(rows, shift, work, threads)
         if not np.isfinite(item_norms).all():
+            # NaN or infinite rows make every norm so: the norms replace a pass over each chunk.
+            _as_features(rows, "database")
             _refuse_overflow("database", rows)
         centred_query, query_squared_norms = _centred(query, query_shift, work, threads)
         if not np.isfinite(query_squared_norms).all():
@@ -321,7 +326,7 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
     with ThreadPoolExecutor(workers) as pool, threadpool_limits(limits=1, user_api="blas"):
         threads = _Threads(pool, workers)
         for start, rows in chunks:
-            rows = _as_features(rows, "database")
+            rows = _as_features(rows, "database", finite_checked=True)  # by _chunk_candidates
             if rows.shape[1] != query.shape[1]:
                 raise ValueError(f"query has dimension {query.shape[1]} but database has "
                                  f"dimension {rows.shape[1]}")

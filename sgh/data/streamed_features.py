@@ -92,8 +92,10 @@ class StreamedFeatures:
         """Rows at indices `ids` (any order, repeats allowed) as float32 (len(ids), d)."""
         ids = np.asarray(ids, np.int64)
         if self._mapped is not None:
+            # In the order asked: sorting for page locality, then un-permuting, is slower.
             rows = self.file_rows(ids)
             return self._convert(self._mapped.take(rows), rows)
+        # Positioned reads take sorted, distinct rows (one read per run of consecutive rows).
         unique, inverse = np.unique(ids, return_inverse=True)
         rows = self.file_rows(unique)
         features = self._convert(self.vectors.take(rows), rows)

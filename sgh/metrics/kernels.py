@@ -87,10 +87,12 @@ def relevance_histograms(query_words, database_words, segment_starts, segment_re
     Args:
         query_words: ``(b, n_words)`` uint64 (:func:`code_words`).
         database_words: ``(n * n_words,)`` uint64, the database's words flattened, grouped into
-            segments: segment s is items ``segment_starts[s] .. segment_starts[s + 1] - 1``.
+            segments: segment s is items ``segment_starts[s] .. segment_starts[s + 1] - 1``
+            (``segment_starts``: int64, non-decreasing from 0 to n; compiled code checks no
+            bounds, so a wrong one writes out of bounds).
         segment_relevant: ``(b, n_segments)`` uint8, 1 where segment s is relevant to query j.
-        out: ``(b, 2, levels)`` int64: ``out[j, 0, d]`` += non-relevant items at distance d,
-            ``out[j, 1, d]`` += relevant ones.
+        out: ``(b, 2, levels)`` int64, levels >= largest distance + 1: ``out[j, 0, d]`` +=
+            non-relevant items at distance d, ``out[j, 1, d]`` += relevant ones.
     """
     n_words = len(word_count)
     n_queries, levels = out.shape[0], out.shape[2]

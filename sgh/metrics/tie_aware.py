@@ -38,7 +38,11 @@ from __future__ import annotations
 import numpy as np
 
 from sgh.errors import check_choice
-from sgh.metrics.conventions import DEFAULT_DENOMINATOR, DENOMINATORS
+from sgh.metrics.conventions import (
+    DEFAULT_DENOMINATOR,
+    DENOMINATORS,
+    average_precision_of_sums,
+)
 
 # Cells (queries x values of X) of one hypergeometric chunk: bounds memory for large K.
 _HYPERGEOMETRIC_CELLS = 1 << 20
@@ -136,7 +140,8 @@ def expected_average_precision(counts: np.ndarray, relevant: np.ndarray, k: int 
     level_sums = _whole_level_sums(counts, relevant, harmonic)
     with np.errstate(invalid="ignore", divide="ignore"):
         if k is None or k >= n_database:
-            return level_sums.sum(axis=1) / total_relevant
+            return average_precision_of_sums(level_sums.sum(axis=1), total_relevant, None, None,
+                                             n_database, denominator)
         cut, *level = _cut_level(counts, relevant, int(k))
         before_cut = np.arange(counts.shape[1])[None, :] < cut[:, None]
         whole = np.where(before_cut, level_sums, 0.0).sum(axis=1)
@@ -150,8 +155,8 @@ def expected_average_precision(counts: np.ndarray, relevant: np.ndarray, k: int 
                                    where=m > 1)
             cut_sum = mean_pairs + harmonic_gap / m * (
                 (relevant_before + 1.0) * mean_x - (items_before + 1.0) * mean_pairs)
-            limit = total_relevant if denominator == "r" else np.minimum(total_relevant, k)
-            return (whole + cut_sum) / limit
+            return average_precision_of_sums(whole + cut_sum, total_relevant, None, int(k),
+                                             n_database, denominator)
 
         def ratio(x, rows):
             value = whole[rows, None] + _cut_level_sum(

@@ -146,7 +146,7 @@ class AsymmetricIndex:
         tables = self.score.lookup_tables(queries)
         D = np.full((len(tables), k), np.inf, np.float32)
         I = np.full((len(tables), k), -1, np.int64)
-        if len(codes) == 0:
+        if len(codes) == 0 or len(tables) == 0:
             return D, I
         block = QUERY_BLOCK
         bounded = self._terms_from_codes and \

@@ -213,6 +213,8 @@ class DecodedRescorer:
         offsets = normalised @ network.output_bias.astype(np.float64)
         lengths = np.einsum("ij,ij->i", normalised, normalised)
         valid = candidates >= 0
+        if not valid.any():  # padding only (an empty database has no row 0 to stand in for it)
+            return np.full(candidates.shape, np.inf)
         codes = self._code_of_item[np.where(valid, candidates, 0)]
         dense = valid.sum() * DENSE_SHARE >= len(candidates) * len(self._distinct)
         dots = self._dense_dots if dense else self._gathered_dots

@@ -86,7 +86,9 @@ class FastScanIndex:
         if self.nlist is None:
             _, candidates = index.search(targets, depth)
         else:
-            probes = np.ascontiguousarray(probes, np.int64)  # (nq, nprobe), as SGHIndex gives them
+            probes = np.ascontiguousarray(probes, np.int64)
+            if probes.ndim != 2 or len(probes) != nq:
+                raise ValueError(f"probes must be (nq, nprobe) lists, got {probes.shape}")
             index.nprobe = probes.shape[1]
             _, candidates = index.search_preassigned(
                 targets, depth, probes, np.zeros(probes.shape, np.float32))

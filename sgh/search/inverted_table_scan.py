@@ -22,6 +22,8 @@ class InvertedTableScan:
     ``item_norms(codes)`` (a `ByteDecoder`)."""
 
     def __init__(self, score, codes: np.ndarray, lists: np.ndarray, centroids: np.ndarray) -> None:
+        if np.any(lists[:-1] > lists[1:]):  # each list must be one contiguous run of rows
+            raise ValueError("InvertedTableScan: the rows must come in list order")
         self.score = score
         self.codes = np.ascontiguousarray(codes)
         # Each item's term held in one byte, as faiss's additive quantizers hold their norms:

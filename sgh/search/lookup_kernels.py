@@ -215,8 +215,9 @@ def sorted_heaps(heap_scores: np.ndarray, heap_ids: np.ndarray) -> tuple[np.ndar
 @compiled
 def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
     """Each query's k best ``candidates`` (``(nq, S)`` rows of ``codes``, ``-1`` skipped) by the
-    exact score, into ``top_scores``, ``top_ids`` (``(nq, k)``, filled ``+inf`` / -1) sorted by
-    (score, row). Scores are summed as in `scan_top_k`: bit-identical to the full scan's."""
+    exact score, into ``top_scores``, ``top_ids`` (``(nq, k)``, which the caller fills with
+    ``+inf`` / -1) sorted by (score, row). Scores are summed as in `scan_top_k`: bit-identical
+    to the full scan's."""
     nq, code_bytes = tables.shape[0], tables.shape[1]
     k, width = top_scores.shape[1], candidates.shape[1]
     scores = np.empty(width, np.float32)

@@ -9,6 +9,7 @@ kind, decoder or joint, with no per-bit form: it decodes the shortlist).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,7 @@ from sgh.codes import model_fingerprint
 from sgh.config import SCORE_KINDS, SCORE_SETTINGS
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.similarity import SIMILARITIES
-from sgh.errors import one_line
+from sgh.errors import UserInputError, one_line
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.decoded import DecodedRescorer, DecoderNetwork
 
@@ -194,6 +195,20 @@ class ScoreSet:
         return cls(scores, text["chosen"], text["rescore_chosen"], float(weight),
                    text["selection"], dict(zip(names, map(float, values), strict=True)),
                    similarity, decoder, None if conversion is None else str(conversion))
+
+    @classmethod
+    def of_run(cls, run) -> ScoreSet:
+        """A finished run's scores (a `RunDirectory`), with the conversion its features had;
+        UserInputError in one line when it lacks its codes or scores, or they are damaged."""
+        for needed in (run.codes, run.asymmetric_score):
+            if not needed.is_file():
+                raise UserInputError(f"{run.path}: no {needed.name} there; expected a finished "
+                                     "sgh-train run of SGH, ITQ, PCAH or LSH")
+        try:
+            return dataclasses.replace(cls.load(run.asymmetric_score),
+                                       feature_conversion=run.feature_conversion)
+        except ValueError as error:
+            raise UserInputError(str(error)) from None
 
     @classmethod
     def load_score(cls, path: str | os.PathLike, kind: str | None = None) -> AsymmetricScore:

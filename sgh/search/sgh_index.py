@@ -15,7 +15,6 @@ indexes of different models are refused, never searched together.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 from sgh.artifacts.atomic import DirectoryKind, atomic_directory
 from sgh.artifacts.codes_file import load_codes, refuse_another_models_scores
 from sgh.codes import pack_bits, validate_codes
+from sgh.data.feature_conversion import UINT8_CONVERSION
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.similarity import unit_normalised
 from sgh.errors import UserInputError, check_int
@@ -40,7 +40,7 @@ MODES = ("hamming", "scan", "two_stage")
 DECODERS = ("model", "bytes")  # what ranks the codes: the model's scores, or a byte decoder
 # The files of a saved index (a directory): faiss opens CODES_FILE with faiss.read_index.
 INDEX_FILE, SCORES_FILE, CODES_FILE = "index.npz", "scores.npz", "codes.faiss"
-_FORMAT = "sgh-index 2"
+_FORMAT = "sgh-index 2"  # 2: a byte decoder's inverted lists hold codes of residuals
 SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CODES_FILE})",
                        required=frozenset({INDEX_FILE, SCORES_FILE, CODES_FILE}))
 _ADD_ROWS = 1 << 16  # features encoded (and assigned to lists) at a time by `add`
@@ -252,9 +252,12 @@ class SGHIndex:
             if not isinstance(rescorer, AsymmetricScore):
                 return rescorer
             engine = AsymmetricIndex(rescorer)
+        elif name == "hamming":
+            engine = HammingIndex(self.bits)
+        elif name == "bytes":
+            engine = AsymmetricIndex(self.byte_decoder)
         else:
-            engine = HammingIndex(self.bits) if name == "hamming" else AsymmetricIndex(
-                self.byte_decoder)
+            raise ValueError(f"no search engine named {name!r}")
         engine.add(self._codes)
         return engine
 
@@ -331,16 +334,8 @@ class SGHIndex:
         from sgh.artifacts.run_directory import RunDirectory
 
         run = RunDirectory(run_dir, create=False)
-        for needed in (run.codes, run.asymmetric_score):
-            if not needed.is_file():
-                raise UserInputError(f"{run.path}: no {needed.name} there; expected a finished "
-                                     "sgh-train run of SGH, ITQ, PCAH or LSH")
+        scores = ScoreSet.of_run(run)
         codes = load_codes(run.codes)
-        try:
-            scores = dataclasses.replace(ScoreSet.load(run.asymmetric_score),
-                                         feature_conversion=run.feature_conversion)
-        except ValueError as error:
-            raise UserInputError(str(error)) from None
         refuse_another_models_scores(codes, scores, run.asymmetric_score)
         index = cls(scores, mode, nlist, decoder)
         ids = np.arange(len(codes.database), dtype=np.int64)
@@ -363,9 +358,13 @@ class SGHIndex:
         """float32 features as the model saw them: unit-normalised for an angular model."""
         x = np.asarray(x)
         if x.dtype.kind != "f":
-            raise ValueError(f"features of dtype {x.dtype}: SGHIndex takes float "
-                             "features as the model saw them (sgh-train divides uint8 features "
-                             "by 255); convert them first, e.g. x.astype(np.float32) / 255")
+            conversion = self.scores.feature_conversion
+            how = ("sgh-train divides uint8 features by 255); convert them first, e.g. "
+                   "x.astype(np.float32) / 255" if conversion in (None, UINT8_CONVERSION) else
+                   f"its training features were converted as '{conversion}'); convert them "
+                   "first, e.g. x.astype(np.float32)")
+            raise ValueError(f"features of dtype {x.dtype}: SGHIndex takes float features as "
+                             f"the model saw them ({how}")
         x = np.ascontiguousarray(x, np.float32)
         if self.scores.similarity == "angular":
             x = unit_normalised(x, "the features (angular: divided by their length)")

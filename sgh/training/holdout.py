@@ -62,7 +62,9 @@ class ValidationSet:
                            k=self.k)[RECALL_CUTOFF]
 
 
-# Beyond this many training items, samplers whose memory does not grow with the training set.
+# Up to this many training items the draws are permutations of all of them (every run's split so
+# far: changing the limit changes their validation splits); beyond, samplers whose memory does
+# not grow with the training set. Streamed and in-memory runs both draw here.
 PERMUTATION_LIMIT = 10_000_000
 
 

@@ -38,7 +38,8 @@ ADAM_EPSILON = 1e-8
 
 
 def _training_set_tensor(x_train: np.ndarray) -> tf.Tensor:
-    """The training set as a float32 tensor, sharing the array's memory where it can."""
+    """The training set as a float32 tensor, sharing the array's memory where it can (not held
+    twice). Safe because nothing writes to it: it is a non-trainable variable's value."""
     array = np.asarray(x_train, np.float32)
     if array.flags.c_contiguous and array.flags.writeable and is_aligned(array):
         return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
@@ -107,7 +108,9 @@ class Trainer:
         self.streamed = x_train if isinstance(x_train, StreamedFeatures) else None
         with self.strategy.scope():
             if self.streamed is None:
-                # A variable (a constant would be copied into every traced graph).
+                # A variable (a constant would be copied into every traced graph), made from a
+                # tensor whose buffer it takes over: from the array itself it is slower than a
+                # copy.
                 self.data = tf.Variable(_training_set_tensor(x_train), trainable=False,
                                         name="train")
             self.optimizer = keras.optimizers.Adam(learning_rate_schedule(config),
@@ -120,7 +123,8 @@ class Trainer:
                     tf.zeros([len(self.term_names)]), trainable=False, name="term_sums",
                     synchronization=tf.VariableSynchronization.ON_READ,
                     aggregation=tf.VariableAggregation.MEAN)
-        # autograph off: the loops are explicit tf.while_loops; converting only slows tracing.
+        # autograph off: the loops are explicit tf.while_loops, and replica functions are traced
+        # in one thread per device.
         if self.replicated:
             self._replica_gradients = tf.function(self._gradients, autograph=False,
                                                   jit_compile=config.jit_compile)

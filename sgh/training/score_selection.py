@@ -78,11 +78,17 @@ def select_scores(model: SGH, validation: ValidationSet | None, train_items: Fea
 def score_set(model: SGH, per_bit: dict, network, similarity: str, weight: float, chosen: str,
               rescore: str, selection: str, validation: dict) -> ScoreSet:
     """The `ScoreSet` of `per_bit` scores, with the joint one at `weight`, and these choices."""
+    return ScoreSet(with_joint(model, per_bit, weight), chosen, rescore, weight, selection,
+                    validation, similarity, network)
+
+
+def with_joint(model: SGH, per_bit: dict, weight: float) -> dict:
+    """`per_bit` scores, and the joint one at `weight` where there is a decoder score."""
     scores = dict(per_bit)
     if "decoder" in per_bit:
         scores["joint"] = joint_score(per_bit["encoder"], per_bit["decoder"], weight,
                                       model.noise_variance())
-    return ScoreSet(scores, chosen, rescore, weight, selection, validation, similarity, network)
+    return scores
 
 
 def _selection_database(train_items: Features) -> np.ndarray:

@@ -38,7 +38,7 @@ from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricSco
 from sgh.search.score_set import ScoreSet
 from sgh.training.holdout import MAX_HELD_OUT_SHARE
 from sgh.training.recipe_choice import fit_and_score
-from sgh.training.score_selection import score_set
+from sgh.training.score_selection import with_joint
 from sgh.training.train_sgh import fit_in_memory, hold_out
 from sgh.training.verbose import progress_on_stderr
 
@@ -219,11 +219,11 @@ class SGHHasher(BinaryHasher):
         check_is_fitted(self)
         scores = self.scores_
         if similarity != scores.similarity:  # with the choice made for Euclidean neighbours
-            scores = score_set(self.model_, self.model_.asymmetric_scores(similarity),
-                               scores.decoder, similarity, scores.joint_weight, scores.chosen,
-                               scores.rescore_chosen,
-                               scores.selection + " (made for Euclidean neighbours)",
-                               scores.validation)
+            scores = dataclasses.replace(
+                scores, similarity=similarity,
+                scores=with_joint(self.model_, self.model_.asymmetric_scores(similarity),
+                                  scores.joint_weight),
+                selection=scores.selection + " (made for Euclidean neighbours)")
         try:
             return scores.scores[scores.kind_for(kind, "asymmetric", "SGHHasher")]
         except ValueError as error:

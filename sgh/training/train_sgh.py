@@ -47,8 +47,9 @@ logger = logging.getLogger(__name__)
 def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory,
               strategy: tf.distribute.Strategy | None = None) -> EncodedSplit:
     """Train (or resume) SGH in the run directory, export the encoder, encode the split."""
-    # A sweep's jobs share a process: each starts from a clean Keras state (collecting an earlier
-    # job's objects only if there was one). Not in the core: `SGHHasher.fit` leaves it alone.
+    # A sweep's jobs share a process: each starts from a clean Keras state, collecting an earlier
+    # job's objects only if there was one (an optimizer named "adam" before this one). Not in the
+    # core: `SGHHasher.fit` leaves the user's Keras state alone (its draws are keyed by its seed).
     keras.backend.clear_session(free_memory=keras.backend.get_uid("adam") > 1)
     train_items, validation = hold_out(config, split.train, split_training_labels(split),
                                        repr(split.name), split.similarity)

@@ -115,3 +115,11 @@ def test_a_two_stage_search_by_the_encoder_rescored_jointly_reuses_its_scores_ex
     expected_D, expected_I = joint.rescore(x[:6], candidates)  # computed afresh
     np.testing.assert_array_equal(I, expected_I[:, :20])
     np.testing.assert_array_equal(D, expected_D[:, :20])
+
+
+def test_an_empty_database_rescores_padding_only_as_padding():
+    # An empty index's shortlist is all padding: no row 0 stands in for it.
+    model, x, _ = _model()
+    rescorer = DecodedRescorer(model.decoder_network(), np.zeros((0, 1), np.uint8), "euclidean")
+    D, I = rescorer.rescore(x[:3], np.full((3, 5), -1))
+    assert (I == -1).all() and np.isinf(D).all() and D.shape == (3, 5)

@@ -1,6 +1,7 @@
 """`SGHIndex` and its fast-scan engine: the float scan's results from faiss's kernels, one object
 that owns codes, ids and scores, inverted lists, saving, and the model fingerprint."""
 
+import dataclasses
 import shutil
 import warnings
 
@@ -174,6 +175,11 @@ def test_integer_features_and_a_damaged_saved_index_are_refused_in_one_line(itq_
                                              r"features .* x.astype\(np.float32\) / 255"):
             call()
     assert index.ntotal == len(x)
+    # A model of float features stored as they are: converted, not divided by 255.
+    floats = SGHIndex(dataclasses.replace(index.scores, feature_conversion="float32 as stored"))
+    with pytest.raises(ValueError, match=r"converted as 'float32 as stored'\); convert them "
+                                         r"first, e.g. x.astype\(np.float32\)$"):
+        floats.search(pixels, 5)
     saved = index.save(tmp_path / "index")
     (saved / "index.npz").write_bytes(b"not what SGHIndex.save wrote")
     with pytest.raises(UserInputError, match=r"index.npz: not an .npz archive \(a zip of .npy "
