@@ -9,11 +9,15 @@ import numba
 logger = logging.getLogger(__name__)
 
 
-def compiled(function):
+def compiled(function=None, *, fastmath: bool = False):
     """``njit(nogil=True, cache=True)`` (callers run kernels on several threads at once), or
-    without the on-disk cache where numba can write none (it refuses ``cache=True`` then)."""
+    without the on-disk cache where numba can write none (it refuses ``cache=True`` then).
+    ``@compiled(fastmath=True)``: sums may be reordered (vectorised), so a result can differ in
+    its last bits from the loop as written, and between processors."""
+    if function is None:
+        return lambda inner: compiled(inner, fastmath=fastmath)
     try:
-        return numba.njit(nogil=True, cache=True)(function)
+        return numba.njit(nogil=True, cache=True, fastmath=fastmath)(function)
     except RuntimeError as error:  # "cannot cache function ...: no locator available"
         logger.info("numba cannot cache %s (%s); compiling without a cache", function, error)
-        return numba.njit(nogil=True, cache=False)(function)
+        return numba.njit(nogil=True, cache=False, fastmath=fastmath)(function)

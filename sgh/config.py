@@ -20,7 +20,7 @@ from sgh.methods import BASELINE_NAMES, METHODS
 MISSING = "???"
 # The metrics.json keys a sweeper may optimise: validation scores only.
 OPTIMIZABLE_PREFIX = "best_validation_"
-RANKINGS = ("hamming", "asymmetric", "rerank")
+RANKINGS = ("hamming", "asymmetric", "rerank", "bytes")
 RESCORE_RULES = ("score", "exact")
 SHORTLIST_STAGES = ("auto", "hamming", "encoder")
 # The kinds of asymmetric score, in table order; eval.score: a kind, or auto (validation's choice).
@@ -78,7 +78,7 @@ class ModelConfig:
     encoder: str = "linear"  # linear | mlp (objective=paper): dense layers of the hidden sizes
     encoder_hidden: list[int] = field(default_factory=lambda: [512])
     encoder_activation: str = "relu"  # relu | tanh | gelu | elu | sigmoid
-    decoder: str = "linear"  # linear | mlp
+    decoder: str = "linear"  # linear | mlp | bytes (a table of reconstructions per code byte)
     decoder_hidden: list[int] = field(default_factory=lambda: [512])
     decoder_activation: str = "relu"
 
@@ -133,6 +133,9 @@ class EvalConfig:
     shortlist: int = 1000  # rerank: the top S that is rescored...
     shortlist_radius: int | None = None  # ...or, if set, every item within this Hamming radius
     rescore: str = "score"  # rerank: by eval.score | exact (on the original vectors)
+    # bytes: the byte decoder index's encoding (auto: validation's); checked by
+    # sgh.search.posterior_modes.check_encoding_setting, which owns the names
+    encoding: str = "auto"
 
 
 @dataclass
@@ -198,12 +201,13 @@ def flatten_config(values, prefix: str = "") -> dict:
 OBJECTIVES = ("paper", "released")
 NOISES = ("uniform", "fixed")
 GRADIENT_ESTIMATORS = ("unbiased", "approximate")
-NETWORKS = ("linear", "mlp")  # the encoder's and the decoder's form
+NETWORKS = ("linear", "mlp")  # the encoder's form
+DECODERS = (*NETWORKS, "bytes")  # and the decoder's: or a table per code byte
 ACTIVATIONS = ("relu", "tanh", "gelu", "elu", "sigmoid")  # of an mlp's hidden layers
 MODEL_CHOICES = {"objective": OBJECTIVES, "noise": NOISES,
                  "gradient_estimator": GRADIENT_ESTIMATORS,
                  "normalization": ("isotropic", "none"), "init": ("random", "released"),
-                 "encoder": NETWORKS, "decoder": NETWORKS, "encoder_activation": ACTIVATIONS,
+                 "encoder": NETWORKS, "decoder": DECODERS, "encoder_activation": ACTIVATIONS,
                  "decoder_activation": ACTIVATIONS}
 CHOICES = {
     "model.name": tuple(METHODS),
@@ -300,10 +304,11 @@ def validate_training(config: Config) -> Config:
 
 def _validate_networks(model: ModelConfig) -> None:
     for part in ("encoder", "decoder"):
-        if getattr(model, part) == "mlp" and model.objective != "paper":
-            raise UserInputError(f"model.{part}=mlp needs model.objective=paper (the released "
-                                 "demo's objective is linear); accepted: objective=paper, or "
-                                 f"model.{part}=linear")
+        form = getattr(model, part)
+        if form != "linear" and model.objective != "paper":
+            raise UserInputError(f"model.{part}={form} needs model.objective=paper (the "
+                                 "released demo's objective is linear); accepted: "
+                                 f"objective=paper, or model.{part}=linear")
         hidden = getattr(model, f"{part}_hidden")
         if not hidden:
             raise UserInputError(f"model.{part}_hidden is empty; accepted: a list of layer "

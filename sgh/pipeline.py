@@ -32,11 +32,12 @@ from sgh.data.ground_truth import split_ground_truth
 from sgh.errors import UserInputError
 from sgh.methods import METHODS
 from sgh.metrics.conventions import RESULT_CONVENTIONS
-from sgh.metrics.scoring import score
+from sgh.metrics.scoring import score, score_search
 from sgh.model.quiet_tensorflow import import_tensorflow
 from sgh.reports.results_table import collapse_warning, results_table, run_title
 from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
-from sgh.search.rankings import evaluation_ranking
+from sgh.search.posterior_modes import check_encoding_setting
+from sgh.search.rankings import byte_decoder_ranking, evaluation_ranking
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
         codes.update(database_labels=split.database_labels, query_labels=split.query_labels)
     ranking = evaluation_ranking(config.eval, encoded.database, encoded.query, config.model.bits,
                                  encoded.scores, split.query, split.database,
-                                 split.similarity, encoded.without_scores)
+                                 split.similarity, encoded.without_scores, split.train)
     metrics = {
         "dataset": split.name, "method": config.model.name, "bits": config.model.bits,
         "seed": config.trainer.seed, **encoded.fields,
@@ -131,6 +132,11 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
         "groundtruth": f"{groundtruth.shape[1]} neighbours per query, {groundtruth_source}",
         **RESULT_CONVENTIONS,
     }
+    # What an index of the run serves, scored beside the codes' own ranking.
+    if config.eval.ranking != "bytes" and (
+            searched := byte_decoder_ranking(encoded.scores, split.database, split.query)):
+        metrics.update(score_search(searched, "byte_decoder_", config.eval, len(split.database),
+                                    split.database_labels, split.query_labels, groundtruth))
     run_directory.write_codes(**codes)
     run_directory.write_metrics(metrics)
     with run_directory.summary_writer():
@@ -155,6 +161,15 @@ def _in_a_cluster(strategy) -> bool:
 def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
     """Before training: asymmetric and score-rescored rankings need the scores they name."""
     evaluation = config.eval
+    check_encoding_setting(evaluation.encoding)
+    if evaluation.ranking == "bytes" and not METHODS[config.model.name].uses_tensorflow:
+        from sgh.baselines.fitting import baseline_class
+
+        reason = baseline_class(config.model.name).without_asymmetric  # SH, SpH
+        if reason is not None:
+            raise UserInputError(f"eval.ranking=bytes codes the database by a byte decoder from "
+                                 f"the method's encoder score, and model={config.model.name}: "
+                                 f"{reason}; accepted: eval.ranking=hamming")
     scan = evaluation.ranking == "asymmetric"
     if not scan and not (evaluation.ranking == "rerank" and (
             evaluation.rescore == "score" or evaluation.shortlist_by == "encoder")):
@@ -162,7 +177,12 @@ def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
     setting = (f"eval.ranking={evaluation.ranking} (eval.score={evaluation.score}, eval.rescore="
                f"{evaluation.rescore}, eval.shortlist_by={evaluation.shortlist_by})")
     named = evaluation.score if scan or evaluation.rescore == "score" else "auto"
-    if METHODS[config.model.name].uses_tensorflow:
+    if METHODS[config.model.name].uses_tensorflow and config.model.decoder == "bytes":
+        reason = (None if named in ("auto", "encoder") else
+                  "model.decoder=bytes has no decoder or joint score: its byte decoder ranks "
+                  "codes of its own, the byte decoder index's (scored beside the codes' "
+                  "ranking; eval.score=encoder scans)")
+    elif METHODS[config.model.name].uses_tensorflow:
         # An mlp decoder rescores a shortlist by decoding it, but has no per-bit tables to scan.
         reason = (None if config.model.decoder == "linear" or not scan
                   or named in ("auto", "encoder")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -282,6 +283,47 @@ def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_r
     assert trained["recall10@100"] == pytest.approx(asymmetric["recall10@100"], abs=1e-12)
 
 
+def test_the_table_reports_the_byte_decoder_index_a_user_would_serve(tmp_path):
+    # A run of SGH with its byte decoder: the decoder trained, refitted and its encoding chosen
+    # on the validation split; the byte decoder index's search of the test queries beside the
+    # codes' Hamming ranking, the same figure SGHIndex.from_run serves.
+    from sgh.data import load_split
+    from sgh.reports.results_table import results_table
+    from sgh.search.sgh_index import SGHIndex
+
+    run_dir, metrics = trained(tmp_path, _config("model.decoder=bytes", "model.bits=16",
+                                                 "trainer.steps=200", "validation.every=100"))
+    by_encoding = metrics["validation_recall10@100_by_encoding"]
+    assert set(by_encoding) == {"encoder", "flip4", "flip6", "local_search"}
+    assert metrics["byte_decoder_encoding"] in by_encoding
+    assert by_encoding["flip6"] >= by_encoding["encoder"]
+    assert metrics["byte_decoder_ranking"].startswith("byte decoder: SGHIndex(decoder='bytes'")
+    for key in ("byte_decoder_map", "byte_decoder_recall10@100", "recall10@100", "map"):
+        assert 0 < metrics[key] <= 1, key
+    index = SGHIndex.from_run(run_dir, decoder="bytes")
+    assert index.encoding == metrics["byte_decoder_encoding"]
+    found = index.search(load_split(_config().dataset).query, 100)[1]
+    with np.load(run_dir / "codes.npz") as codes:
+        truth = codes["groundtruth"][:, :10]
+    served = (found[:, :, None] == truth[:, None, :]).any(axis=1).mean()
+    assert served == pytest.approx(metrics["byte_decoder_recall10@100"], abs=1e-12)
+    table = results_table(metrics, "title", _config().eval)
+    encoding = metrics["byte_decoder_encoding"]
+    assert f"byte decoder index ({encoding}): mAP@all, label relevance, ties by id" in table
+    assert (f"byte decoder index ({encoding}): Recall10@1/@10/@100/@1000, Euclidean 10-NN, "
+            "ties by id") in table
+    assert re.search(rf"byte decoder's encoding \(validation Recall10@100\) +{encoding} \(encoder",
+                     table)
+
+
+def test_an_unknown_encoding_is_refused_before_training(tmp_path):
+    with pytest.raises(UserInputError, match="eval.encoding='icm99' is not known; accepted: "
+                                             "encoder, flip1 .. flip8, icm1 .. icm16, "
+                                             "local_search; or auto"):
+        run(_config("eval.ranking=bytes", "eval.encoding=icm99"), tmp_path)
+    assert not (tmp_path / "config.yaml").exists()
+
+
 @pytest.mark.parametrize("overrides, reason", [
     (["model=sh", "eval.ranking=asymmetric"], "model=sh: its bits are not signs of linear"),
     (["model=sph", "eval.ranking=rerank"], "model=sph: its bits are not signs"),
@@ -289,6 +331,8 @@ def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_r
       "eval.score=decoder"], "model.decoder=mlp has no per-bit form"),
     (["model=itq", "eval.ranking=asymmetric", "eval.score=joint"],
      "model=itq: its one score is its projection's"),
+    (["model.decoder=bytes", "eval.ranking=rerank", "eval.score=decoder"],
+     "model.decoder=bytes has no decoder or joint score"),
 ])
 def test_a_ranking_the_method_cannot_give_is_refused_before_training(tmp_path, overrides,
                                                                     reason):

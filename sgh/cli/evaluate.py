@@ -1,8 +1,9 @@
 """`sgh-eval`: score saved codes (`codes=FILE`) or re-score a finished run (`run=DIR`).
 
 Any file in the `codes.npz` contract (`sgh.artifacts.codes_file`) is scored as `sgh-train` scores.
-`run=DIR eval.ranking=asymmetric|rerank` reads the run's dataset again (its config.yaml) and its
-method's score (asymmetric.npz, plain arrays: no TensorFlow here).
+`run=DIR eval.ranking=asymmetric|rerank|bytes` reads the run's dataset again (its config.yaml) and
+its method's score (asymmetric.npz, plain arrays: no TensorFlow here); ``bytes`` ranks by the
+byte decoder index a user would serve (`SGHIndex(decoder="bytes")`, ``eval.encoding``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sgh.errors import UserInputError
 from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score
 from sgh.reports.results_table import results_table
+from sgh.search.posterior_modes import check_encoding_setting
 from sgh.search.rankings import evaluation_ranking
 from sgh.search.score_set import ScoreSet
 
@@ -71,6 +73,7 @@ def _check_arguments(config: EvalCommandConfig) -> None:
         raise UserInputError("give exactly one of codes=FILE (a codes.npz) or run=DIR "
                              "(an sgh-train run directory)")
     validate_eval(config.eval)
+    check_encoding_setting(config.eval.encoding)
 
 
 def _check_output(out: Path, codes_path: Path, run_dir: Path | None) -> None:
@@ -119,7 +122,8 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
         without = (f"run={run.path} has no {run.asymmetric_score.name} (model="
                    f"{previous.get('model', {}).get('name')} has none, or the run predates it)")
     ranking = evaluation_ranking(config, codes.database, codes.query, codes.bits, scores,
-                                 split.query, split.database, split.similarity, without)
+                                 split.query, split.database, split.similarity, without,
+                                 split.train)
     return ranking, split.similarity
 
 

@@ -33,13 +33,14 @@ from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, SGHIndex
 
 USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] "
-         "[mode=M] [decoder=model|bytes] [input_scale=auto|none|uint8]\n"
+         "[mode=M] [decoder=model|bytes] [encoding=encoder|icmN|local_search] "
+         "[input_scale=auto|none|uint8]\n"
          "       sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] "
          "out=RESULTS.npz [k=100] [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F] "
          "[input_scale=auto|none|uint8]")
 # The keys of each action, with their defaults (None: required or unset).
 KEYS = {"build": {"run": None, "out": None, "input": None, "key": None, "nlist": None,
-                  "mode": "scan", "decoder": "model", "batch_size": "65536",
+                  "mode": "scan", "decoder": "model", "encoding": None, "batch_size": "65536",
                   "input_scale": "auto"},
         "search": {"index": None, "input": None, "key": None, "out": None, "k": "100",
                    "mode": None, "nprobe": None, "shortlist": None, "refine_factor": None,
@@ -110,14 +111,14 @@ def build(settings: dict) -> SGHIndex:
     if settings["input"] is None:
         try:
             index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"],
-                                      settings["decoder"])
+                                      settings["decoder"], settings["encoding"])
         except ValueError as error:
             raise UserInputError(str(error)) from None
     else:
         run = RunDirectory(settings["run"], create=False)
         try:
             index = SGHIndex(ScoreSet.of_run(run), settings["mode"], settings["nlist"],
-                             settings["decoder"])
+                             settings["decoder"], settings["encoding"])
         except ValueError as error:
             raise UserInputError(str(error)) from None
         if not index.is_trained:

@@ -46,3 +46,18 @@ def feature_statistics(features: Features) -> FeatureStatistics:
         deviations = deviations + chunk_deviations + np.square(delta) * (count * n / total)
         count = total
     return FeatureStatistics(count, mean, deviations)
+
+
+def principal_directions(features: Features, mean: np.ndarray, count: int) -> np.ndarray | None:
+    """The ``count`` leading principal directions of ``features`` about ``mean``, ``(dim,
+    count)`` float32 orthonormal columns, from one pass (in memory or streamed; the covariance
+    in float64); None if ``count >= dim``, where the features' own axes serve."""
+    dim = features.shape[1]
+    if count >= dim:
+        return None
+    scatter = np.zeros((dim, dim))
+    for _, rows in iter_chunks(features):
+        centred = np.asarray(rows, np.float64) - mean
+        scatter += centred.T @ centred
+    _, vectors = np.linalg.eigh(scatter)  # ascending eigenvalues
+    return np.ascontiguousarray(vectors[:, ::-1][:, :count], np.float32)

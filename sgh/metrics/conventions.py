@@ -135,10 +135,14 @@ RESULT_CONVENTIONS = {
                            "hamming (by Hamming distance; metrics tie-aware, '_stable' twins "
                            "with ties by index, hash lookup), asymmetric (by the method's score "
                            "of the query's features against each code, 'eval.score': encoder, "
-                           "decoder or joint likelihood, ties by id; no lookup) or rerank (a "
+                           "decoder or joint likelihood, ties by id; no lookup), rerank (a "
                            "shortlist by Hamming distance or the encoder score, reordered by "
                            "the rescoring rule, then the rest in the shortlist's order, ties by "
-                           "id)"),
+                           "id) or bytes (the byte decoder index's search, SGHIndex(decoder="
+                           "'bytes'): the database coded by the byte decoder as 'eval.encoding' "
+                           "says, ranked by the squared distance to each code's reconstruction, "
+                           "ties by id); 'byte_decoder_*' keys: that search of the same queries "
+                           "beside another ranking"),
     "similarity_convention": ("'similarity': euclidean (squared L2), angular (vectors "
                               "unit-normalised, then squared L2) or inner_product (largest "
                               "<q, x>); the ground truth of Recall K@N and exact rescoring "

@@ -44,3 +44,11 @@ def recall_at_n(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
         found = per_query_relevant_retrieved(histograms, cutoff, ties)
         recalls[cutoff] = float(found.sum() / (found.size * k)) if found.size else float("nan")
     return recalls
+
+
+def recall_of_results(ids: np.ndarray, groundtruth: np.ndarray, k: int = 10) -> float:
+    """Recall K@N of a search's results ``ids`` ``(n_queries, N)``, as returned (its own ties;
+    padding ``-1`` finds nothing): the share of each query's first ``k`` ground-truth ids among
+    them, over all queries."""
+    truth = groundtruth[:, :k]
+    return float((ids[:, :, None] == truth[:, None, :]).any(axis=1).sum() / truth.size)

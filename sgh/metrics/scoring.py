@@ -72,3 +72,17 @@ def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config
                    bit_balance_max=float(np.max(health["bit_balance"])))
     metrics["eval_seconds"] = time.perf_counter() - started
     return metrics
+
+
+def score_search(ranking, prefix: str, config, n_database: int,
+                 database_labels: np.ndarray | None = None,
+                 query_labels: np.ndarray | None = None,
+                 groundtruth: np.ndarray | None = None) -> dict:
+    """`score`'s label and neighbour metrics of another ranking of the same queries (ties by
+    id), under keys ``prefix + key``, beside ``prefix + "ranking"``: its description."""
+    n_queries = len(ranking.queries)
+    metrics = ordered_metrics(ranking, n_queries, n_database, query_labels, database_labels,
+                              config.map_k, config.map_k_denominator, groundtruth,
+                              config.recall_k, config.recall_n)
+    return {prefix + "ranking": ranking.description,
+            **{prefix + key: value for key, value in metrics.items()}}

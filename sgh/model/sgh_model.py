@@ -1,7 +1,8 @@
 """The SGH model: encoder, doubly stochastic neuron, decoder, and the two objectives.
 
     x~ = (x - mean) / scale,   z = x~ W + b,   (h, p) = DoublySN(z, xi),   x^ = h A + c
-(`model.encoder=mlp` / `model.decoder=mlp`, objective `paper`: dense networks, `MLP`, instead).
+(`model.encoder=mlp` / `model.decoder=mlp`, objective `paper`: dense networks, `MLP`, instead;
+`model.decoder=bytes`: a table of reconstructions per code byte, `sgh.model.byte_tables`).
 
 Objective `paper` (Dai et al. 2017; the negative ELBO in nats per item), with rho and the prior
 theta = sigmoid(prior_logits) learned, and an offset `c` the paper does not write, which frees
@@ -24,11 +25,17 @@ import numpy as np
 import tensorflow as tf
 
 from sgh.config import ModelConfig
-from sgh.data.feature_statistics import FeatureStatistics, feature_statistics
+from sgh.data.feature_statistics import (
+    FeatureStatistics,
+    feature_statistics,
+    principal_directions,
+)
 from sgh.data.streamed_features import Features
+from sgh.model.byte_tables import ByteTables
 from sgh.model.layers import DoublySN
 from sgh.model.quiet_tensorflow import traced_once_per_model
 from sgh.search.asymmetric import AsymmetricScore, decoder_score, encoder_score
+from sgh.search.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder
 from sgh.search.decoded import DecoderNetwork
 
 # The stateless RNG of the neuron's noise and the batches: named, so the stream cannot change
@@ -63,6 +70,8 @@ class SGH(tf.Module):
         if config.decoder == "mlp":
             self.decoder = MLP("decoder", [self.bits, *config.decoder_hidden, dim],
                                config.decoder_activation, np.random.default_rng([seed, 2]))
+        elif config.decoder == "bytes":
+            self.decoder = ByteTables(self.bits, init["tables"], init.get("basis"))
         else:
             self.U = tf.Variable(init["U"], name="U")
         if config.objective == "paper":
@@ -76,14 +85,23 @@ class SGH(tf.Module):
 
     @classmethod
     def from_training_data(cls, config: ModelConfig, x_train: Features, seed: int) -> SGH:
-        """The model for training on `x_train` (in memory or streamed: one pass over it)."""
-        return cls.from_statistics(config, feature_statistics(x_train), seed)
+        """The model for training on `x_train` (in memory or streamed: one pass over it, and a
+        second for the byte decoder's subspace)."""
+        statistics = feature_statistics(x_train)
+        basis = None
+        if config.decoder == "bytes":  # directions of x, which normalising only scales
+            basis = principal_directions(x_train, statistics.mean, _subspace_dims(config))
+        return cls.from_statistics(config, statistics, seed, basis)
 
     @classmethod
     def skeleton(cls, config: ModelConfig, dim: int) -> SGH:
         """A model of the right shapes with placeholder values, for weights restored next."""
         zeros = np.zeros(dim, np.float32)
-        return cls(config, dim, zeros, 1.0, initial_weights(config, dim, zeros, zeros + 1, 0))
+        r = _subspace_dims(config)
+        basis = np.eye(dim, r, dtype=np.float32) if config.decoder == "bytes" and r < dim \
+            else None
+        return cls(config, dim, zeros, 1.0, initial_weights(config, dim, zeros, zeros + 1, 0,
+                                                            basis))
 
     def weights(self) -> dict[str, np.ndarray]:
         """Every variable's value by name (normaliser included): what a saved model holds."""
@@ -103,7 +121,7 @@ class SGH(tf.Module):
 
     @classmethod
     def from_statistics(cls, config: ModelConfig, statistics: FeatureStatistics,
-                        seed: int) -> SGH:
+                        seed: int, basis: np.ndarray | None = None) -> SGH:
         dim = len(statistics.mean)
         if config.normalization == "isotropic":
             # One global scale (RMS of the centred coordinates) keeps Euclidean neighbours intact.
@@ -117,7 +135,7 @@ class SGH(tf.Module):
         else:
             mean, scale = np.zeros(dim, np.float32), 1.0
         init = initial_weights(config, dim, (statistics.mean - mean) / scale,
-                               statistics.variance / scale**2, seed)
+                               statistics.variance / scale**2, seed, basis)
         return cls(config, dim, mean, scale, init, seed)
 
     def logits(self, x: tf.Tensor) -> tf.Tensor:
@@ -130,6 +148,8 @@ class SGH(tf.Module):
         """Objective `paper`: the decoder's mean of x~ (normalised) for codes h, (n, dim)."""
         if self.config.decoder == "mlp":
             return self.decoder(h)
+        if self.config.decoder == "bytes":
+            return self.decoder.in_features(self.decoder(h)[0])
         return tf.matmul(h, self.U) + self.c
 
     # One traced function per model, for any batch size; no autograph: nothing branches on a tensor.
@@ -149,7 +169,7 @@ class SGH(tf.Module):
 
     def decoder_templates(self) -> tf.Tensor:
         """What turning bit k on adds to the reconstruction, in input units, (bits, dim)."""
-        if self.config.decoder == "mlp":
+        if self.config.decoder != "linear":  # from the code of zeros
             codes = tf.concat([tf.eye(self.bits), tf.zeros([1, self.bits])], axis=0)
             decoded = self.decode(codes)
             return (decoded[:-1] - decoded[-1:]) * self.scale
@@ -187,6 +207,17 @@ class SGH(tf.Module):
                               self.mean.numpy().astype(np.float64), float(self.scale.numpy()),
                               float(np.exp(2.0 * self.log_rho.numpy())))
 
+    def byte_decoder(self) -> ByteDecoder | None:
+        """A byte decoder's tables in input units, for search (`sgh.search.byte_decoder`), or
+        None: x^ = mean + scale U sum_j C_j[h_j]."""
+        if self.config.decoder != "bytes":
+            return None
+        basis = self.decoder.basis
+        scale = float(self.scale.numpy())
+        return ByteDecoder(self.bits, self.mean.numpy(),
+                           (self.decoder.tables.numpy() * scale).astype(np.float32),
+                           None if basis is None else basis.numpy())
+
     def noise_variance(self) -> float:
         """sigma^2 of the decoder's Gaussian p(x|h) in input units (`released`: 1)."""
         if self.config.objective == "paper":
@@ -210,11 +241,16 @@ class SGH(tf.Module):
     def _paper_terms(self, x, z, h):
         x_norm = (x - self.mean) / self.scale
         rho2 = tf.exp(2.0 * self.log_rho)
-        exact_differences = (self.config.gradient_estimator == "unbiased"
-                             and self.config.decoder == "mlp")
-        # With exact differences the codes' gradient comes from them alone (below).
-        residual = x_norm - self.decode(tf.stop_gradient(h) if exact_differences else h)
-        squared = tf.reduce_sum(tf.square(residual), axis=1)
+        unbiased = self.config.gradient_estimator == "unbiased"
+        exact_differences = unbiased and self.config.decoder == "mlp"
+        if self.config.decoder == "bytes":  # in the tables' subspace, and the rest apart
+            within, outside = self.decoder.coordinates(x_norm)
+            reconstruction, differences = self.decoder(h)
+            squared = tf.reduce_sum(tf.square(within - reconstruction), axis=1) + outside
+        else:
+            # With exact differences the codes' gradient comes from them alone (below).
+            residual = x_norm - self.decode(tf.stop_gradient(h) if exact_differences else h)
+            squared = tf.reduce_sum(tf.square(residual), axis=1)
         d = float(self.dim)
         gaussian_nll = tf.reduce_mean(squared) / (2.0 * rho2) + d * self.log_rho \
             + 0.5 * d * math.log(2.0 * math.pi)
@@ -225,8 +261,9 @@ class SGH(tf.Module):
             # Zero-valued, with d/dh_k = (L(h_k=1) - L(h_k=0)) / batch: the unbiased estimator.
             differences = tf.stop_gradient(finite_differences(self.decode, x_norm, h, rho2))
             total += tf.reduce_sum(differences * (h - tf.stop_gradient(h))) / batch
-        elif self.config.gradient_estimator == "unbiased":
-            column_norms = tf.reduce_sum(tf.square(self.U), axis=1) / rho2
+        elif unbiased:  # the linear decoder's templates, or each item's table differences
+            column_norms = tf.reduce_sum(tf.square(
+                differences if self.config.decoder == "bytes" else self.U), axis=-1) / rho2
             total += unbiased_correction(h, column_norms) / batch
         return {"total": total,
                 "reconstruction": 0.5 * tf.reduce_mean(squared) * tf.square(self.scale),
@@ -302,16 +339,22 @@ def bernoulli_kl(logits: tf.Tensor, prior_logits: tf.Tensor) -> tf.Tensor:
 
 
 def unbiased_correction(h: tf.Tensor, column_norms: tf.Tensor) -> tf.Tensor:
-    """A term that is exactly 0 but adds -(h_k - 1/2) ||a_k||^2 / rho^2 (`column_norms`) to
-    dL/dh_k, making it L(h_k=1) - L(h_k=0) for a loss 1/2 ||x - hA - c||^2 / rho^2."""
+    """A term that is exactly 0 but adds -(h_k - 1/2) ||a_k||^2 / rho^2 (`column_norms`, (bits,)
+    or per item (n, bits)) to dL/dh_k, making it L(h_k=1) - L(h_k=0) for a loss 1/2 ||x - hA -
+    c||^2 / rho^2, or ||x - x^(h)||^2 / (2 rho^2) with a_k the item's Delta_k (byte tables)."""
     slope = tf.stop_gradient(-(h - 0.5) * column_norms)
     return tf.reduce_sum(slope * h - tf.stop_gradient(slope * h))
 
 
+def _subspace_dims(config: ModelConfig) -> int:
+    return SUBSPACE_DIMS_PER_BIT * config.bits
+
+
 def initial_weights(config: ModelConfig, dim: int, mean: np.ndarray, variance: np.ndarray,
-                    seed: int) -> dict[str, np.ndarray]:
+                    seed: int, basis: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The demo's initial W, b, U (and `released`'s s, m) from normalised-data statistics; b = 0
-    for init `random`, as a N(0, 1) bias saturates the bits of small features."""
+    for init `random`, as a N(0, 1) bias saturates the bits of small features. Byte tables
+    (``basis``: their subspace) start as sums of templates drawn as U's rows are, after them."""
     rng = np.random.default_rng(seed)
     bits = config.bits
     weights = {
@@ -320,6 +363,9 @@ def initial_weights(config: ModelConfig, dim: int, mean: np.ndarray, variance: n
               else np.zeros(bits)).astype(np.float32),
         "U": rng.normal(0.0, 1.0 / math.sqrt(bits), (bits, dim)).astype(np.float32),
     }
+    if config.decoder == "bytes":
+        weights.update(tables=ByteTables.initial_tables(bits, dim if basis is None else
+                                                        basis.shape[1], rng), basis=basis)
     if config.objective == "released":
         weights["s"] = np.clip(variance, 1e-7, None).astype(np.float32)
         weights["m"] = mean.astype(np.float32)

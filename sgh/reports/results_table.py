@@ -58,6 +58,7 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
         if f"recall{k}@{n}" in metrics:
             rows.append((LABELS["recall"].format(k=k, n=n, similarity=similarity, ties=ties),
                          f"{metrics[f'recall{k}@{n}']:.4f}"))
+    rows += _byte_decoder_rows(metrics, config, similarity)
     curve = metrics.get("shortlist_curve")
     if curve:
         recall_key = next(key for key in curve if key.startswith("recall"))
@@ -91,6 +92,12 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
                      f"{metrics['score_for_scan']} / {metrics['score_for_rescoring']} ("
                      + ", ".join(f"{name} {value:.4f}" for name, value in shown.items())
                      + f"; joint weight {metrics['joint_weight']:g})"))
+    by_encoding = metrics.get(f"validation_recall{k}@100_by_encoding")
+    if by_encoding:
+        rows.append((f"byte decoder's encoding (validation Recall{k}@100)",
+                     f"{metrics['byte_decoder_encoding']} ("
+                     + ", ".join(f"{name} {value:.4f}" for name, value in by_encoding.items())
+                     + ")"))
     width = max(len(label) for label, _ in rows)
     lines = [f"  {label:<{width}}  {value}".rstrip() for label, value in rows]
     rule = "  " + "-" * (width + 12)
@@ -99,3 +106,23 @@ def results_table(metrics: dict, title: str, config: EvalConfig) -> str:
     if "protocol" in metrics:
         footer += f" ({metrics['protocol']})"
     return "\n".join([rule, lines[0], rule, *lines[1:], rule, footer])
+
+
+def _byte_decoder_rows(metrics: dict, config: EvalConfig, similarity: str) -> list:
+    """The byte decoder index's search of the same queries (`byte_decoder_*` keys), if scored."""
+    if "byte_decoder_ranking" not in metrics:
+        return []
+    k = config.recall_k
+    encoding = metrics.get("byte_decoder_encoding", "")
+    name = f"byte decoder index ({encoding}): " if encoding else "byte decoder index: "
+    rows = []
+    if "byte_decoder_map" in metrics:
+        rows.append((name + LABELS["map"].format(ties="ties by id"),
+                     f"{metrics['byte_decoder_map']:.4f}"))
+    cutoffs = [n for n in config.recall_n if f"byte_decoder_recall{k}@{n}" in metrics]
+    if cutoffs:
+        label = LABELS["recall"].format(k=k, n="/@".join(map(str, cutoffs)),
+                                        similarity=similarity, ties="ties by id")
+        rows.append((name + label, ", ".join(f"{metrics[f'byte_decoder_recall{k}@{n}']:.4f}"
+                                             for n in cutoffs)))
+    return rows

@@ -6,7 +6,7 @@ Every ``write_*`` function writes into the current event writer
 without one. None needs TensorFlow. Tags, by TensorBoard tab:
 
 * Scalars: ``code_health/*`` (:func:`write_code_health`), ``gradients/*``
-  (:func:`write_gradient_norms`).
+  (:func:`write_gradient_norms`), ``byte_decoder/*`` (:func:`write_byte_decoder_health`).
 * Histograms: ``code_health/bit_balance``, ``encoder/logits``, ``encoder/probabilities``.
 * Images: ``images/inputs_and_reconstructions``, ``images/decoder_templates``.
 * PR Curves: ``pr_curve/hamming_lookup``.
@@ -74,6 +74,32 @@ def write_code_health(bits: np.ndarray, step: int) -> dict:
                       description=CODE_HEALTH_DESCRIPTIONS[name])
     events.histogram("code_health/bit_balance", balance, step=step,
                      description="fraction of the sample's codes with bit j set, per bit")
+    return scalars
+
+
+def write_byte_decoder_health(model: SGH, x_sample: np.ndarray, step: int) -> dict:
+    """For a model with byte tables (`model.decoder=bytes`), scalars of its decoder as it
+    stands on a sample coded by the encoder: ``byte_decoder/reconstruction`` (1/2 ||x - x^||^2
+    per item, input units) and ``byte_decoder/mode_share_byte_<j>`` (the share of items whose
+    byte j is the decoder's best given their other bytes), and ``byte_decoder/mode_share``
+    (every byte). Returns the scalars ({} for another decoder)."""
+    decoder = model.byte_decoder()
+    if decoder is None or not events.recording():
+        return {}
+    x_sample = np.asarray(x_sample, np.float32)
+    codes = pack_bits(np.asarray(model.encode_bits(x_sample)))
+    residual = x_sample - decoder.decode(codes)
+    modes = decoder.conditional_modes(x_sample, codes)
+    scalars = {"reconstruction": float(0.5 * np.einsum("ij,ij->i", residual, residual).mean()),
+               "mode_share": float(modes.all(axis=1).mean()),
+               **{f"mode_share_byte_{j}": float(share) for j, share in
+                  enumerate(modes.mean(axis=0))}}
+    for name, value in scalars.items():
+        events.scalar(f"byte_decoder/{name}", value, step=step, description=(
+            "1/2 ||x - x^(h)||^2 per item of the encoder's codes h, input units"
+            if name == "reconstruction" else
+            "share of items whose code byte(s) the decoder would keep given the others: "
+            "how often the encoder's code is the posterior mode, byte by byte"))
     return scalars
 
 

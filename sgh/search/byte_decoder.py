@@ -2,12 +2,14 @@
 
 ``x^(h) = t + sum_j C_j[h_j]`` (``h_j`` the code's byte j, as `sgh.codes.pack_bits` packs it): a
 Gaussian decoder holding the linear one as the case where each table sums its bits' templates.
-An item's code is the posterior's mode, from the encoder's code by iterated conditional modes
-(ICM: each byte in turn set to the entry that best reconstructs the item, the others fixed), then
-iterated local search as faiss's LSQ encodes. Fitting is hard EM: codes by ICM, tables by least
-squares. The tables live in the training features' top ``r`` principal directions (``C_j[v] =
-U c_j[v]``): a vector's part orthogonal to ``U`` adds the same to its error against every code,
-so fitting, encoding and the query tables work in ``r`` coordinates.
+An item's code moves from its encoder's code toward the posterior's mode as far as an index's
+``encoding`` says (`sgh.search.posterior_modes`: iterated conditional modes, ICM, each byte in
+turn set to the entry that best reconstructs the item, the others fixed; then local search as
+faiss's LSQ encodes). Fitting is hard EM: codes by ICM, tables by least squares; a decoder trained
+inside SGH (`sgh.model.byte_tables`) is refitted the same way (`refitted`). The tables live in
+the training features' top ``r`` principal directions (``C_j[v] = U c_j[v]``): a vector's part
+orthogonal to ``U`` adds the same to its error against every code, so fitting, encoding and the
+query tables work in ``r`` coordinates.
 
 Search: ``||x - x^(h)||^2 = ||x||^2 + sum_j (||C'_j[h_j]||^2 - 2 <x, C'_j[h_j]>)
 + 2 sum_{a<b} <C'_a[h_a], C'_b[h_b]>`` (``C'_0`` holding ``t``): a lookup table per byte and
@@ -24,18 +26,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgh.codes import stored_bits, validate_codes
+from sgh.data.feature_statistics import principal_directions
 from sgh.search.fast_scan import add_listed_codes
 from sgh.search.lookup_kernels import pair_terms
+from sgh.search.posterior_modes import (
+    Encoding,
+    encoded,
+    posterior_modes,
+    reconstruct,
+    squared_entries,
+    valid_values,
+)
 
 FIT_ITERATIONS = 10  # hard-EM rounds of `ByteDecoder.fit`
-ENCODE_SWEEPS = 4  # ICM sweeps over the bytes when encoding with fixed tables
-# Local-search rounds when encoding (module doc), each ICM_SWEEPS_PER_ROUND sweeps from a moved
-# byte. Fitting does without them: there they cost far more than they give the database codes.
-LOCAL_SEARCH_ROUNDS = 16
-ICM_SWEEPS_PER_ROUND = 2
+REFIT_ITERATIONS = 5  # hard-EM rounds of `ByteDecoder.refitted`
 # Training rows fitted on at most (a random sample beyond): many times the tables' 256 x bytes.
 FIT_ROWS = 100_000
-_BLOCK_ROWS = 1 << 14  # items whose errors against one table are computed at a time
 SUBSPACE_DIMS_PER_BIT = 4  # the tables' subspace: principal directions per bit (module doc)
 # Ridge on the least-squares fit, relative to the mean count per table entry: keeps entries no
 # item uses at zero (the last byte's values with padding bits set) and the system definite.
@@ -78,40 +84,60 @@ class ByteDecoder:
         if len(start_codes) != len(features):
             raise ValueError(f"start_codes has {len(start_codes)} rows for {len(features)} "
                              "features")
-        if len(features) > FIT_ROWS:
-            rows = np.sort(np.random.default_rng(seed).choice(len(features), FIT_ROWS,
-                                                              replace=False))
-            features, start_codes = features[rows], start_codes[rows]
+        features, start_codes = _fitting_rows(features, start_codes, seed)
         x = np.asarray(features, np.float32)
         offset = x.mean(axis=0, dtype=np.float64).astype(np.float32)
-        basis = _principal_directions(x - offset, SUBSPACE_DIMS_PER_BIT * bits)
+        basis = principal_directions(x, offset, SUBSPACE_DIMS_PER_BIT * bits)
         centred = _coordinates(x, offset, basis)
         codes = start_codes.copy()
-        valid = _valid_values(bits)
+        valid = valid_values(bits)
         tables = _least_squares(centred, codes, valid)
         for _ in range(iterations):
-            codes = _posterior_modes(centred, codes, tables, valid, sweeps=1)
+            codes = posterior_modes(centred, codes, tables, valid, sweeps=1)
             tables = _least_squares(centred, codes, valid)
         return cls(bits, offset, tables, basis)
 
-    def encode(self, features: np.ndarray, start_codes: np.ndarray,
-               sweeps: int = ENCODE_SWEEPS, rounds: int = LOCAL_SEARCH_ROUNDS) -> np.ndarray:
-        """Each item's posterior-mode code (module doc: ICM ``sweeps``, then ``rounds`` of local
-        search) from its encoder code ``start_codes``: the same in any batches."""
+    def refitted(self, features: np.ndarray, start_codes: np.ndarray,
+                 iterations: int = REFIT_ITERATIONS, seed: int = 0) -> ByteDecoder:
+        """These tables refitted to the codes one ICM sweep makes of ``start_codes`` (hard EM
+        that restarts from them each round): the least-squares tables of a trained decoder for
+        the codes an index stores of its encoder's (`FIT_ROWS` of ``features`` at most)."""
         start_codes = validate_codes(start_codes, self.bits, "start_codes")
+        features, start_codes = _fitting_rows(features, start_codes, seed)
         centred = _coordinates(features, self.offset, self.basis)
-        valid = _valid_values(self.bits)
-        codes = _posterior_modes(centred, start_codes, self.tables, valid, sweeps)
-        for start in range(0, len(codes), _BLOCK_ROWS):
-            rows = slice(start, start + _BLOCK_ROWS)
-            codes[rows] = _local_search(centred[rows], codes[rows], start_codes[rows],
-                                        self.tables, valid, rounds)
-        return codes
+        valid, tables = valid_values(self.bits), self.tables
+        for _ in range(iterations):
+            tables = _least_squares(centred, posterior_modes(centred, start_codes, tables, valid,
+                                                              sweeps=1), valid)
+        return ByteDecoder(self.bits, self.offset, tables, self.basis)
+
+    def encode(self, features: np.ndarray, start_codes: np.ndarray,
+               encoding: str = "local_search", certainty: np.ndarray | None = None
+               ) -> np.ndarray:
+        """Each item's code by ``encoding`` (`sgh.search.posterior_modes`) from its encoder code
+        ``start_codes`` (``certainty``: the encoder's bit weight magnitudes ``(n, bits)``, for
+        ``flip<T>``): the same in any batches."""
+        start_codes = validate_codes(start_codes, self.bits, "start_codes")
+        return encoded(_coordinates(features, self.offset, self.basis), start_codes,
+                       self.tables, valid_values(self.bits), Encoding.named(encoding), certainty)
+
+    def conditional_modes(self, features: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """``(n, bytes)`` bool: whether each byte of ``codes`` is the one that reconstructs its
+        item best with the code's other bytes as they are (the posterior's mode given them)."""
+        codes = validate_codes(codes, self.bits, "codes")
+        centred = _coordinates(features, self.offset, self.basis)
+        residual = centred - reconstruct(codes, self.tables)
+        squared = squared_entries(self.tables, valid_values(self.bits))
+        modes = np.empty(codes.shape, bool)
+        for j, table in enumerate(self.tables):
+            others = residual + table[codes[:, j]]
+            modes[:, j] = np.argmin(squared[j] - 2.0 * (others @ table.T), axis=1) == codes[:, j]
+        return modes
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """``(n, dim)`` float32 reconstructions ``x^(h)`` of packed codes."""
         codes = validate_codes(codes, self.bits, "codes")
-        return self.offset + self._in_features(_reconstruct(codes, self.tables))
+        return self.offset + self._in_features(reconstruct(codes, self.tables))
 
     def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
         """``(nq, bytes, 256)`` float32: ``||C'_j[v]||^2 - 2 <x, C'_j[v]>`` (module doc),
@@ -260,91 +286,17 @@ def norm_levels(norms: np.ndarray, low: float, high: float) -> np.ndarray:
     return np.clip(np.floor((norms - low) / span * 256.0), 0, 255).astype(np.uint8)
 
 
-def _principal_directions(centred: np.ndarray, count: int) -> np.ndarray | None:
-    """The ``count`` leading principal directions of centred rows; None if ``count >= dim``."""
-    if count >= centred.shape[1]:
-        return None
-    covariance = centred.T.astype(np.float64) @ centred
-    _, vectors = np.linalg.eigh(covariance)  # ascending eigenvalues
-    return np.ascontiguousarray(vectors[:, ::-1][:, :count], np.float32)
+def _fitting_rows(features, codes: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows a fit uses: all, or a random `FIT_ROWS` of them (in their order)."""
+    if len(features) <= FIT_ROWS:
+        return features, codes
+    rows = np.sort(np.random.default_rng(seed).choice(len(features), FIT_ROWS, replace=False))
+    return features[rows], codes[rows]
 
 
 def _coordinates(features: np.ndarray, offset: np.ndarray, basis: np.ndarray | None) -> np.ndarray:
     centred = np.asarray(features, np.float32) - offset
     return centred if basis is None else centred @ basis
-
-
-def _valid_values(bits: int) -> np.ndarray:
-    """``(bytes, 256)`` bool: the values each code byte can take (the last byte's padding bits,
-    low in the byte, are always 0)."""
-    valid = np.ones((-(-bits // 8), 256), bool)
-    if bits % 8:
-        valid[-1] = np.arange(256) % (1 << (8 - bits % 8)) == 0
-    return valid
-
-
-def _reconstruct(codes: np.ndarray, tables: np.ndarray) -> np.ndarray:
-    out = np.zeros((len(codes), tables.shape[2]), np.float32)
-    for j in range(len(tables)):
-        out += tables[j][codes[:, j]]
-    return out
-
-
-def _posterior_modes(centred: np.ndarray, codes: np.ndarray, tables: np.ndarray,
-                     valid: np.ndarray, sweeps: int) -> np.ndarray:
-    """Iterated conditional modes (module doc) from ``codes``, ``sweeps`` times over the bytes;
-    a block of rows stops early when a sweep changes nothing."""
-    codes = codes.copy()
-    squared = np.einsum("jvd,jvd->jv", tables, tables)
-    squared[~valid] = np.inf
-    for start in range(0, len(codes), _BLOCK_ROWS):
-        block = codes[start : start + _BLOCK_ROWS]
-        residual = centred[start : start + len(block)] - _reconstruct(block, tables)
-        for _ in range(sweeps):
-            changed = False
-            for j in range(len(tables)):
-                residual += tables[j][block[:, j]]
-                best = np.argmin(squared[j] - 2.0 * (residual @ tables[j].T), axis=1)
-                changed |= bool((best != block[:, j]).any())
-                block[:, j] = best
-                residual -= tables[j][block[:, j]]
-            if not changed:
-                break
-    return codes
-
-
-def _local_search(centred: np.ndarray, codes: np.ndarray, start_codes: np.ndarray,
-                  tables: np.ndarray, valid: np.ndarray, rounds: int) -> np.ndarray:
-    """Iterated local search (module doc) over ``rounds``. Which byte moves, and to which
-    value, is a hash of the item's start code and the round: the same in any batch."""
-    n_bytes = codes.shape[1]
-    keys = np.zeros(len(codes), np.uint64)
-    for j in range(n_bytes):
-        keys = _mixed(keys ^ start_codes[:, j].astype(np.uint64))
-    best, best_error = codes.copy(), _squared_errors(centred, codes, tables)
-    for number in range(rounds):
-        draw = _mixed(keys + np.uint64(number + 1))
-        trial = best.copy()
-        trial[np.arange(len(trial)), (draw % np.uint64(n_bytes)).astype(np.intp)] = \
-            (draw >> np.uint64(32)).astype(np.uint8)
-        trial[:, -1] = np.where(valid[-1][trial[:, -1]], trial[:, -1], best[:, -1])
-        trial = _posterior_modes(centred, trial, tables, valid, ICM_SWEEPS_PER_ROUND)
-        error = _squared_errors(centred, trial, tables)
-        better = error < best_error
-        best[better], best_error[better] = trial[better], error[better]
-    return best
-
-
-def _mixed(values: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: each uint64 to a well-mixed uint64 (wrapping arithmetic)."""
-    values = (values + np.uint64(0x9E3779B97F4A7C15)) * np.uint64(0xBF58476D1CE4E5B9)
-    values = (values ^ (values >> np.uint64(30))) * np.uint64(0x94D049BB133111EB)
-    return values ^ (values >> np.uint64(31))
-
-
-def _squared_errors(centred: np.ndarray, codes: np.ndarray, tables: np.ndarray) -> np.ndarray:
-    residual = centred - _reconstruct(codes, tables)
-    return np.einsum("ij,ij->i", residual, residual)
 
 
 def _least_squares(centred: np.ndarray, codes: np.ndarray, valid: np.ndarray) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Whole rankings of the database for evaluation: asymmetric, or a shortlist rescored.
+"""Whole rankings of the database for evaluation: asymmetric, a shortlist rescored, or a
+deployed index's own search (the byte decoder's).
 
 The metrics of :mod:`sgh.metrics.ordered` score a ranking given as ids in rank order, the first
 ``depth`` of each query; the Hamming ranking has its own tie-aware engine (:mod:`sgh.metrics`).
@@ -12,9 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgh.codes import as_words, popcount
+from sgh.data.streamed_features import Features, iter_chunks, take_rows
 from sgh.errors import UserInputError
 from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.search.byte_decoder import FIT_ROWS
 from sgh.search.score_set import ScoreSet
+from sgh.search.sgh_index import SGHIndex
 from sgh.search.two_stage import TwoStageSearch
 
 BLOCK_ENTRIES = 1 << 22  # entries (query x database item) of one block of rankings
@@ -106,6 +110,45 @@ class RerankRanking:
             yield q0, q1, merged[:, :depth]
 
 
+@dataclass
+class IndexRanking:
+    """The database ranked by an index's own search (`SGHIndex.search`) of the query features:
+    what the index serves is what is scored. Ids are database rows."""
+
+    index: SGHIndex
+    queries: np.ndarray
+    description: str
+
+    def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        depth = min(depth, self.index.ntotal)
+        step = block_queries(0, depth)
+        for q0 in range(0, len(self.queries), step):
+            q1 = min(q0 + step, len(self.queries))
+            yield q0, q1, self.index.search(self.queries[q0:q1], depth)[1]
+
+
+def byte_decoder_ranking(scores: ScoreSet | None, database: Features, queries: np.ndarray,
+                         encoding: str | None = None,
+                         train: Features | None = None) -> IndexRanking | None:
+    """The ranking of ``SGHIndex(scores, decoder="bytes", encoding=encoding)`` holding
+    ``database`` (features, ids = rows); where the scores bring no byte decoder, one fitted on
+    ``train`` (None: no ranking)."""
+    if scores is None or (scores.byte_decoder is None and train is None):
+        return None
+    index = SGHIndex(scores, decoder="bytes", encoding=encoding)
+    if not index.is_trained:
+        index.train(np.asarray(take_rows(train, _fitting_sample(len(train))), np.float32))
+    for start, rows in iter_chunks(database):  # in memory or streamed
+        index.add(rows, ids=np.arange(start, start + len(rows)))
+    return IndexRanking(index, queries, "byte decoder: SGHIndex(decoder='bytes', encoding="
+                        f"{index.encoding!r}), its flat scan of every code, ties by id")
+
+
+def _fitting_sample(n: int) -> np.ndarray:
+    """The rows a byte decoder is fitted on: all, or `FIT_ROWS` spread evenly."""
+    return np.arange(n) if n <= FIT_ROWS else np.linspace(0, n - 1, FIT_ROWS).astype(np.int64)
+
+
 def _score_order(index: AsymmetricIndex, queries: np.ndarray, depth: int) -> np.ndarray:
     """The first ``depth`` ids of each query's order by the index's score, ties by id."""
     if depth < index.ntotal:  # the heap scan, no dense scores
@@ -126,12 +169,27 @@ def shortlist_stage(config, scores: ScoreSet | None) -> str:
 def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarray, bits: int,
                        scores: ScoreSet | None = None, queries: np.ndarray | None = None,
                        database_vectors=None, similarity: str = "euclidean",
-                       without_score: str = "this method has no asymmetric score"):
+                       without_score: str = "this method has no asymmetric score",
+                       train_vectors=None):
     """The ranking `eval` (``config``, an `EvalConfig`) asks for (None: Hamming, scored by the
     tie-aware engine); UserInputError when it needs what is missing (``scores`` None:
-    ``without_score`` says why; ``database_vectors``: for ``rescore=exact``)."""
+    ``without_score`` says why; ``database_vectors``: for ``rescore=exact`` and ``bytes``, whose
+    index fits its byte decoder on ``train_vectors`` where the scores bring none)."""
     if config.ranking == "hamming":
         return None
+    if config.ranking == "bytes":
+        if scores is None or queries is None or database_vectors is None:
+            missing = without_score if scores is None else "a codes file holds no features"
+            raise UserInputError(
+                "eval.ranking=bytes searches the features with a byte decoder index "
+                f"(SGHIndex(decoder='bytes')), and {missing}; accepted: sgh-eval run=DIR of a "
+                "run of SGH, ITQ, PCAH or LSH, or eval.ranking=hamming")
+        try:
+            return byte_decoder_ranking(scores, database_vectors, queries,
+                                        None if config.encoding == "auto" else config.encoding,
+                                        train_vectors)
+        except ValueError as error:
+            raise UserInputError(str(error)) from None
     scan = config.ranking == "asymmetric"
     by_encoder = shortlist_stage(config, scores) == "encoder"
     rule = ("eval.ranking=asymmetric" if scan else

@@ -4,7 +4,9 @@ SGH has up to three per-bit scores (`sgh.search.asymmetric`: encoder, decoder, j
 projection baseline one (its encoder form). `eval.score=auto` uses the kind the validation split
 favoured (`sgh.training.score_selection`) for each use of a score: ``chosen`` for a scan of the
 whole database, ``rescore_chosen`` for rescoring a shortlist (which may name an mlp decoder's
-kind, decoder or joint, with no per-bit form: it decodes the shortlist).
+kind, decoder or joint, with no per-bit form: it decodes the shortlist). Beside them, the byte
+decoder an index with ``decoder="bytes"`` scans by, and the encoding of its items validation
+chose (`sgh.training.encoding_choice`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from sgh.data.npz_file import read_npz_arrays
 from sgh.data.similarity import SIMILARITIES
 from sgh.errors import UserInputError, one_line
 from sgh.search.asymmetric import AsymmetricScore
+from sgh.search.byte_decoder import ByteDecoder
 from sgh.search.decoded import DecodedRescorer, DecoderNetwork
+from sgh.search.posterior_modes import Encoding
+
+_BYTE_DECODER = "byte_decoder."  # the key prefix of the byte decoder's arrays
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,9 @@ class ScoreSet:
     """Scores by kind (`SCORE_KINDS` order) and the validated choices (module doc): ``selection``
     says how, ``validation`` holds each candidate's figure. ``decoder``: an mlp decoder, whose
     kinds rescore by decoding; ``feature_conversion``: how the training features became float32
-    (e.g. ``uint8 / 255``), which query features read from files must match (None: unknown)."""
+    (e.g. ``uint8 / 255``), which query features read from files must match (None: unknown).
+    ``byte_decoder``: the model's byte decoder (None: an index fits one), ``encoding`` the
+    default encoding of an index's items by it, ``encodings`` each one's validation figure."""
 
     scores: dict[str, AsymmetricScore]
     chosen: str
@@ -41,6 +49,9 @@ class ScoreSet:
     similarity: str = "euclidean"
     decoder: DecoderNetwork | None = None
     feature_conversion: str | None = None
+    byte_decoder: ByteDecoder | None = None
+    encoding: str = "local_search"
+    encodings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of_model(cls, model) -> ScoreSet:
@@ -122,11 +133,16 @@ class ScoreSet:
         fields = {"score_for_scan": self.chosen,
                   "score_for_rescoring": self.rescore_chosen or self.chosen,
                   "joint_weight": self.joint_weight, "score_selection": self.selection}
+        label = f"recall{recall_k}@100"
         if self.validation:
-            label = f"recall{recall_k}@100"
             fields[f"validation_{label}_by_score"] = dict(self.validation)
             # What a sweeper may maximise for search (an optimizable best_validation_ key).
             fields[f"best_validation_asymmetric_{label}"] = self.validation[self.chosen]
+        if self.byte_decoder is not None:
+            fields["byte_decoder_encoding"] = self.encoding
+        if self.encodings:
+            fields[f"validation_{label}_by_encoding"] = dict(self.encodings)
+            fields[f"best_validation_byte_decoder_{label}"] = self.encodings[self.encoding]
         return fields
 
     def save(self, path: str | os.PathLike) -> None:
@@ -145,6 +161,10 @@ class ScoreSet:
             arrays.update(self.decoder.arrays(prefix="decoder_network."))
         if self.feature_conversion is not None:
             arrays["feature_conversion"] = np.str_(self.feature_conversion)
+        if self.byte_decoder is not None:
+            arrays.update(self.byte_decoder.arrays(prefix=_BYTE_DECODER), encoding=np.str_(
+                self.encoding), encoding_names=np.array(list(self.encodings), dtype=np.str_),
+                encoding_values=np.array(list(self.encodings.values()), np.float64))
         with open(path, "wb") as file:
             np.savez(file, **arrays)
 
@@ -179,11 +199,7 @@ class ScoreSet:
                 or weight <= 0:
             raise ValueError(f"{path}: key 'joint_weight' must be a positive number, got "
                              f"{one_line(weight)}")
-        names = [str(name) for name in np.atleast_1d(arrays.get("validation_names", []))]
-        values = np.atleast_1d(arrays.get("validation_values", np.zeros(0)))
-        if len(names) != len(values) or values.dtype.kind != "f":
-            raise ValueError(f"{path}: keys 'validation_names' and 'validation_values' do not "
-                             "pair up")
+        validation = _figures(arrays, "validation", path)
         similarity = str(arrays.get("similarity", np.str_("euclidean")))
         if similarity not in SIMILARITIES:
             raise ValueError(f"{path}: key 'similarity' is {similarity!r}; accepted: "
@@ -192,9 +208,19 @@ class ScoreSet:
         if any(key.startswith("decoder_network.") for key in arrays):
             decoder = DecoderNetwork.from_arrays(arrays, str(path), prefix="decoder_network.")
         conversion = arrays.get("feature_conversion")
+        byte_decoder, encoding, encodings = None, "local_search", {}
+        if any(key.startswith(_BYTE_DECODER) for key in arrays):
+            byte_decoder = ByteDecoder.from_arrays(arrays, str(path), _BYTE_DECODER)
+            encoding = str(arrays.get("encoding", encoding))
+            try:
+                Encoding.named(encoding)
+            except ValueError as error:
+                raise ValueError(f"{path}: key 'encoding': {error}") from None
+            encodings = _figures(arrays, "encoding", path)
         return cls(scores, text["chosen"], text["rescore_chosen"], float(weight),
-                   text["selection"], dict(zip(names, map(float, values), strict=True)),
-                   similarity, decoder, None if conversion is None else str(conversion))
+                   text["selection"], validation, similarity, decoder,
+                   None if conversion is None else str(conversion), byte_decoder, encoding,
+                   encodings)
 
     @classmethod
     def of_run(cls, run) -> ScoreSet:
@@ -216,3 +242,12 @@ class ScoreSet:
         (None: the one validation chose); ValueError naming the file and key if invalid."""
         scores = cls.load(path)
         return scores.scores[scores.kind_for(kind, "asymmetric", str(path))]
+
+
+def _figures(arrays: dict, name: str, path: Path) -> dict[str, float]:
+    """``{name: figure}`` saved as the keys ``<name>_names`` and ``<name>_values``."""
+    names = [str(entry) for entry in np.atleast_1d(arrays.get(f"{name}_names", []))]
+    values = np.atleast_1d(arrays.get(f"{name}_values", np.zeros(0)))
+    if len(names) != len(values) or values.dtype.kind != "f":
+        raise ValueError(f"{path}: keys '{name}_names' and '{name}_values' do not pair up")
+    return dict(zip(names, map(float, values), strict=True))

@@ -4,8 +4,10 @@ faiss indexes are (usage, modes, ``nlist`` and ``decoder="bytes"``: docs/guide/s
 Modes (`index.mode`): ``"scan"``, every code by the validated score on faiss's fast-scan kernels
 (:mod:`sgh.search.fast_scan`); ``"two_stage"``, the encoder score's shortlist reordered by the
 validated rescoring score; ``"hamming"``, the query's own code by Hamming distance. With the byte
-decoder (:mod:`sgh.search.byte_decoder`) and ``nlist``, as in faiss's IVF-PQ, an item is coded
-as its residual to its list's centroid.
+decoder (:mod:`sgh.search.byte_decoder`: the model's own, or one fitted by `train`) an item's
+code moves from the encoder's toward its posterior mode as far as ``encoding`` says
+(`sgh.search.posterior_modes`; default: the one the model's validation chose); with ``nlist``,
+as in faiss's IVF-PQ, it is coded as its residual to its list's centroid.
 
 Features are encoded by the encoder's own score: a bit is 1 where its encoder weight is <= 0, in
 float64 (a logit within float32 rounding of 0 may give a bit unlike the TensorFlow encoder's).
@@ -33,6 +35,7 @@ from sgh.search.byte_decoder import ByteDecoder
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.hamming_index import HammingIndex
 from sgh.search.inverted_table_scan import InvertedTableScan
+from sgh.search.posterior_modes import Encoding
 from sgh.search.score_set import ScoreSet
 from sgh.search.two_stage import default_shortlist, padded, warn_if_one_score
 
@@ -51,16 +54,20 @@ _BYTE_DECODER = "byte_decoder."  # the key prefix of a byte decoder's arrays in 
 class SGHIndex:
     """A model's codes and their search (module doc). ``model``: a fitted hasher with an
     asymmetric score (`SGHHasher`, ITQ, PCAH, LSH) or a `ScoreSet` (a run's asymmetric.npz);
-    ``nlist``: inverted lists (None: a flat scan of every code)."""
+    ``nlist``: inverted lists (None: a flat scan of every code); ``encoding``: how far the byte
+    decoder's codes go (None: the model's validated choice)."""
 
     def __init__(self, model, mode: str = "scan", nlist: int | None = None,
-                 decoder: str = "model") -> None:
+                 decoder: str = "model", encoding: str | None = None) -> None:
         if decoder not in DECODERS:
             raise ValueError(f"decoder={decoder!r} is not known; accepted: "
                              f"{', '.join(DECODERS)}")
         self.decoder = decoder
-        self.byte_decoder: ByteDecoder | None = None
         self.scores = ScoreSet.of_model(model)
+        # Inverted lists code residuals, which the model's decoder was not trained on.
+        self.byte_decoder: ByteDecoder | None = (
+            self.scores.byte_decoder if decoder == "bytes" and nlist is None else None)
+        self.encoding = _checked_encoding(encoding, decoder, nlist, self.scores.encoding)
         self.bits = self.scores.scores["encoder"].bits
         self.dim = self.scores.scores["encoder"].dim
         self.fingerprint = self.scores.fingerprint
@@ -104,7 +111,7 @@ class SGHIndex:
                               f", shortlist={self.shortlist}",
                  "hamming": ""}[self.mode]
         if self.decoder == "bytes":
-            score = ", decoder='bytes'"
+            score = f", decoder='bytes', encoding={self.encoding!r}"
         lists = "" if self.nlist is None else f", nlist={self.nlist}, nprobe={self.nprobe}"
         return (f"SGHIndex({self.bits} bits, {self.ntotal} items, mode={self.mode!r}{score}"
                 f"{lists}, model {self.fingerprint})")
@@ -119,9 +126,11 @@ class SGHIndex:
         return self._stored_codes(features, self._lists_of(features))
 
     def _stored_codes(self, features: np.ndarray, lists: np.ndarray | None) -> np.ndarray:
-        codes = self._codes_of(features)
+        weights = self.scores.scores["encoder"].bit_weights(features)
+        codes = pack_bits(weights <= 0)
         if self.byte_decoder is not None:
-            codes = self.byte_decoder.encode(self._residuals(features, lists), codes)
+            codes = self.byte_decoder.encode(self._residuals(features, lists), codes,
+                                             self.encoding, np.abs(weights))
         return codes
 
     def _residuals(self, features: np.ndarray, lists: np.ndarray | None) -> np.ndarray:
@@ -136,7 +145,8 @@ class SGHIndex:
         return pack_bits(self.scores.scores["encoder"].bit_weights(features) <= 0)
 
     def train(self, x: np.ndarray, seed: int = 0) -> None:
-        """Fit the byte decoder (``decoder="bytes"``) and the ``nlist`` lists on features ``x``."""
+        """Learn the ``nlist`` lists, and fit the byte decoder (``decoder="bytes"``) where the
+        model brings none, or for the lists' residuals, on features ``x``."""
         if self.decoder == "bytes" and self.ntotal:
             raise ValueError(f"train: the index holds {self.ntotal} items coded by its byte "
                              "decoder, which new tables would invalidate; train a new SGHIndex")
@@ -152,7 +162,7 @@ class SGHIndex:
                                   max_points_per_centroid=_KMEANS_POINTS_PER_LIST)
             kmeans.train(np.ascontiguousarray(x, np.float32))
             self._centroids = kmeans.centroids
-        if self.decoder == "bytes":
+        if self.decoder == "bytes" and (self.nlist is not None or self.byte_decoder is None):
             self.byte_decoder = ByteDecoder.fit(self._residuals(x, self._lists_of(x)),
                                                 self._codes_of(x), self.bits, seed=seed)
 
@@ -274,7 +284,8 @@ class SGHIndex:
                   "nlist": np.int64(self.nlist or 0), "nprobe": np.int64(self.nprobe),
                   "shortlist": np.int64(self.shortlist or 0),
                   "refine_factor": np.int64(self.refine_factor),
-                  "fingerprint": np.str_(self.fingerprint), "decoder": np.str_(self.decoder)}
+                  "fingerprint": np.str_(self.fingerprint), "decoder": np.str_(self.decoder),
+                  "encoding": np.str_(self.encoding or "")}
         if self._centroids is not None:
             arrays["centroids"] = self._centroids
         if self.byte_decoder is not None:
@@ -310,8 +321,11 @@ class SGHIndex:
                                  f"{path / SCORES_FILE} (model {scores.fingerprint}) come from "
                                  "different models; save the index again")
         decoder = str(arrays.get("decoder", "model"))
+        # An index saved before encodings were a choice coded its items by local search.
+        encoding = str(arrays.get("encoding", "local_search")) if decoder == "bytes" else None
         try:
-            index = cls(scores, str(arrays["mode"]), int(arrays["nlist"]) or None, decoder)
+            index = cls(scores, str(arrays["mode"]), int(arrays["nlist"]) or None, decoder,
+                        encoding)
             if decoder == "bytes":
                 index.byte_decoder = ByteDecoder.from_arrays(arrays, str(path / INDEX_FILE),
                                                              _BYTE_DECODER)
@@ -327,17 +341,18 @@ class SGHIndex:
 
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, mode: str = "scan",
-                 nlist: int | None = None, decoder: str = "model") -> SGHIndex:
+                 nlist: int | None = None, decoder: str = "model",
+                 encoding: str | None = None) -> SGHIndex:
         """The database codes and scores of a finished `sgh-train` run (ids: database rows);
         with ``nlist`` or ``decoder="bytes"`` its dataset's features are read again (to learn
-        the lists, or to fit the byte decoder and encode the database by it)."""
+        the lists, or the byte decoder where the run has none, and to encode the database)."""
         from sgh.artifacts.run_directory import RunDirectory
 
         run = RunDirectory(run_dir, create=False)
         scores = ScoreSet.of_run(run)
         codes = load_codes(run.codes)
         refuse_another_models_scores(codes, scores, run.asymmetric_score)
-        index = cls(scores, mode, nlist, decoder)
+        index = cls(scores, mode, nlist, decoder, encoding)
         ids = np.arange(len(codes.database), dtype=np.int64)
         if nlist is None and decoder == "model":
             index._append(codes.database, ids, None)
@@ -345,7 +360,8 @@ class SGHIndex:
         split = _run_split(run, len(codes.database))
         database = np.asarray(split.database, np.float32)
         if decoder == "bytes":
-            index.train(np.asarray(split.train, np.float32))
+            if not index.is_trained:
+                index.train(np.asarray(split.train, np.float32))
             index.add(database, ids)
             return index
         index.train(database)
@@ -410,6 +426,27 @@ class SGHIndex:
         self._codes = np.insert(self._codes, at, codes, axis=0)
         self._ids = np.insert(self._ids, at, ids)
         self._engines.clear()
+
+
+def _checked_encoding(encoding: str | None, decoder: str, nlist: int | None,
+                      validated: str) -> str | None:
+    """How far an index's byte-decoder codes go: ``encoding``, or by default the model's
+    ``validated`` choice, or local search in inverted lists (their decoder of residuals is
+    fitted by `train`, which no validation measured); None with ``decoder="model"``."""
+    if decoder != "bytes":
+        if encoding is not None:
+            raise ValueError(f"encoding={encoding!r} says how far the byte decoder's codes go; "
+                             "an index with decoder='model' stores the encoder's own codes: "
+                             "accepted: decoder='bytes', or no encoding")
+        return None
+    if encoding is None:
+        return validated if nlist is None else "local_search"
+    Encoding.named(encoding)  # a ValueError naming what is accepted
+    if nlist is not None and encoding == "encoder":
+        raise ValueError("encoding='encoder' with nlist: items in inverted lists are coded as "
+                         "residuals to their list's centroid, which the encoder never saw; "
+                         "accepted: icm1 .. icm16, local_search")
+    return encoding
 
 
 def _run_split(run, n_database: int):

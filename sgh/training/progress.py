@@ -58,6 +58,7 @@ class ValidationPoints:
         views.write_code_health(point.database_bits, log.step)
         sample = self.selection.validation.database[:VIEW_SAMPLE]
         views.write_encoder_histograms(self.selection.model, sample, log.step)
+        views.write_byte_decoder_health(self.selection.model, sample, log.step)
         views.write_images(self.selection.model, sample, log.step)
         seconds = time.perf_counter() - started
         self.seconds += seconds

@@ -5,10 +5,12 @@ decoder's (per-bit, or decoded for an mlp decoder) and the joint one at each of 
 for a scan the best per-bit one, for rescoring the best of all. The figure is the Recall K@100 of
 the held-out queries against every other training item (up to `SELECTION_DATABASE`), ties by id:
 on model selection's smaller sample the scores can rank in another order (docs/guide/search.md).
+The same split chooses the byte decoder's encoding (`sgh.training.encoding_choice`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import numpy as np
@@ -23,6 +25,7 @@ from sgh.search.asymmetric import joint_score
 from sgh.search.asymmetric_index import AsymmetricIndex, smallest_by_score_then_id
 from sgh.search.decoded import DecodedRescorer
 from sgh.search.score_set import ScoreSet
+from sgh.training.encoding_choice import EncodingChoice, byte_decoder_choice
 from sgh.training.holdout import ValidationSet
 
 logger = logging.getLogger(__name__)
@@ -43,15 +46,22 @@ def select_scores(model: SGH, validation: ValidationSet | None, train_items: Fea
     """The model's scores, and the kinds the validation split favours (module doc)."""
     per_bit = model.asymmetric_scores(similarity)
     network = model.decoder_network()
+    database = _selection_database(train_items)
+    codes = encode_packed(model, database)
     if validation is None:
         return score_set(model, per_bit, network, similarity, 1.0, "encoder", "encoder",
                          "no validation split (validation.every=0): eval.score=auto is the "
-                         "encoder score, eval.score=joint weighs the decoder's likelihood 1", {})
-    database = _selection_database(train_items)
+                         "encoder score, eval.score=joint weighs the decoder's likelihood 1", {},
+                         byte_decoder_choice(model, per_bit["encoder"], database))
     groundtruth = exact_neighbours(validation.query, database, recall_k, similarity)
-    codes = encode_packed(model, database)
+    bytes_choice = byte_decoder_choice(model, per_bit["encoder"], database, validation.query,
+                                       groundtruth, recall_k)
     figures = _validation_recalls(model, per_bit, network, codes, validation.query,
                                   groundtruth, recall_k, similarity)
+    if figures is None:  # the encoder's is the one per-bit score
+        return score_set(model, per_bit, None, similarity, 1.0, "encoder", "encoder",
+                         "model.decoder=bytes: the encoder score is the one per-bit score; the "
+                         "byte decoder ranks its own codes", {}, bytes_choice)
     weight = max(JOINT_WEIGHTS, key=lambda w: (figures[("joint", w)], -abs(np.log2(w))))
     by_kind = {"encoder": figures[("encoder", None)], "decoder": figures[("decoder", None)],
                "joint": figures[("joint", weight)]}
@@ -72,14 +82,19 @@ def select_scores(model: SGH, validation: ValidationSet | None, train_items: Fea
                 rescore, label, ", ".join(f"{name} {value:.4f}" for name, value in
                                            validation_figures.items()))
     return score_set(model, per_bit, network, similarity, weight, chosen, rescore, selection,
-                     validation_figures)
+                     validation_figures, bytes_choice)
 
 
 def score_set(model: SGH, per_bit: dict, network, similarity: str, weight: float, chosen: str,
-              rescore: str, selection: str, validation: dict) -> ScoreSet:
+              rescore: str, selection: str, validation: dict,
+              bytes_choice: EncodingChoice | None) -> ScoreSet:
     """The `ScoreSet` of `per_bit` scores, with the joint one at `weight`, and these choices."""
-    return ScoreSet(with_joint(model, per_bit, weight), chosen, rescore, weight, selection,
-                    validation, similarity, network)
+    scores = ScoreSet(with_joint(model, per_bit, weight), chosen, rescore, weight, selection,
+                      validation, similarity, network)
+    if bytes_choice is None:
+        return scores
+    return dataclasses.replace(scores, byte_decoder=bytes_choice.decoder,
+                               encoding=bytes_choice.encoding, encodings=bytes_choice.figures)
 
 
 def with_joint(model: SGH, per_bit: dict, weight: float) -> dict:
@@ -102,7 +117,10 @@ def _selection_database(train_items: Features) -> np.ndarray:
 def _validation_recalls(model: SGH, per_bit: dict, network, codes: np.ndarray,
                         queries: np.ndarray, groundtruth: np.ndarray, recall_k: int,
                         similarity: str) -> dict:
-    """``{(kind, weight): Recall K@100}`` of each candidate (module doc)."""
+    """``{(kind, weight): Recall K@100}`` of each candidate (module doc); None if the encoder's
+    is the model's one per-bit score."""
+    if network is None and "decoder" not in per_bit:
+        return None
     encoder = AsymmetricIndex(per_bit["encoder"])
     encoder.add(codes)
     if network is None:

@@ -94,11 +94,11 @@ def test_a_codes_file_holds_no_query_features_for_an_asymmetric_ranking(tmp_path
     from sgh.config import EvalConfig
 
     path = _codes_file(tmp_path / "codes.npz")
-    for ranking in ("asymmetric", "rerank"):
+    for ranking in ("asymmetric", "rerank", "bytes"):
         with pytest.raises(UserInputError, match="sgh-eval run=DIR instead of codes=FILE"):
             evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(ranking=ranking)))
     with pytest.raises(UserInputError, match="eval.ranking='nearest' is not known; accepted: "
-                                             "hamming, asymmetric, rerank"):
+                                             "hamming, asymmetric, rerank, bytes"):
         evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(ranking="nearest")))
     with pytest.raises(UserInputError, match="eval.shortlist=0 is impossible"):
         evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(shortlist=0)))
@@ -126,6 +126,30 @@ def test_a_rerank_shortlists_by_the_runs_own_scan_and_says_which(tmp_path, capsy
     assert hamming["ranking"].startswith("rerank: shortlist = Hamming top 100 (ties by id)")
     # The run's scan finds more of the true neighbours than Hamming distance's few levels.
     assert auto["recall10@100"] > hamming["recall10@100"]
+
+
+def test_the_byte_decoder_index_ranks_a_run_as_it_would_serve_it(tmp_path, capsys):
+    # eval.ranking=bytes: the database coded by a byte decoder index of the run and searched by
+    # it; a projection's run gets one fitted on its training features, any encoding is taken.
+    from sgh.config import BaselineConfig, Config, EvalConfig, SyntheticDatasetConfig
+    from tests.helpers import trained
+
+    run_dir, hamming = trained(tmp_path / "itq", Config(
+        dataset=SyntheticDatasetConfig(), model=BaselineConfig(name="itq", bits=16)))
+    assert "byte_decoder_recall10@100" not in hamming  # a baseline's run is not slowed by it
+    scores = {encoding: evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=EvalConfig(
+        ranking="bytes", encoding=encoding))) for encoding in ("auto", "encoder", "flip4")}
+    assert scores["auto"]["ranking"] == ("byte decoder: SGHIndex(decoder='bytes', encoding="
+                                         "'local_search'), its flat scan of every code, ties "
+                                         "by id")
+    assert scores["auto"]["recall10@100"] > scores["encoder"]["recall10@100"]
+    assert scores["auto"]["recall10@100"] > hamming["recall10@100"]
+    assert "ranking: byte decoder: SGHIndex(decoder='bytes'" in capsys.readouterr().out
+    with pytest.raises(UserInputError, match="eval.encoding='icm99' is not known; accepted: "
+                                             "encoder, flip1 .. flip8, icm1 .. icm16, "
+                                             "local_search; or auto"):
+        evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=EvalConfig(
+            ranking="bytes", encoding="icm99")))
 
 
 def test_a_library_warning_reaches_the_user_as_one_warning_line(tmp_path):

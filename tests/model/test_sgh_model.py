@@ -295,6 +295,8 @@ def test_deep_sgh_trains_and_its_weights_round_trip():
 
 @pytest.mark.parametrize("overrides, message", [
     ({"decoder": "mlp", "objective": "released"}, "model.decoder=mlp needs model.objective="),
+    ({"decoder": "bytes", "objective": "released"}, "model.decoder=bytes needs model.objective="),
+    ({"decoder": "table"}, "model.decoder='table' is not known; accepted: linear, mlp, bytes"),
     ({"encoder": "mlp", "encoder_hidden": []}, "model.encoder_hidden is empty"),
     ({"decoder_activation": "swish"}, "model.decoder_activation='swish' is not known"),
     ({"encoder_hidden": [0]}, "model.encoder_hidden=0 is impossible"),

@@ -15,6 +15,7 @@ from sgh.codes import pack_bits
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder, norm_levels
 from sgh.search.lookup_kernels import scan_top_k, sort_heaps
+from sgh.search.posterior_modes import Encoding, posterior_modes, valid_values
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -33,9 +34,18 @@ def _errors(decoder: ByteDecoder, features: np.ndarray, codes: np.ndarray) -> np
 
 def _sign_codes(features: np.ndarray, bits: int, seed: int = 0) -> np.ndarray:
     """An encoder's codes: signs of random projections of the centred features."""
+    return pack_bits(_projections(features, bits, seed) > 0)
+
+
+def _certainty(features: np.ndarray, bits: int, seed: int = 0) -> np.ndarray:
+    """How certain `_sign_codes`' bits are: their projections' magnitudes."""
+    return np.abs(_projections(features, bits, seed)).astype(np.float32)
+
+
+def _projections(features: np.ndarray, bits: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     centred = features - features.mean(axis=0)
-    return pack_bits(centred @ rng.standard_normal((features.shape[1], bits)) > 0)
+    return centred @ rng.standard_normal((features.shape[1], bits))
 
 
 @pytest.fixture(scope="module")
@@ -75,20 +85,21 @@ def test_encoding_never_moves_an_item_away_from_its_features(digits, which):
                "random": ByteDecoder(16, fitted.offset,
                                      fitted.tables + np.random.default_rng(3).normal(
                                          0, 1, fitted.tables.shape).astype(np.float32))}[which]
-    for sweeps, rounds in ((1, 0), (4, 0), (4, 8)):
-        encoded = decoder.encode(x, codes, sweeps=sweeps, rounds=rounds)
+    certainty = _certainty(x, 16)
+    for encoding in ("flip2", "flip4", "icm1", "icm4", "local_search"):
+        encoded = decoder.encode(x, codes, encoding, certainty)
         before, after = _errors(decoder, x, codes), _errors(decoder, x, encoded)
         assert (after <= before + 1e-4 * (1.0 + before)).all()
         assert after.sum() < before.sum()
     # ICM's codes are a fixed point once converged: its sweeps again change nothing.
-    converged = decoder.encode(x, codes, sweeps=50, rounds=0)
-    np.testing.assert_array_equal(decoder.encode(x, converged, sweeps=1, rounds=0), converged)
+    converged = posterior_modes(x - decoder.offset, codes, decoder.tables, valid_values(16), 50)
+    np.testing.assert_array_equal(decoder.encode(x, converged, "icm1"), converged)
 
 
 def test_local_search_only_lowers_each_items_error_and_ignores_the_batching(digits):
     # Each round keeps an item's new code only where its error fell below the ICM mode's.
     x, codes, fitted = digits
-    modes = fitted.encode(x, codes, rounds=0)
+    modes = fitted.encode(x, codes, "icm4")
     searched = fitted.encode(x, codes)
     before, after = _errors(fitted, x, modes), _errors(fitted, x, searched)
     assert (after <= before + 1e-4 * (1.0 + before)).all()
@@ -99,6 +110,41 @@ def test_local_search_only_lowers_each_items_error_and_ignores_the_batching(digi
     np.testing.assert_array_equal(halves, searched)
     order = np.random.default_rng(0).permutation(len(x))
     np.testing.assert_array_equal(fitted.encode(x[order], codes[order]), searched[order])
+
+
+def test_flips_change_only_the_least_certain_bits_and_ignore_the_batching(digits):
+    x, codes, fitted = digits
+    certainty = _certainty(x, 16)
+    bits = np.unpackbits(codes, axis=1).astype(bool)
+    # Each byte's 3 least certain bits (ties: the earlier), the only ones flip3 may change.
+    ranks = np.argsort(np.argsort(certainty.reshape(len(x), 2, 8), axis=2, kind="stable"),
+                       axis=2, kind="stable").reshape(len(x), 16)
+    flipped = np.unpackbits(fitted.encode(x, codes, "flip3", certainty), axis=1).astype(bool)
+    changed = flipped != bits
+    assert changed.any() and not (changed & (ranks >= 3)).any()
+    # Two sweeps over a byte's 8 flips, or over all 256 values: flip8 searches as icm2 does.
+    icm2 = _errors(fitted, x, fitted.encode(x, codes, "icm2"))
+    flip8 = _errors(fitted, x, fitted.encode(x, codes, "flip8", certainty))
+    np.testing.assert_allclose(flip8, icm2, rtol=1e-4, atol=1e-3)
+    halves = np.concatenate([fitted.encode(x[:700], codes[:700], "flip4", certainty[:700]),
+                             fitted.encode(x[700:], codes[700:], "flip4", certainty[700:])])
+    np.testing.assert_array_equal(halves, fitted.encode(x, codes, "flip4", certainty))
+
+
+@pytest.mark.parametrize("name", ["encoder", "flip0", "flip9", "icm0", "icm17", "icm", "ICM1",
+                                  "local-search", "", None, 4])
+def test_encodings_are_named_or_refused_in_one_line(name):
+    if name == "encoder":
+        assert Encoding.named(name) == Encoding("encoder")
+        return
+    with pytest.raises(ValueError, match=r"is not known; accepted: encoder, flip1 \.\. flip8"):
+        Encoding.named(name)
+
+
+def test_flips_need_the_encoders_certainty(digits):
+    x, codes, fitted = digits
+    with pytest.raises(ValueError, match="flips the encoder's least certain bits"):
+        fitted.encode(x, codes, "flip4")
 
 
 def test_norm_levels_are_faiss_own_8_bit_norm_codes(digits):
@@ -242,14 +288,17 @@ def test_padding_bits_are_never_set_and_their_table_entries_stay_zero(digits, bi
     assert not decoder.tables[-1][unused].any()
     assert decoder.tables[-1][~unused].any()
     for start in (codes, decoder.encode(x, codes)):
-        encoded = decoder.encode(x, start, sweeps=4)
+        encoded = decoder.encode(x, start, "icm4")
         assert not (encoded[:, -1] & padding).any()
         assert len(np.unique(encoded[:, -1])) > 1  # the last byte's used bits do vary
     # Unused entries that would fit better than every used one are still never chosen.
     tempting = decoder.tables.copy()
     tempting[-1][~unused] *= 100.0
     greedy = dataclasses.replace(decoder, tables=tempting)
-    assert not (greedy.encode(x, codes, sweeps=4)[:, -1] & padding).any()
+    assert not (greedy.encode(x, codes, "icm4")[:, -1] & padding).any()
+    # flip<T> never sets them either, with more flips than the last byte has bits.
+    weights = np.abs(_certainty(x, bits))
+    assert not (greedy.encode(x, codes, "flip8", weights)[:, -1] & padding).any()
 
 
 def test_its_arrays_read_back_exactly(digits, tmp_path):
@@ -325,7 +374,7 @@ def test_a_subspace_decoder_scores_as_its_tables_in_full_coordinates(digits):
     np.testing.assert_allclose(subspace.squared_norms(codes), full.squared_norms(codes),
                                rtol=1e-5)
     np.testing.assert_allclose(subspace.decode(codes), full.decode(codes), atol=1e-4)
-    encoded = subspace.encode(x, codes, rounds=0)
+    encoded = subspace.encode(x, codes, "icm4")
     best = np.argmin(((x[:, None] - full.decode(np.arange(256, dtype=np.uint8)[:, None])[None])
                       ** 2).sum(-1), axis=1)
     # One byte: ICM's single step is exact, so the codes are each item's nearest table entry.

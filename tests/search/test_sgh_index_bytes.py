@@ -169,7 +169,7 @@ def test_no_queries_or_no_items_give_empty_results_in_every_layout(digits):
 def test_repr_padding_and_removal(digits, tmp_path):
     _, base, queries, index = digits
     assert repr(index) == (f"SGHIndex(16 bits, {len(base)} items, mode='scan', "
-                           f"decoder='bytes', model {index.fingerprint})")
+                           f"decoder='bytes', encoding='local_search', model {index.fingerprint})")
     small = SGHIndex.load(index.save(tmp_path / "index"))  # a copy, trained
     kept = ID_OFFSET + np.array([7, 3, 11, 5, 9])
     assert small.remove_ids(np.setdiff1d(ID_OFFSET + np.arange(len(base)), kept)) \
