@@ -10,7 +10,9 @@ as its residual to its list's centroid.
 Features are encoded by the encoder's own score: a bit is 1 where its encoder weight is <= 0, in
 float64 (a logit within float32 rounding of 0 may give a bit unlike the TensorFlow encoder's).
 Codes carry the model's fingerprint (`sgh.codes.model_fingerprint`): codes, scores and saved
-indexes of different models are refused, never searched together.
+indexes of different models are refused, never searched together; so are features unlike those
+the model recorded (`_features`, every entry point) and a saved index.npz that is not as `save`
+wrote it (`sgh.search.saved_index_checks`).
 """
 
 from __future__ import annotations
