@@ -154,6 +154,8 @@ class SGHIndex:
         if self.nlist is not None and len(x) < self.nlist:
             raise ValueError(f"train: {len(x)} points for nlist={self.nlist} lists; accepted: "
                              "at least one point per list")
+        if self.decoder == "bytes" and not len(x):
+            raise ValueError("train: no points to fit the byte decoder on; accepted: at least one")
         self._engines = {}
         if self.nlist is not None:
             import faiss

@@ -194,6 +194,8 @@ def test_saving_an_untrained_index_is_refused_and_an_empty_one_round_trips(unit_
         with pytest.raises(ValueError, match=f"{what}: call index.train"):
             index.save(tmp_path / "untrained")
         assert not (tmp_path / "untrained").exists()
+    with pytest.raises(ValueError, match="^train: no points to fit the byte decoder on"):
+        SGHIndex(scores, decoder="bytes").train(x[:0])  # numpy's LinAlgError, with warnings
     empty = SGHIndex.load(SGHIndex(scores).save(tmp_path / "empty"))
     assert empty.ntotal == 0 and (empty.search(x[:2], 3)[1] == -1).all()
     listed = SGHIndex(scores, nlist=4)
