@@ -204,6 +204,19 @@ def test_a_deep_model_runs_resumes_and_exports_through_the_pipeline(tmp_path, ca
     with caplog.at_level(logging.INFO, logger="sgh"):
         again = run(_config(*DEEP), tmp_path)  # the same command: nothing to do
     assert "holds this run, finished" in caplog.text and again == metrics
+    # eval.score=decoder: an mlp decoder has no templates hT + t to scan: refused, saying what
+    # ranks by it (a shortlist decoded), and that ranking names the mlp decoder.
+    from sgh.cli.evaluate import evaluate_codes
+    from sgh.config import EvalCommandConfig, EvalConfig
+
+    with pytest.raises(UserInputError, match="eval.score=decoder: the run has no per-bit "
+                                             "decoder score .*model.decoder=mlp has no per-bit "
+                                             "form.*accepted: eval.ranking=rerank"):
+        evaluate_codes(EvalCommandConfig(run=str(tmp_path), eval=EvalConfig(
+            ranking="asymmetric", score="decoder")))
+    decoded = evaluate_codes(EvalCommandConfig(run=str(tmp_path), eval=EvalConfig(
+        ranking="rerank", score="decoder", shortlist=40)))["ranking"]
+    assert "rescored by the decoder (mlp)" in decoded and "hT + t" not in decoded
 
 
 @pytest.mark.slow

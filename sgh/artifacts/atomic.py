@@ -10,6 +10,7 @@ replaced is decided in one place, `refuse_to_replace`.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import fnmatch
 import json
@@ -56,13 +57,17 @@ class DirectoryKind:
     required: frozenset[str]
     optional: frozenset[str] = frozenset()
     optional_patterns: tuple[str, ...] = ()  # shell patterns of optional names (event files)
+    # A file `atomic_directory` puts in every one it writes: the writer's mark, where names
+    # alone could be a user's (a folder of files named index.npz and scores.npz, say).
+    marker: str | None = None
 
     def holds(self, directory: Path) -> bool:
         names = {entry.name for entry in directory.iterdir()}
-        extra = {name for name in names - self.required - self.optional
+        marked = {self.marker} if self.marker else set()
+        extra = {name for name in names - self.required - self.optional - marked
                  if not any(fnmatch.fnmatchcase(name, pattern)
                             for pattern in self.optional_patterns)}
-        return self.required <= names and not extra
+        return self.required | marked <= names and not extra
 
 
 def refuse_to_replace(path: str | os.PathLike, kind: FileKind | DirectoryKind,
@@ -96,11 +101,17 @@ def refuse_to_replace(path: str | os.PathLike, kind: FileKind | DirectoryKind,
     if not path.is_dir():
         raise UserInputError(f"{named} is a file, and {kind.what} is a directory: a file is "
                              f"never replaced by a directory; {accepted}")
-    entries = sorted(entry.name for entry in path.iterdir())
-    if entries and not kind.holds(path):
+    try:
+        entries = sorted(entry.name for entry in path.iterdir())
+        ours = not entries or kind.holds(path)
+    except FileNotFoundError:  # moved aside this instant by another writer: nothing to replace
+        return
+    if not ours:
+        unmarked = (f"; no {kind.marker}, the mark of one, is there" if kind.marker
+                    and kind.marker not in entries else "")
         raise UserInputError(
-            f"{named} holds files that are not {kind.what} ({first_few(entries)}), which writing "
-            f"there would delete; {accepted}")
+            f"{named} holds files that are not {kind.what} ({first_few(entries)}{unmarked}), "
+            f"which writing there would delete; {accepted}")
 
 
 def staging_names_of(path: Path) -> str:
@@ -212,6 +223,8 @@ def atomic_directory(path: str | os.PathLike, replaces: DirectoryKind | None = N
         refuse_to_replace(path, replaces)
     with staging(path, directory=True) as temporary:
         yield temporary
+        if replaces is not None and replaces.marker:
+            (temporary / replaces.marker).write_text(f"written by sgh: {replaces.what}\n")
         os.chmod(temporary, _umask_mode(0o777))
         if replaces is not None:  # again: something may have been put there while writing
             refuse_to_replace(path, replaces)
@@ -219,20 +232,41 @@ def atomic_directory(path: str | os.PathLike, replaces: DirectoryKind | None = N
 
 
 def _swap_in(new: Path, path: Path) -> None:
-    if not path.exists() and not path.is_symlink():
-        os.replace(new, path)
-        return
-    # The old version, moved aside under a temporary's name, stays locked until it is deleted:
-    # another writer's clean-up takes only an abandoned one.
-    descriptor = lock_or_none(path, blocking=True)
-    aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}.tmp")
+    """Rename `new` onto `path`, an old version moved aside first. Another writer of `path` at
+    the same moment: the one whose rename comes first wins; this one gets one line."""
+    while True:
+        if not path.exists() and not path.is_symlink():
+            _rename_unless_taken(new, path)
+            return
+        # The old version, moved aside under a temporary's name, stays locked until it is
+        # deleted: another writer's clean-up takes only an abandoned one.
+        descriptor = lock_or_none(path, blocking=True)
+        aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            try:
+                os.replace(path, aside)
+            except FileNotFoundError:  # another writer moved it aside this instant: look again
+                continue
+            try:
+                _rename_unless_taken(new, path)
+            finally:
+                delete_path(aside)
+            return
+        finally:
+            if descriptor is not None:
+                os.close(descriptor)
+
+
+def _rename_unless_taken(new: Path, path: Path) -> None:
     try:
-        os.replace(path, aside)
         os.replace(new, path)
-        delete_path(aside)
-    finally:
-        if descriptor is not None:
-            os.close(descriptor)
+    except OSError as error:  # another writer's directory took the name since it was free
+        if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise UserInputError(f"{path} was written by another process while this one was "
+                             "writing it (two writers of one output at once); it is left as "
+                             "that one wrote it and this result is dropped; run this again to "
+                             "replace it, or write elsewhere") from None
 
 
 def write_bytes(path: str | os.PathLike, data: bytes, replaces: FileKind = ANY_FILE) -> None:

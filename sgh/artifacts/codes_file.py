@@ -10,10 +10,16 @@
 
 At least one kind of relevance (labels or ground truth) must be present. `load_codes` reports
 every problem as one `UserInputError` line naming the file and the key.
+
+`sgh-encode` writes codes alone, as ``OUT.npy`` (a .npy has no room for more), and their record
+beside it, ``OUT.npy.json`` (`record_path`): ``written_by: sgh-encode``, ``fingerprint``, ...;
+`encoded_codes` reads them back only where the record names the model expected.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +29,7 @@ from sgh.artifacts.atomic import atomic_file
 from sgh.codes import stored_bits
 from sgh.data.npz_file import groundtruth as checked_groundtruth
 from sgh.data.npz_file import open_npz
-from sgh.data.vector_files import refuse_special_file
+from sgh.data.vector_files import open_vectors, refuse_special_file
 from sgh.errors import UserInputError
 
 
@@ -154,3 +160,37 @@ def refuse_another_models_scores(codes: SavedCodes, scores, scores_path) -> None
         raise UserInputError(f"{codes.path} (model {codes.fingerprint}) and {scores_path} (model "
                              f"{scores.fingerprint}) come from different models; accepted: the "
                              "codes.npz and asymmetric.npz of one sgh-train run")
+
+
+def record_path(out: str | os.PathLike) -> Path:
+    """Where the record of `sgh-encode`'s codes at `out` goes: `codes.npy` -> `codes.npy.json`."""
+    return Path(f"{out}.json")
+
+
+def encoded_codes(path: str | os.PathLike, fingerprint: str, bits: int) -> np.ndarray:
+    """The packed codes `sgh-encode` wrote to `path`, if its record says that the model of
+    ``fingerprint`` made them; UserInputError otherwise (no record, no model named in it,
+    another model, codes not as recorded), as codes that cannot be checked are not used."""
+    path, record = Path(path), record_path(path)
+    try:
+        written = json.loads(record.read_text())
+    except (OSError, ValueError):
+        written = None
+    if not isinstance(written, dict) or written.get("written_by") != "sgh-encode":
+        raise UserInputError(f"{path}: no record of sgh-encode beside it ({record.name}), so "
+                             "nothing says which model made these codes; accepted: codes "
+                             "sgh-encode wrote with their record, or a codes.npz of sgh-train")
+    made_by = written.get("fingerprint")
+    if made_by != fingerprint:
+        why = (f"come from model {made_by}, this index's is {fingerprint}" if made_by
+               else "name no model (the run had no asymmetric.npz), so they cannot be checked")
+        raise UserInputError(f"{path}: its record ({record.name}) says these codes {why}; "
+                             "accepted: codes of this index's model (sgh-encode run=RUN of the "
+                             "run it was built from)")
+    vectors = open_vectors(path)
+    if vectors.dtype != np.uint8 or list(vectors.shape) != written.get("shape") \
+            or vectors.shape[1] != -(-bits // 8):
+        raise UserInputError(f"{path}: holds {vectors.dtype} of shape {vectors.shape}, but its "
+                             f"record {written.get('shape')} packed codes of {bits} bits; the "
+                             "file was replaced since sgh-encode wrote it: encode it again")
+    return vectors.read(0, len(vectors))

@@ -35,8 +35,8 @@ def finished_as_configured(run_directory: RunDirectory, config: Config, previous
 
 def refuse_to_record_a_finished_run_again(run_directory: RunDirectory, config: Config) -> None:
     """Refuse to run a finished run again under other settings: another configuration is another
-    run; other evaluation settings of a baseline are a re-scoring (`sgh-eval ... out=FILE`). An
-    SGH run's checkpoints keep its training, so other `eval.*` only evaluate it again."""
+    run; other evaluation settings are a re-scoring (`sgh-eval ... out=FILE`), for any method:
+    evaluated again in place, its metrics.json and config.yaml would be replaced."""
     recorded = run_directory.previous_config()
     if recorded is None:
         return
@@ -49,8 +49,6 @@ def refuse_to_record_a_finished_run_again(run_directory: RunDirectory, config: C
             f"({first_few(differences, _DIFFERENCES_SHOWN)}), and finished work is never "
             "recorded again; accepted: its own settings (its results are shown, nothing is "
             "written), or a new hydra.run.dir for this run")
-    if METHODS[config.model.name].uses_tensorflow:
-        return
     evaluation = configuration_differences({"eval": recorded.get("eval")},
                                            {"eval": current["eval"]})
     if evaluation:

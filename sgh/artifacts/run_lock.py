@@ -186,3 +186,28 @@ def _take_or_refuse(descriptor: int, run_dir: Path, if_busy: str) -> None:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise UserInputError(f"{run_dir} is in use by {_holder(descriptor)}; {if_busy}") from None
+
+
+def refuse_a_run_being_written(run_dir: str | os.PathLike, missing: str,
+                               key: str = "run") -> None:
+    """UserInputError when `run_dir` lacks `missing` (a file its run writes at the end) because
+    a process holds its lock (a run still training): say so and who, not that the run is not
+    one. Looked at only where the file is missing: a look takes the lock for an instant."""
+    lock_file = Path(run_dir) / LOCK_FILE
+    try:  # its holder writes its details after taking it, and empties the file on release
+        descriptor = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        if os.fstat(descriptor).st_size == 0:
+            return
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return  # nobody holds it: the details of a killed holder
+        except OSError:
+            holder = _holder(descriptor)
+    finally:
+        os.close(descriptor)
+    raise UserInputError(f"{key}={run_dir} is still being written by {holder}, which writes its "
+                         f"{missing} when it finishes (a run still training); wait for it to "
+                         "finish, then run this command again")

@@ -20,8 +20,10 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import FileKind, atomic_file, refuse_to_replace, write_bytes
+from sgh.artifacts.codes_file import record_path
 from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_lock import refuse_a_run_being_written
 from sgh.artifacts.run_outputs import refuse_a_run_file, refuse_a_runs_input
 from sgh.cli.input_scale import (
     needs_unit_range,
@@ -33,17 +35,11 @@ from sgh.cli.input_scale import (
 from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import INPUT_SCALES, EncodeCommandConfig
-from sgh.data.feature_conversion import as_float32_features
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError, check_choice, check_int
 from sgh.model.quiet_tensorflow import import_tensorflow
 
 register_configs()
-
-
-def record_path(out: str | os.PathLike) -> Path:
-    """Where the record of the codes at `out` goes: `codes.npy` -> `codes.npy.json`."""
-    return Path(f"{out}.json")
 
 
 def _is_a_record(path: Path) -> bool:
@@ -94,6 +90,10 @@ def _check_arguments(config: EncodeCommandConfig) -> None:
 def encode_file(config: EncodeCommandConfig) -> dict:
     """Encode `config.input` to `config.out`; print and return a summary."""
     _check_arguments(config)
+    if config.run is not None:  # sgh-train exports the encoder when the run finishes
+        run = RunDirectory(config.run, create=False)
+        if not run.encoder.is_dir():
+            refuse_a_run_being_written(run.path, f"{run.encoder.name}/")
     vectors = open_vectors(config.input, config.key)
     # Nothing is compared without a record (an encoder copied elsewhere, an older run, angular).
     run_dir = _run_dir(config)
@@ -103,8 +103,8 @@ def encode_file(config: EncodeCommandConfig) -> dict:
     if needs_unit_range(training, vectors.dtype):
         # The first batch now, before the TensorFlow import; every batch as it is encoded.
         rows = vectors.read(0, min(len(vectors), config.batch_size))
-        refuse_unscaled_rows(as_float32_features(rows, vectors.path, vectors.key)[0],
-                             vectors.dtype, training, vectors.where, 0)
+        refuse_unscaled_rows(scaled(rows, vectors, 0, config.input_scale)[0], vectors.dtype,
+                             training, vectors.where, 0)
     # Only now, so that bad arguments and files fail before TensorFlow's import.
     import_tensorflow()
     from sgh.model.export import load_encoder, run_encoder_path

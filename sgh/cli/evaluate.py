@@ -17,12 +17,12 @@ from sgh.artifacts.atomic import write_json
 from sgh.artifacts.codes_file import load_codes, refuse_another_models_scores
 from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
-from sgh.artifacts.run_inputs import changed_inputs, describe_inputs
+from sgh.artifacts.run_lock import refuse_a_run_being_written
 from sgh.artifacts.run_outputs import refuse_a_run_file
+from sgh.artifacts.run_split import recorded_split
 from sgh.cli.out_file_command import run_out_file_command, writing_out
 from sgh.cli.schemas import CONFIG_PATH, register_configs
-from sgh.config import EvalCommandConfig, EvalConfig, dataset_config_from, validate_eval
-from sgh.data import input_files, load_split
+from sgh.config import EvalCommandConfig, EvalConfig, validate_eval
 from sgh.errors import UserInputError
 from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score
@@ -40,6 +40,7 @@ def evaluate_codes(config: EvalCommandConfig) -> dict:
     if config.run is not None:
         run = RunDirectory(config.run, create=False)
         if not run.codes.is_file():
+            refuse_a_run_being_written(run.path, run.codes.name)
             raise UserInputError(f"run={run.path}: no {run.codes.name} there; expected an "
                                  "sgh-train run directory")
         codes_path, out = run.codes, config.out or run.eval_file
@@ -92,25 +93,9 @@ def _check_output(out: Path, codes_path: Path, run_dir: Path | None) -> None:
 
 def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
     """The asymmetric or rescored ranking of a finished run, and its similarity."""
+    split = recorded_split(run, f"eval.ranking={config.ranking}",
+                           {part: len(getattr(codes, part)) for part in ("query", "database")})
     previous = run.previous_config()
-    if previous is None or "dataset" not in previous:
-        raise UserInputError(f"run={run.path}: no readable config.yaml; eval.ranking="
-                             f"{config.ranking} reads the run's dataset from it")
-    dataset = dataset_config_from(previous["dataset"])
-    split = load_split(dataset)
-    recorded = run.previous_inputs()
-    changes = [] if recorded is None else changed_inputs(recorded,
-                                                          describe_inputs(input_files(dataset)))
-    if changes:
-        raise UserInputError(
-            f"run={run.path} was trained on other data ({'; '.join(changes)}), and "
-            f"eval.ranking={config.ranking} reads its features again; put the file back as it "
-            "was, or train a new run on it as it is now")
-    for part in ("query", "database"):
-        if len(getattr(split, part)) != len(getattr(codes, part)):
-            raise UserInputError(f"run={run.path}: its dataset now has {len(getattr(split, part))} "
-                                 f"{part} items, its codes {len(getattr(codes, part))}; the "
-                                 "dataset changed since the run: train again")
     scores, without = None, ""
     if run.asymmetric_score.is_file():
         try:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from sgh.artifacts.run_directory import RunDirectory
-from sgh.artifacts.run_lock import run_lock
+from sgh.artifacts.run_lock import refuse_a_run_being_written, run_lock
 from sgh.cli.boundary import exit_on_failure
 from sgh.errors import UserInputError
 from sgh.model.quiet_tensorflow import import_tensorflow
@@ -20,6 +20,8 @@ def export_run(run_dir: str | os.PathLike) -> Path:
     from sgh.model.export import export_encoder, restore_run_model  # TensorFlow
 
     run = RunDirectory(run_dir, create=False)
+    if not run.metrics.is_file():  # sgh-train writes it last
+        refuse_a_run_being_written(run.path, run.metrics.name)
     angular = run.read_metrics().get("similarity") == "angular"
     with run_lock(run.path, program="sgh-export",
                   if_busy="wait for it to finish, then export again",

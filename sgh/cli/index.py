@@ -121,12 +121,17 @@ def build(settings: dict) -> SGHIndex:
                              settings["decoder"], settings["encoding"])
         except ValueError as error:
             raise UserInputError(str(error)) from None
-        if not index.is_trained:
-            index.train(_training_sample(settings, index))
-        started = time.perf_counter()
-        for start, total, rows in _batches(settings, index, f"run={run.path}"):
-            index.add(rows, ids=np.arange(start, start + len(rows)))
-            _progress("added", start + len(rows), total, started)
+        try:  # the vectors' values (off scale, overflowing float32): one line
+            if not index.is_trained:
+                index.train(_training_sample(settings, index))
+            started = time.perf_counter()
+            for start, total, rows in _batches(settings, index, f"run={run.path}"):
+                index.add(rows, ids=np.arange(start, start + len(rows)))
+                _progress("added", start + len(rows), total, started)
+        except UserInputError:
+            raise
+        except ValueError as error:
+            raise UserInputError(f"input={settings['input']}: {error}") from None
     index.save(out)
     print(f"[sgh] wrote {out}: {index!r}")
     return index
@@ -138,6 +143,10 @@ def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
     wanted = max(FIT_ROWS if index.decoder == "bytes" else 0, 256 * (index.nlist or 0))
     sample = []
     for start, total, rows in _batches(settings, index, f"run={settings['run']}"):
+        if index.nlist is not None and total < index.nlist:
+            raise UserInputError(f"input={settings['input']} has {total} vectors for nlist="
+                                 f"{index.nlist} lists; accepted: nlist <= {total} (at least "
+                                 "one vector per list)")
         stride = max(1, total // wanted)
         sample.append(rows[(-start) % stride :: stride])
     return np.concatenate(sample)[:wanted]

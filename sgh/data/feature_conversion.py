@@ -69,3 +69,19 @@ def as_float32_features(rows: np.ndarray, path, key: str | None, first_row: int 
             f"{where} has {len(bad)} NaN/Inf values (first at row {first_row + row}, column "
             f"{column}: {shown}) in {span} read as float32; clean the features before training")
     return converted, conversion_of(dtype)
+
+
+def refuse_outside_unit_range(features: np.ndarray, conversion: str | None, where: str,
+                              trained: str, advice: str, first_row: int = 0) -> None:
+    """The one rule of a model's input scale: a model that saw uint8 / 255 saw features in
+    [0, 1], so float features beyond it (raw pixels, 255 times off) are refused, naming the
+    first value; ``advice`` says how to convert, in the caller's terms. Nothing else is checked:
+    other conversions keep the values as stored, whose range nothing records."""
+    if conversion != UINT8_CONVERSION or features.size == 0 or (
+            features.min() >= 0 and features.max() <= 1):
+        return  # min and max: a fraction of the cost of locating the first value outside
+    row, column = np.argwhere(~((features >= 0) & (features <= 1)))[0]
+    raise UserInputError(
+        f"{where} has values outside [0, 1] (first at row {first_row + row}, column {column}: "
+        f"{features[row, column]:g}) but {trained} was trained on uint8 features divided by "
+        f"255; {advice}")

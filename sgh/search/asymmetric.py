@@ -36,6 +36,8 @@ from sgh.config import SCORE_KINDS
 from sgh.data.similarity import SIMILARITIES
 from sgh.errors import one_line
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 # Why a deep SGH's decoder has no per-bit score (the refusals' wording).
 ASYMMETRIC_NEEDS_LINEAR_DECODER = ("model.decoder=mlp has no per-bit form: its reconstruction "
                                    "is not a sum over the bits")
@@ -140,7 +142,16 @@ class AsymmetricScore:
         weights = queries.astype(np.float64) @ self.query_projection.astype(np.float64)
         if self.network is not None:
             weights += self.network.weights(queries)
-        return (weights + self.query_offset).astype(np.float32)
+        weights += self.query_offset
+        # Every table entry and score sums some of a row's weights: bounded by all of them.
+        reach = np.abs(weights).sum(axis=1)
+        if not (reach <= FLOAT32_MAX).all():  # NaN: not <=
+            row = int(np.argmax(~(reach <= FLOAT32_MAX)))
+            raise ValueError(f"row {row} of the features: its scores overflow float32 (its bit "
+                             f"weights sum to {reach[row]:.3g} in magnitude): features far "
+                             "beyond the scale the model was trained on; scale them as its "
+                             "training features were")
+        return weights.astype(np.float32)
 
     def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
         """``(nq, code_bytes, 256)`` float32: table ``[q, j, v]`` = the weight sum of the bits
@@ -388,11 +399,19 @@ def joint_score(encoder: AsymmetricScore, decoder: AsymmetricScore, weight: floa
 
 
 def check_queries(queries: np.ndarray, dim: int, name: str = "queries") -> np.ndarray:
-    """Real ``(nq, dim)`` features without NaN/Inf, else ValueError naming ``name``."""
+    """Real ``(nq, dim)`` features, finite as float32 (the scores' type), else ValueError
+    naming ``name`` and the first value at fault."""
     queries = np.asarray(queries)
     if queries.ndim != 2 or queries.shape[1] != dim or queries.dtype.kind not in "fiu":
         raise ValueError(f"{name} must be real features of shape (n, {dim}), got dtype "
                          f"{queries.dtype} and shape {queries.shape}")
-    if queries.dtype.kind == "f" and not np.isfinite(queries).all():
-        raise ValueError(f"{name} hold NaN or infinite values")
+    # float32 is in range where finite; a wider float's finite value may be beyond it.
+    if queries.dtype.kind == "f" and queries.size and not (
+            np.isfinite(queries).all() if queries.dtype == np.float32 else
+            -FLOAT32_MAX <= queries.min() and queries.max() <= FLOAT32_MAX):  # NaN: False
+        row, column = np.argwhere(~(np.abs(queries) <= FLOAT32_MAX))[0]
+        value = queries[row, column]
+        beyond = ", beyond float32's range" if np.isfinite(value) else ""
+        raise ValueError(f"{name} hold NaN or infinite values as float32 (first at row {row}, "
+                         f"column {column}: {value:g}{beyond}); accepted: finite features")
     return queries

@@ -28,7 +28,7 @@ from sgh.search.faiss_files import read_binary_index, write_binary_index
 MISSING_DISTANCE = np.iinfo(np.int32).max  # faiss's D for k > ntotal
 MISSING_ID = -1  # faiss's I for k > ntotal
 
-def _check_ids(ids, n: int) -> np.ndarray:
+def check_ids(ids, n: int) -> np.ndarray:
     """``ids`` as a fresh ``(n,)`` int64 array; ValueError quoting what is wrong."""
     ids = np.asarray(ids)
     if ids.ndim != 1 or len(ids) != n or (ids.dtype.kind not in "iu" and ids.size):
@@ -78,7 +78,7 @@ class HammingIndex:
             raise ValueError(f"give ids for every add or for none: earlier adds {earlier}, "
                              f"this one {'has ids' if has_ids else 'has none'}")
         if has_ids:
-            ids = _check_ids(ids, len(codes))
+            ids = check_ids(ids, len(codes))
         self._has_ids = has_ids
         if len(codes):
             self._chunks.append(codes.copy())
@@ -181,7 +181,7 @@ class HammingIndex:
             raise ValueError(f"{path}: key 'codes': {error}") from error
         ids = arrays.get("ids")  # absent in files without ids
         try:
-            index.add(codes, ids=None if ids is None else _check_ids(ids, len(codes)))
+            index.add(codes, ids=None if ids is None else check_ids(ids, len(codes)))
         except ValueError as error:
             raise ValueError(f"{path}: key 'ids': {error}") from error
         return index

@@ -15,6 +15,7 @@ import numpy as np
 from sgh.codes import as_words, popcount
 from sgh.data.streamed_features import Features, iter_chunks, take_rows
 from sgh.errors import UserInputError
+from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import FIT_ROWS
 from sgh.search.score_set import ScoreSet
@@ -209,7 +210,11 @@ def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarr
         try:
             kind = scores.kind_for(config.score, "asymmetric" if scan else "rerank")
         except ValueError as error:
-            raise UserInputError(str(error)) from None
+            # An mlp decoder's kinds exist, decoded: never a scan's (no templates hT + t).
+            decoded = scan and scores.decoder is not None and config.score in ("decoder", "joint")
+            why = (f"; {ASYMMETRIC_NEEDS_LINEAR_DECODER}, so it ranks a shortlist by decoding "
+                   "it: accepted: eval.ranking=rerank, or eval.score=encoder" if decoded else "")
+            raise UserInputError(str(error) + why) from None
     if scan:
         score = scores.scores[kind]
         index = AsymmetricIndex(score)

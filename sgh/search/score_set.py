@@ -225,16 +225,22 @@ class ScoreSet:
     @classmethod
     def of_run(cls, run) -> ScoreSet:
         """A finished run's scores (a `RunDirectory`), with the conversion its features had;
-        UserInputError in one line when it lacks its codes or scores, or they are damaged."""
+        UserInputError in one line when it lacks its codes or scores, they are damaged, or they
+        are of two models (another run's asymmetric.npz copied in)."""
+        from sgh.artifacts.codes_file import load_codes, refuse_another_models_scores
+        from sgh.artifacts.run_lock import refuse_a_run_being_written
+
         for needed in (run.codes, run.asymmetric_score):
             if not needed.is_file():
+                refuse_a_run_being_written(run.path, needed.name)
                 raise UserInputError(f"{run.path}: no {needed.name} there; expected a finished "
                                      "sgh-train run of SGH, ITQ, PCAH or LSH")
         try:
-            return dataclasses.replace(cls.load(run.asymmetric_score),
-                                       feature_conversion=run.feature_conversion)
+            scores = cls.load(run.asymmetric_score)
         except ValueError as error:
             raise UserInputError(str(error)) from None
+        refuse_another_models_scores(load_codes(run.codes), scores, run.asymmetric_score)
+        return dataclasses.replace(scores, feature_conversion=run.feature_conversion)
 
     @classmethod
     def load_score(cls, path: str | os.PathLike, kind: str | None = None) -> AsymmetricScore:

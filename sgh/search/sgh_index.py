@@ -12,7 +12,9 @@ as in faiss's IVF-PQ, it is coded as its residual to its list's centroid.
 Features are encoded by the encoder's own score: a bit is 1 where its encoder weight is <= 0, in
 float64 (a logit within float32 rounding of 0 may give a bit unlike the TensorFlow encoder's).
 Codes carry the model's fingerprint (`sgh.codes.model_fingerprint`): codes, scores and saved
-indexes of different models are refused, never searched together.
+indexes of different models are refused, never searched together; so are features unlike those
+the model recorded (`_features`, every entry point) and a saved index.npz that is not as `save`
+wrote it (`sgh.search.saved_index_checks`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts.atomic import DirectoryKind, atomic_directory
-from sgh.artifacts.codes_file import load_codes, refuse_another_models_scores
+from sgh.artifacts.codes_file import encoded_codes, load_codes, refuse_another_models_scores
 from sgh.codes import pack_bits, validate_codes
-from sgh.data.feature_conversion import UINT8_CONVERSION
+from sgh.data.feature_conversion import UINT8_CONVERSION, refuse_outside_unit_range
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.similarity import unit_normalised
 from sgh.errors import UserInputError, check_int
@@ -33,9 +35,10 @@ from sgh.search.asymmetric import AsymmetricScore, check_queries
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import ByteDecoder
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
-from sgh.search.hamming_index import HammingIndex
+from sgh.search.hamming_index import HammingIndex, check_ids
 from sgh.search.inverted_table_scan import InvertedTableScan
 from sgh.search.posterior_modes import Encoding
+from sgh.search.saved_index_checks import check_saved_arrays
 from sgh.search.score_set import ScoreSet
 from sgh.search.two_stage import default_shortlist, padded, warn_if_one_score
 
@@ -44,8 +47,10 @@ DECODERS = ("model", "bytes")  # what ranks the codes: the model's scores, or a 
 # The files of a saved index (a directory): faiss opens CODES_FILE with faiss.read_index.
 INDEX_FILE, SCORES_FILE, CODES_FILE = "index.npz", "scores.npz", "codes.faiss"
 _FORMAT = "sgh-index 2"  # 2: a byte decoder's inverted lists hold codes of residuals
+# The mark `save` leaves: a folder that merely holds files of these names is the user's.
 SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CODES_FILE})",
-                       required=frozenset({INDEX_FILE, SCORES_FILE, CODES_FILE}))
+                            required=frozenset({INDEX_FILE, SCORES_FILE, CODES_FILE}),
+                            marker=".sgh-index")
 _ADD_ROWS = 1 << 16  # features encoded (and assigned to lists) at a time by `add`
 _KMEANS_POINTS_PER_LIST = 256  # training points per list for the coarse k-means: faiss's cap
 _BYTE_DECODER = "byte_decoder."  # the key prefix of a byte decoder's arrays in index.npz
@@ -76,8 +81,11 @@ class SGHIndex:
         self.nprobe, self.shortlist, self.refine_factor = 1, None, DEFAULT_REFINE_FACTOR
         self._codes = np.zeros((0, -(-self.bits // 8)), np.uint8)
         self._ids = np.zeros(0, np.int64)
+        self._next_id = 0  # default ids go on from every id ever held: none is handed out twice
         self._lists = np.zeros(0, np.int64)
         self._centroids: np.ndarray | None = None
+        # The engines of the items as they are now: replaced, never emptied, on every change, so
+        # that an engine a concurrent search builds from the items before is never kept.
         self._engines: dict = {}
 
     @property
@@ -119,7 +127,7 @@ class SGHIndex:
     def encode(self, x: np.ndarray) -> np.ndarray:
         """Packed codes of features ``x``: the encoder score's signs, or the byte decoder's
         posterior modes (of the residuals to their lists' centroids with ``nlist``)."""
-        features = self._features(x)
+        features = self._features(x, "x")
         if self.decoder == "model":
             return self._codes_of(features)
         self._require_training()
@@ -147,14 +155,18 @@ class SGHIndex:
     def train(self, x: np.ndarray, seed: int = 0) -> None:
         """Learn the ``nlist`` lists, and fit the byte decoder (``decoder="bytes"``) where the
         model brings none, or for the lists' residuals, on features ``x``."""
-        if self.decoder == "bytes" and self.ntotal:
-            raise ValueError(f"train: the index holds {self.ntotal} items coded by its byte "
-                             "decoder, which new tables would invalidate; train a new SGHIndex")
-        x = self._features(check_queries(x, self.dim, "x"))
+        if self.ntotal and (self.decoder == "bytes" or self.nlist is not None):
+            held = "coded by its byte decoder" if self.decoder == "bytes" else "in its lists"
+            raise ValueError(f"train: the index holds {self.ntotal} items {held}, which new "
+                             "training would leave stale; train a new SGHIndex (or remove "
+                             "every item first)")
+        x = self._features(x, "x")
         if self.nlist is not None and len(x) < self.nlist:
             raise ValueError(f"train: {len(x)} points for nlist={self.nlist} lists; accepted: "
                              "at least one point per list")
-        self._engines.clear()
+        if self.decoder == "bytes" and not len(x):
+            raise ValueError("train: no points to fit the byte decoder on; accepted: at least one")
+        self._engines = {}
         if self.nlist is not None:
             import faiss
 
@@ -168,24 +180,31 @@ class SGHIndex:
 
     def add(self, x: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Encode features ``x`` and add them (``ids``: int64 per row; default ``ntotal ..``)."""
-        x = check_queries(x, self.dim, "x")
+        features = self._features(x, "x")  # every row checked before any is added
         self._require_training()
-        ids = self._new_ids(len(x), ids)
-        for start in range(0, len(x), _ADD_ROWS):
-            block = self._features(x[start : start + _ADD_ROWS])
-            lists = self._lists_of(block)
-            self._append(self._stored_codes(block, lists), ids[start : start + len(block)], lists)
+        ids = self._new_ids(len(features), ids)
+        codes, lists = [], []
+        for start in range(0, len(features), _ADD_ROWS):
+            block = features[start : start + _ADD_ROWS]
+            lists.append(self._lists_of(block))
+            codes.append(self._stored_codes(block, lists[-1]))
+        self._append(np.concatenate(codes) if codes else self._codes[:0], ids,
+                     None if self.nlist is None else np.concatenate(lists or [self._lists[:0]]))
 
     def add_codes(self, codes, ids: np.ndarray | None = None) -> None:
-        """Add packed codes: an ``(n, ceil(bits/8))`` uint8 array, or a ``codes.npz`` path whose
-        database codes must carry this model's fingerprint (a flat index only)."""
+        """Add packed codes: an ``(n, ceil(bits/8))`` uint8 array (taken as this model's: an
+        array carries no fingerprint), or a file whose codes must carry this model's
+        fingerprint: a ``codes.npz`` (its database codes) or `sgh-encode`'s ``.npy`` with its
+        record (a flat index only)."""
         if self.nlist is not None:
             raise ValueError("add_codes: an index with inverted lists places each item by its "
                              "features; use add(x), or SGHIndex.from_run(run, nlist=...)")
         if self.decoder == "bytes":
             raise ValueError("add_codes: an index with decoder='bytes' stores its byte "
                              "decoder's codes, not the encoder's; use add(x)")
-        if isinstance(codes, (str, os.PathLike)):
+        if isinstance(codes, (str, os.PathLike)) and Path(codes).suffix == ".npy":
+            codes = encoded_codes(codes, self.fingerprint, self.bits)
+        elif isinstance(codes, (str, os.PathLike)):
             saved = load_codes(codes)
             refuse_another_models_scores(saved, self.scores, "this index's scores")
             codes = saved.database
@@ -193,21 +212,24 @@ class SGHIndex:
         self._append(codes, self._new_ids(len(codes), ids), None)
 
     def remove_ids(self, ids) -> int:
-        """Remove every item with one of ``ids``; the number removed."""
-        kept = ~np.isin(self._ids, np.asarray(ids, np.int64).reshape(-1))
+        """Remove every item with one of ``ids`` (integers); the number removed. Their ids are
+        not handed out again by `add`."""
+        ids = np.asarray(ids).reshape(-1)
+        kept = ~np.isin(self._ids, check_ids(ids, len(ids)))
         removed = int((~kept).sum())
         if removed:
             self._codes, self._ids = self._codes[kept], self._ids[kept]
             if self.nlist is not None:
                 self._lists = self._lists[kept]
-            self._engines.clear()
+            self._engines = {}
         return removed
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest items of each query: ``(D, I)``, ``(nq, k)``, sorted by (score, id),
-        smaller nearer; ``I`` the items' ids, padding ``D = inf``, ``I = -1`` (as faiss)."""
+        smaller nearer (Hamming mode: ties in the order added); ``D`` float32 in every mode,
+        ``I`` the items' ids, padding ``D = inf``, ``I = -1`` (as faiss)."""
         k = check_int("k", k, 1)
-        queries = self._features(check_queries(queries, self.dim))
+        queries = self._features(queries, "queries")
         if self.mode == "hamming":
             D, rows = self._engine("hamming").search(self._codes_of(queries), k)
         else:
@@ -225,24 +247,29 @@ class SGHIndex:
                 else:
                     D, rows = self._engine("bytes_lists").search(queries, k, probes, distances,
                                                                  threads)
+                _refuse_overflow(D, rows >= 0)  # squared distances beyond float32
             elif self.mode == "scan":
                 D, rows = self._engine("scan").search(queries, k, probes)
             else:
                 depth = (default_shortlist(k, self.ntotal) if self.shortlist is None
                          else max(k, check_int("shortlist", self.shortlist, 1)))
+                depth = min(depth, max(self.ntotal, 1))  # no longer than the items: padded
                 candidates = self._engine("shortlist").search(queries, depth, probes)[1]
                 D, rows = self._engine("rescore").rescore(queries, candidates)
                 D, rows = padded(D, rows, k)
         found = rows >= 0
         ids = np.full(rows.shape, -1, np.int64)
         ids[found] = self._ids[rows[found]]
+        if D.dtype != np.float32:  # one convention for every mode: Hamming, decoded scores too
+            D = np.where(found, D, np.inf).astype(np.float32)
         return D, ids
 
     def _engine(self, name: str):
         """The structure a mode searches with, built on first use after a change."""
-        if name not in self._engines:
-            self._engines[name] = self._build_engine(name)
-        engine = self._engines[name]
+        engines = self._engines  # of the items this engine is built from (__init__)
+        if name not in engines:
+            engines[name] = self._build_engine(name)
+        engine = engines[name]
         if isinstance(engine, FastScanIndex):
             engine.refine_factor = check_int("refine_factor", self.refine_factor, 1)
         return engine
@@ -275,11 +302,15 @@ class SGHIndex:
         return self.scores.rescore_chosen or self.scores.chosen
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the index as a directory (`SAVED_INDEX`), replacing only an index saved before."""
+        """Write the index as a directory (`SAVED_INDEX`), replacing only an index saved before.
+        An untrained one (lists not learned, byte decoder not fitted) is refused (ValueError),
+        as its `add` and `search` are."""
         import faiss
 
+        self._require_training()
         path = Path(path)
         arrays = {"format": np.str_(_FORMAT), "codes": self._codes, "ids": self._ids,
+                  "next_id": np.int64(self._next_id),
                   "lists": self._lists, "mode": np.str_(self.mode),
                   "nlist": np.int64(self.nlist or 0), "nprobe": np.int64(self.nprobe),
                   "shortlist": np.int64(self.shortlist or 0),
@@ -316,6 +347,8 @@ class SGHIndex:
             scores = ScoreSet.load(path / SCORES_FILE)
         except ValueError as error:
             raise UserInputError(str(error)) from None
+        where = str(path / INDEX_FILE)
+        check_saved_arrays(arrays, where, scores, _BYTE_DECODER)
         if str(arrays["fingerprint"]) != scores.fingerprint:
             raise UserInputError(f"{path / INDEX_FILE} (model {arrays['fingerprint']}) and "
                                  f"{path / SCORES_FILE} (model {scores.fingerprint}) come from "
@@ -327,16 +360,18 @@ class SGHIndex:
             index = cls(scores, str(arrays["mode"]), int(arrays["nlist"]) or None, decoder,
                         encoding)
             if decoder == "bytes":
-                index.byte_decoder = ByteDecoder.from_arrays(arrays, str(path / INDEX_FILE),
-                                                             _BYTE_DECODER)
+                index.byte_decoder = ByteDecoder.from_arrays(arrays, where, _BYTE_DECODER)
+                if (index.byte_decoder.bits, index.byte_decoder.dim) != (index.bits, index.dim):
+                    raise ValueError("its byte decoder is of another model's codes or features")
+            index.nprobe, index.refine_factor = int(arrays["nprobe"]), int(arrays["refine_factor"])
+            index.shortlist = int(arrays["shortlist"]) or None
+            index._centroids = arrays.get("centroids")
+            index._append(validate_codes(arrays["codes"], index.bits, "codes"),
+                          check_ids(arrays["ids"], len(arrays["codes"])),
+                          arrays["lists"].astype(np.int64) if index.nlist else None)
         except ValueError as error:
-            raise UserInputError(f"{path / INDEX_FILE}: {error}") from None
-        index.nprobe, index.refine_factor = int(arrays["nprobe"]), int(arrays["refine_factor"])
-        index.shortlist = int(arrays["shortlist"]) or None
-        index._centroids = arrays.get("centroids")
-        index._append(validate_codes(arrays["codes"], index.bits, f"{path / INDEX_FILE} codes"),
-                      arrays["ids"].astype(np.int64),
-                      arrays["lists"].astype(np.int64) if index.nlist else None)
+            raise UserInputError(f"{where}: {str(error).removeprefix(f'{where}: ')}") from None
+        index._next_id = max(index._next_id, int(arrays.get("next_id", 0)))
         return index
 
     @classmethod
@@ -347,17 +382,18 @@ class SGHIndex:
         with ``nlist`` or ``decoder="bytes"`` its dataset's features are read again (to learn
         the lists, or the byte decoder where the run has none, and to encode the database)."""
         from sgh.artifacts.run_directory import RunDirectory
+        from sgh.artifacts.run_split import recorded_split
 
         run = RunDirectory(run_dir, create=False)
-        scores = ScoreSet.of_run(run)
+        scores = ScoreSet.of_run(run)  # checked against the codes' model
         codes = load_codes(run.codes)
-        refuse_another_models_scores(codes, scores, run.asymmetric_score)
         index = cls(scores, mode, nlist, decoder, encoding)
         ids = np.arange(len(codes.database), dtype=np.int64)
         if nlist is None and decoder == "model":
             index._append(codes.database, ids, None)
             return index
-        split = _run_split(run, len(codes.database))
+        reading = "decoder=bytes" if nlist is None else f"nlist={nlist}"
+        split = recorded_split(run, reading, {"database": len(codes.database)})
         database = np.asarray(split.database, np.float32)
         if decoder == "bytes":
             if not index.is_trained:
@@ -370,31 +406,45 @@ class SGHIndex:
         index._append(codes.database, ids, lists)
         return index
 
-    def _features(self, x: np.ndarray) -> np.ndarray:
-        """float32 features as the model saw them: unit-normalised for an angular model."""
+    def _features(self, x: np.ndarray, name: str = "x") -> np.ndarray:
+        """float32 features ``x`` (the argument ``name``) as the model saw them, checked against
+        what its run recorded, for every entry point: float, of its dimension, finite as
+        float32, on its training features' scale (`refuse_outside_unit_range`, the rule
+        sgh-index applies to files), unit-normalised for an angular model."""
         x = np.asarray(x)
-        if x.dtype.kind != "f":
-            conversion = self.scores.feature_conversion
-            how = ("sgh-train divides uint8 features by 255); convert them first, e.g. "
-                   "x.astype(np.float32) / 255" if conversion in (None, UINT8_CONVERSION) else
-                   f"its training features were converted as '{conversion}'); convert them "
-                   "first, e.g. x.astype(np.float32)")
+        conversion = self.scores.feature_conversion
+        uint8 = conversion in (None, UINT8_CONVERSION)
+        how = ("convert them first, e.g. x.astype(np.float32) / 255" if uint8 else
+               "convert them first, e.g. x.astype(np.float32)")
+        if x.dtype.kind in "iub":
+            trained = ("sgh-train divides uint8 features by 255" if uint8 else f"its training "
+                       f"features were converted as '{conversion}'")
             raise ValueError(f"features of dtype {x.dtype}: SGHIndex takes float features as "
-                             f"the model saw them ({how}")
-        x = np.ascontiguousarray(x, np.float32)
+                             f"the model saw them ({trained}); {how}")
+        x = np.ascontiguousarray(check_queries(x, self.dim, name), np.float32)
+        refuse_outside_unit_range(x, conversion, name, "the model", f"{how} (the run recorded "
+                                  f"its features' conversion, '{conversion}')")
         if self.scores.similarity == "angular":
             x = unit_normalised(x, "the features (angular: divided by their length)")
         return x
 
     def _coarse(self, x: np.ndarray, nearest: int) -> tuple[np.ndarray, np.ndarray]:
         """``(n, nearest)`` squared distances (float32) to the nearest centroids, their lists."""
-        if "coarse" not in self._engines:
+        engines = self._engines
+        if "coarse" not in engines:
             import faiss
 
-            self._engines["coarse"] = faiss.IndexFlatL2(self.dim)
-            self._engines["coarse"].add(self._centroids)
-        nearest = min(nearest, self.nlist)
-        return self._engines["coarse"].search(np.ascontiguousarray(x, np.float32), nearest)
+            engines["coarse"] = faiss.IndexFlatL2(self.dim)
+            engines["coarse"].add(self._centroids)
+        distances, lists = engines["coarse"].search(np.ascontiguousarray(x, np.float32),
+                                                    min(nearest, self.nlist))
+        unplaced = (lists < 0) | ~np.isfinite(distances)  # faiss: -1 where no distance is finite
+        if unplaced.any():
+            row = int(np.argmax(unplaced.any(axis=1)))
+            raise ValueError(f"row {row} of the features: its distances to the lists' centroids "
+                             "overflow float32 (features far beyond the scale the model was "
+                             "trained on); scale them as its training features were")
+        return distances, lists
 
     def _require_training(self) -> None:
         if not self.is_trained and self.decoder == "bytes":
@@ -405,14 +455,10 @@ class SGHIndex:
                              "yet: call index.train(x) with training features first")
 
     def _new_ids(self, n: int, ids) -> np.ndarray:
+        """``ids`` checked (int64, not -1: faiss's padding), or the next ``n`` never held."""
         if ids is None:
-            start = int(self._ids.max()) + 1 if self.ntotal else 0
-            return np.arange(start, start + n, dtype=np.int64)
-        ids = np.asarray(ids)
-        if ids.shape != (n,) or ids.dtype.kind not in "iu":
-            raise ValueError(f"ids must be {n} integers, one per item, got dtype {ids.dtype} "
-                             f"and shape {ids.shape}")
-        return ids.astype(np.int64)
+            return np.arange(self._next_id, self._next_id + n, dtype=np.int64)
+        return check_ids(ids, n)
 
     def _append(self, codes: np.ndarray, ids: np.ndarray, lists: np.ndarray | None) -> None:
         """Add items at the end; with inverted lists each after the last item of its list, so
@@ -425,7 +471,9 @@ class SGHIndex:
             self._lists = np.insert(self._lists, at, lists)
         self._codes = np.insert(self._codes, at, codes, axis=0)
         self._ids = np.insert(self._ids, at, ids)
-        self._engines.clear()
+        if len(ids):
+            self._next_id = max(self._next_id, int(ids.max()) + 1)
+        self._engines = {}
 
 
 def _checked_encoding(encoding: str | None, decoder: str, nlist: int | None,
@@ -449,17 +497,11 @@ def _checked_encoding(encoding: str | None, decoder: str, nlist: int | None,
     return encoding
 
 
-def _run_split(run, n_database: int):
-    """The split of a run's dataset (`RetrievalSplit`), read again from its config.yaml."""
-    from sgh.config import dataset_config_from
-    from sgh.data import load_split
-
-    previous = run.previous_config()
-    if previous is None or "dataset" not in previous:
-        raise UserInputError(f"{run.path}: no readable config.yaml; nlist reads the run's "
-                             "database features through it")
-    split = load_split(dataset_config_from(previous["dataset"]))
-    if len(split.database) != n_database:
-        raise UserInputError(f"{run.path}: its dataset now has {len(split.database)} database "
-                             f"items, its codes {n_database}; the dataset changed since the run")
-    return split
+def _refuse_overflow(D: np.ndarray, found: np.ndarray) -> None:
+    """A found item's distance beyond float32 (inf, every one alike): features far off scale.
+    The per-bit scores refuse it in their weights (`AsymmetricScore.bit_weights`)."""
+    if not np.isfinite(D).all() and not np.isfinite(D[found]).all():
+        row = int(np.argmax(~np.isfinite(np.where(found, D, 0)).all(axis=1)))
+        raise ValueError(f"queries row {row}: its scores overflow float32 (features far beyond "
+                         "the scale the model was trained on); scale them as its training "
+                         "features were")

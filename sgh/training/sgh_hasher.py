@@ -30,7 +30,7 @@ from sgh.config import (
     validate_training,
 )
 from sgh.data.npz_file import read_npz_arrays
-from sgh.errors import UserInputError
+from sgh.errors import TrainingDiverged, UserInputError
 from sgh.hasher import BinaryHasher
 from sgh.model.encoding import encode_bit_matrix, encode_packed
 from sgh.model.sgh_model import SGH
@@ -158,6 +158,11 @@ class SGHHasher(BinaryHasher):
         try:
             with progress_on_stderr(self.verbose):
                 return super().fit(X)
+        except (UserInputError, TrainingDiverged) as error:  # sgh-train's keys, from training
+            renamed = _python_names(str(error))
+            if renamed == str(error):
+                raise
+            raise type(error)(renamed) from None
         finally:
             del self._labels, self._config
 

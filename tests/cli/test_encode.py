@@ -102,13 +102,21 @@ def test_input_scale_sets_the_conversion_of_input_stored_otherwise(trained):
                                               out=str(out), input_scale="uint8"))
     np.testing.assert_array_equal(np.load(out), database_codes)
     assert summary["conversion"] == "float32 as stored / 255 (input_scale=uint8)"
-    # input_scale=none: uint8 values as they are (BIGANN .bvecs through a float .fvecs run).
+    # input_scale=none takes uint8 values as they are (BIGANN .bvecs through a float .fvecs
+    # run); this run saw uint8 / 255, features in [0, 1], which the values contradict.
     path, _ = _inputs(root, base)["bvecs"]
-    summary = encode_file(EncodeCommandConfig(run=str(run_dir), input=str(path), out=str(out),
-                                              input_scale="none", batch_size=97))
-    encoder = load_encoder(run_encoder_path(run_dir))
-    np.testing.assert_array_equal(np.load(out), encoder.encode_packed(base.astype(np.float32)))
-    assert summary["conversion"] == "uint8 as stored (input_scale=none)"
+    with pytest.raises(UserInputError, match=r"base.bvecs has values outside \[0, 1\] .* "
+                                             r"input_scale=none takes them as they are"):
+        encode_file(EncodeCommandConfig(run=str(run_dir), input=str(path), out=str(out),
+                                        input_scale="none", batch_size=97))
+    np.testing.assert_array_equal(np.load(out), database_codes)  # left as it was
+    # input_scale=uint8 says the values are uint8 levels: floats already divided contradict it.
+    np.save(root / "unit_f32.npy", base.astype(np.float32) / 255)
+    with pytest.raises(UserInputError, match=r"unit_f32.npy holds 0.\d+ at row \d+, column "
+                                             r"\d+, but input_scale=uint8 says its values are "
+                                             r"uint8 levels"):
+        encode_file(EncodeCommandConfig(run=str(run_dir), input=str(root / "unit_f32.npy"),
+                                        out=str(out), input_scale="uint8"))
     with pytest.raises(UserInputError, match="input_scale='raw' is not known; accepted: auto, "
                                              "none, uint8"):
         encode_file(EncodeCommandConfig(run=str(run_dir), input=str(path), out=str(out),

@@ -7,7 +7,7 @@ import pytest
 
 from sgh.config import BaselineConfig, Config, EvalConfig, SyntheticDatasetConfig
 from sgh.search.sgh_index import SGHIndex
-from tests.helpers import trained
+from tests.helpers import compose_config, one_error_line, trained
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_built_over_a_file_and_searched_from_one_as_in_python(command_here, run_
     assert searched.returncode == 0, searched.stderr
     expected = SGHIndex.from_run(run_dir)
     expected.remove_ids(np.arange(expected.ntotal))
-    expected.add(np.load(place / "base.npy"))
+    expected.add(np.load(place / "base.npy"), ids=np.arange(700))
     D, I = expected.search(np.load(place / "queries.npy"), 7)
     with np.load(place / "results.npz") as results:
         np.testing.assert_array_equal(results["I"], I)
@@ -115,3 +115,31 @@ def test_vectors_stored_unlike_the_training_features_are_refused_unless_their_sc
     bad = command_here("index", [*search, "input_scale=pixels"], tmp_path)
     assert bad.returncode == 2 and "input_scale='pixels' is not known; accepted: auto, none, " \
                                    "uint8" in bad.stderr
+
+
+def test_an_input_scale_the_values_contradict_is_refused(command_here, run_and_vectors,
+                                                         tmp_path):
+    """input_scale= was taken at its word: uint8 on values that are no uint8 levels (already
+    divided, or not pixels), none on 0..255 values for a run that saw uint8 / 255."""
+    run_dir, place = run_and_vectors
+    refused = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
+                                     "input_scale=uint8", f"out={tmp_path / 'index'}"], tmp_path)
+    one_error_line(refused, "sgh-index", "base.npy holds 0.12573 at row 0, column 0")
+    assert "but input_scale=uint8 says its values are uint8 levels (whole numbers 0..255" \
+        in refused.stderr and not (tmp_path / "index").exists()
+
+    rng = np.random.default_rng(2)
+    np.savez(tmp_path / "pixels.npz", X_train=rng.integers(0, 256, (400, 16), dtype=np.uint8),
+             y_train=rng.integers(0, 3, 400), X_test=rng.integers(0, 256, (40, 16), np.uint8),
+             y_test=rng.integers(0, 3, 40))
+    pixels_run, _ = trained(tmp_path / "run", compose_config(
+        "dataset=file", f"dataset.path={tmp_path / 'pixels.npz'}", "model=itq",
+        "model.bits=8"))
+    np.save(tmp_path / "raw.npy", rng.integers(0, 256, (50, 16), dtype=np.uint8))
+    build = ["build", f"run={pixels_run}", f"input={tmp_path / 'raw.npy'}",
+             f"out={tmp_path / 'pixels_index'}"]
+    refused = command_here("index", [*build, "input_scale=none"], tmp_path)
+    one_error_line(refused, "sgh-index", "raw.npy has values outside [0, 1]")
+    assert "input_scale=none takes them as they are; accepted: input_scale=uint8" \
+        in refused.stderr
+    assert command_here("index", build, tmp_path).returncode == 0  # auto: divided by 255

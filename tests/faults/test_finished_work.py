@@ -1,14 +1,17 @@
 """Finished work is never recorded again: the same command on a finished run changes no file,
-a finished baseline run given other settings is refused (its evaluation is sgh-eval's), and a
-run whose artifacts were lost re-creates them with its training record kept."""
+a finished run given other settings is refused (its evaluation is sgh-eval's, for SGH as for a
+baseline), and a run whose artifacts were lost re-creates them with its training record kept."""
 
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
+from sgh.artifacts.run_directory import RunDirectory
+from sgh.artifacts.run_lock import run_lock
 from sgh.errors import UserInputError
 from sgh.pipeline import run
 from tests.cli import conftest as cli_commands
@@ -69,6 +72,38 @@ def test_a_finished_baseline_run_is_not_recorded_again_under_other_settings(tmp_
     assert run(_config("model=lsh"), run_dir) == json.loads((run_dir / "metrics.json").read_text())
 
 
+def test_a_run_still_training_is_named_so_by_every_command(tmp_path, command_here, capsys):
+    """sgh-eval said "no codes.npz there", sgh-encode sent the user to sgh-export, which said
+    the run had not finished: the run holds its lock, so each says it is still training."""
+    run_dir = tmp_path / "run"
+    RunDirectory(run_dir).write_config(_config())  # a run as sgh-train starts it
+    np.save(tmp_path / "x.npy", np.zeros((3, 32), np.float32))
+    commands = {"eval": [f"run={run_dir}"],
+                "encode": [f"run={run_dir}", f"input={tmp_path / 'x.npy'}",
+                           f"out={tmp_path / 'codes.npy'}"],
+                "index": ["build", f"run={run_dir}", f"out={tmp_path / 'index'}"]}
+    with run_lock(run_dir):
+        holder = json.loads((run_dir / ".lock").read_text())
+        holder = (f"sgh-train (pid {holder['pid']} on {holder['host']}, since "
+                  f"{holder['since']})")
+        for command, arguments in commands.items():
+            one_error_line(command_here(command, arguments, tmp_path), f"sgh-{command}",
+                           f"run={run_dir} is still being written by {holder}")
+        from sgh.cli.export import main as export
+
+        with pytest.raises(SystemExit) as exported:
+            export([str(run_dir)])
+        assert exported.value.code == 2
+        assert capsys.readouterr().err.strip() == (
+            f"sgh-export: error: run={run_dir} is still being written by {holder}, which writes "
+            "its metrics.json when it finishes (a run still training); wait for it to finish, "
+            "then run this command again")
+    # Released (or its holder killed, its details left): the run is not training.
+    (run_dir / ".lock").write_text('{"program": "sgh-train", "pid": 1}')
+    result = command_here("eval", commands["eval"], tmp_path)
+    one_error_line(result, "sgh-eval", "no codes.npz there")
+
+
 @pytest.mark.parametrize("lost", ["codes.npz", "metrics.json"])
 def test_a_lost_artifact_is_made_again_and_the_training_record_kept(tmp_path, lost):
     finished = run(_config(), tmp_path)
@@ -81,12 +116,28 @@ def test_a_lost_artifact_is_made_again_and_the_training_record_kept(tmp_path, lo
         assert again[key] == finished[key], key
 
 
-def test_another_evaluation_of_a_finished_run_keeps_its_training_record(tmp_path):
-    finished = run(_config(), tmp_path)
-    again = run(_config("eval.recall_n=[5,50]"), tmp_path)
-    assert "recall10@50" in again and "recall10@100" not in again
-    assert again["train_seconds"] == finished["train_seconds"] > 0.001
-    assert again["ms_per_step"] == finished["ms_per_step"] is not None
+def _kept(files: dict) -> dict:
+    """What a refused command must leave as it was: all but Hydra's record and the log."""
+    return {name: data for name, data in files.items()
+            if name != "train.log" and not name.startswith(".hydra")}
+
+
+def test_a_finished_sgh_run_is_not_evaluated_again_in_place(tmp_path, command_here):
+    """Its metrics.json (the Hamming results) and config.yaml were replaced by another
+    evaluation's, without a word: refused as a baseline's is, pointing at sgh-eval."""
+    run_dir = tmp_path / "run"
+    finished = run(_config(), run_dir)
+    before = files_below(run_dir)
+    changed = ["eval.ranking=asymmetric", "eval.recall_n=[1,10]"]
+    result = command_here("train", [*QUICK, *changed, f"hydra.run.dir={run_dir}"], tmp_path)
+    line = one_error_line(result, "sgh-train", f"{run_dir} holds a finished run (model=sgh) "
+                                                "with other evaluation settings")
+    assert _kept(files_below(run_dir)) == _kept(before)
+    suggested = line.split("sgh-eval ")[1].split(", or ")[0].split()
+    assert suggested == [f"run={run_dir}", *changed, "out=scores.json"], suggested
+    assert command_here("eval", suggested, tmp_path).returncode == 0
+    assert "asymmetric" in json.loads((tmp_path / "scores.json").read_text())["ranking"]
+    assert json.loads((run_dir / "metrics.json").read_text()) == finished
 
 
 @pytest.mark.slow  # two sweeps of two jobs through Hydra's launcher

@@ -155,10 +155,9 @@ def test_an_empty_index_answers_every_search_with_padding_as_faiss_does(itq_data
             with warnings.catch_warnings():  # two-stage by the encoder score warns of itself
                 warnings.simplefilter("ignore")
                 D, I = index.search(queries, 7)
-                # Hamming distances are int32, padded with its largest value (faiss's binary
-                # indexes); scores are float32, padded with inf.
-                padding = np.iinfo(np.int32).max if mode == "hamming" else np.inf
-                assert (I == -1).all() and (D == padding).all() and I.shape == (len(queries), 7)
+                # One convention in every mode, Hamming distances too: float32, padded with inf.
+                assert D.dtype == np.float32 and I.dtype == np.int64
+                assert (I == -1).all() and (D == np.inf).all() and I.shape == (len(queries), 7)
                 assert index.search(queries[:0], 7)[1].shape == (0, 7)
 
 

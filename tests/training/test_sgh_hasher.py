@@ -284,3 +284,12 @@ def test_presets_come_from_sgh_trains_experiment_files(tmp_path, monkeypatch):
     with pytest.raises(UserInputError, match="sets trainer.checkpoint_every, which SGHHasher "
                                              "cannot take"):
         SGHHasher.from_preset("mine")
+
+
+def test_a_fit_that_diverges_names_the_parameter_not_the_command_line_key():
+    """"Lower trainer.learning_rate" told a Python user to change a key they never set."""
+    from sgh.errors import TrainingDiverged
+
+    with pytest.raises(TrainingDiverged, match=r"Lower learning_rate \(now 1e\+10\)") as raised:
+        SGHHasher(**TINY, learning_rate=1e10).fit(_blobs())
+    assert "trainer." not in str(raised.value)
