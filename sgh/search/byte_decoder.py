@@ -295,6 +295,7 @@ def _fitting_rows(features, codes: np.ndarray, seed: int) -> tuple[np.ndarray, n
 
 
 def _coordinates(features: np.ndarray, offset: np.ndarray, basis: np.ndarray | None) -> np.ndarray:
+    # Centred before the product: x U - t U would cancel where the features' mean is large.
     centred = np.asarray(features, np.float32) - offset
     return centred if basis is None else centred @ basis
 

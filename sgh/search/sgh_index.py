@@ -134,7 +134,7 @@ class SGHIndex:
         return self._stored_codes(features, self._lists_of(features))
 
     def _stored_codes(self, features: np.ndarray, lists: np.ndarray | None) -> np.ndarray:
-        weights = self.scores.scores["encoder"].bit_weights(features)
+        weights = self.scores.scores["encoder"].code_weights(features)
         codes = pack_bits(weights <= 0)
         if self.byte_decoder is not None:
             codes = self.byte_decoder.encode(self._residuals(features, lists), codes,
@@ -150,7 +150,7 @@ class SGHIndex:
 
     def _codes_of(self, features: np.ndarray) -> np.ndarray:
         """`encode` of features already as the model saw them (`_features`)."""
-        return pack_bits(self.scores.scores["encoder"].bit_weights(features) <= 0)
+        return pack_bits(self.scores.scores["encoder"].code_weights(features) <= 0)
 
     def train(self, x: np.ndarray, seed: int = 0) -> None:
         """Learn the ``nlist`` lists, and fit the byte decoder (``decoder="bytes"``) where the

@@ -57,7 +57,7 @@ def byte_decoder_choice(model, encoder: AsymmetricScore, database: np.ndarray,
                        "exceed float32's range, in which its distances are computed; scale the "
                        "features down to have one", squared.max())
         return None
-    weights = encoder.bit_weights(database)  # the codes an index makes of them (SGHIndex)
+    weights = encoder.code_weights(database)  # the codes an index makes of them (SGHIndex)
     start_codes, trained = pack_bits(weights <= 0), model.byte_decoder()
     decoder = (ByteDecoder.fit(database, start_codes, model.bits) if trained is None
                else trained.refitted(database, start_codes))

@@ -1,5 +1,7 @@
 """Asymmetric scores and their compiled scan, against brute force on unpacked bits."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -244,3 +246,33 @@ def test_heaps_sorted_in_place_match_a_sort_of_the_rows():
         sort_heaps(D, I)
         for got, want in zip((D, I), expected, strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("with_network", [False, True])
+def test_coding_weights_give_the_float64_codes_with_float32_products(with_network):
+    # Features built to put some weights within float32 rounding of zero (a tie in float64 is
+    # what bit_weights decides): code_weights' signs are bit_weights', its values within
+    # rounding, and the rows near a tie are the ones computed in float64.
+    from sgh.search.asymmetric import QueryNetwork
+
+    rng = np.random.default_rng(6)
+    dim, bits = 64, 24
+    network = QueryNetwork((rng.normal(size=(dim, 8)).astype(np.float32),),
+                           (np.zeros(8, np.float32),), "relu",
+                           rng.normal(size=(8, bits)).astype(np.float32)) \
+        if with_network else None
+    score = encoder_score([rng.normal(size=(dim, bits))], [rng.normal(size=bits)], "relu",
+                          np.zeros(dim), 1.0)
+    if network is not None:
+        score = dataclasses.replace(score, network=network)
+    x = rng.normal(size=(3000, dim)).astype(np.float32)
+    # Rows 0..99: move each row along a bit's template so its weight is (nearly) zero.
+    w = score.bit_weights(x).astype(np.float64)
+    a = score.query_projection.astype(np.float64)
+    for row in range(100):
+        k = row % bits
+        x[row] = (x[row] - (w[row, k] * a[:, k] / (a[:, k] @ a[:, k]))).astype(np.float32)
+    exact = score.bit_weights(x)
+    coded = score.code_weights(x)
+    np.testing.assert_array_equal(coded <= 0, exact <= 0)
+    np.testing.assert_allclose(coded, exact, rtol=1e-4, atol=1e-4)
