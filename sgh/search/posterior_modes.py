@@ -155,27 +155,33 @@ def flip_sweeps(centred, codes, certainty, tables, squared, flips, sweeps):
     dim = centred.shape[1]
     count = 1 << flips
     residual = np.empty(dim, np.float32)
-    masks = np.empty((n_bytes, count), np.int64)
-    start = np.empty(n_bytes, np.int64)
+    values = np.empty((n_bytes, count), np.int64)  # each byte's candidates
+    order = np.empty(8, np.int64)
     for i in range(n):
         residual[:] = centred[i]
         for j in range(n_bytes):
-            start[j] = codes[i, j]
-            residual -= tables[j, start[j]]
-            # The byte's bits by certainty, least certain first (ties: the earlier bit).
-            order = np.argsort(certainty[i, 8 * j : 8 * j + 8], kind="mergesort")
+            start = codes[i, j]
+            residual -= tables[j, start]
+            # The byte's bits by certainty, least certain first (an insertion sort, stable:
+            # ties keep the earlier bit first; no allocation per item).
+            for b in range(8):
+                weight, p = certainty[i, 8 * j + b], b
+                while p > 0 and certainty[i, 8 * j + order[p - 1]] > weight:
+                    order[p] = order[p - 1]
+                    p -= 1
+                order[p] = b
             for s in range(count):
                 mask = 0
                 for b in range(flips):
                     if (s >> b) & 1:
                         mask |= 1 << (7 - order[b])
-                masks[j, s] = mask
+                values[j, s] = start ^ mask
         for _ in range(sweeps):
             for j in range(n_bytes):
                 residual += tables[j, codes[i, j]]
                 best_value, best_score = codes[i, j], np.inf
                 for s in range(count):
-                    value = start[j] ^ masks[j, s]
+                    value = values[j, s]
                     if squared[j, value] == np.inf:
                         continue
                     row = tables[j, value]
