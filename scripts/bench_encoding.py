@@ -2,7 +2,7 @@
 encoding of SGH trained with its byte decoder, against faiss's OPQ, RQ and LSQ at the same bytes.
 
     SGH_DATA_DIR=/path/to/data python scripts/bench_encoding.py [--datasets mnist ...]
-        [--bits 32 64] [--split validation|test] [--json F] [--quick]
+        [--bits 32 64] [--split validation|test] [--json F] [--cache DIR] [--quick]
 
 Split. ``validation`` (the default): a dataset's training rows, shuffled with a fixed seed, as
 scripts/bench_equal_bytes.py carves them: the first 2,000 (a quarter at most) are the queries,
@@ -29,6 +29,9 @@ Measured: Recall10@100 of the results as returned; encoding throughput, items/s 
 (SGH: `SGHIndex.encode`, the encoder and the decoder's steps; faiss: ``sa_encode``) of
 `ENCODE_ITEMS` database rows, one thread (faiss's OpenMP and numpy's BLAS), the median of
 `ROUNDS` interleaved rounds in one process; and queries/s of searching the database likewise.
+``--cache DIR`` keeps the trained models (SGH's, faiss's before their items are added) there and
+takes them from there on a later run of the same split: the figures again without the hours of
+training, to measure speed once more on a quieter machine.
 """
 
 from __future__ import annotations
@@ -136,8 +139,9 @@ def random_start_method(fit: np.ndarray, bits: int) -> Method:
                   encode, make)
 
 
-def faiss_method(key: str, n_bytes: int, fit: np.ndarray) -> Method:
-    """faiss's ``key`` at ``n_bytes`` code bytes (module doc), trained on ``fit``."""
+def faiss_method(key: str, n_bytes: int, fit: np.ndarray, cached: Path | None) -> Method:
+    """faiss's ``key`` at ``n_bytes`` code bytes (module doc), trained on ``fit`` (or read from
+    ``cached``, where it is then written)."""
     dim = fit.shape[1]
     pad = (lambda rows: zero_padded(rows, n_bytes)) if key.startswith("OPQ") else (
         lambda rows: rows)
@@ -150,7 +154,12 @@ def faiss_method(key: str, n_bytes: int, fit: np.ndarray) -> Method:
         index = faiss.index_factory(width, key)
         name = f"faiss {key}"
         stored = None
-    index.train(pad(fit))
+    if cached is not None and cached.exists():
+        index = faiss.read_index(str(cached))
+    else:
+        index.train(pad(fit))
+        if cached is not None:
+            faiss.write_index(index, str(cached))
     if key == "LSQ_LUT":
         index.aq.compute_codebook_tables()
     stored = index.sa_code_size() if stored is None else stored
@@ -165,7 +174,19 @@ def faiss_method(key: str, n_bytes: int, fit: np.ndarray) -> Method:
     return Method(name, stored, lambda rows: index.sa_encode(pad(rows)), make)
 
 
-def measured(name: str, bits: int, split: str, data_dir: str, quick: bool) -> dict:
+def hasher(cached: Path | None, **params) -> SGHHasher:
+    """`SGHHasher(**params)` fitted on ``params["X"]``, or read from ``cached`` (then saved)."""
+    if cached is not None and cached.exists():
+        return SGHHasher.load(cached)
+    features = params.pop("X")
+    fitted = SGHHasher(**params).fit(features)
+    if cached is not None:
+        fitted.save(cached)
+    return fitted
+
+
+def measured(name: str, bits: int, split: str, data_dir: str, quick: bool,
+             cache: Path | None = None) -> dict:
     """Every method's figures on one dataset at ``bits`` (module doc), printed as they come."""
     queries, database, fit = data(name, split, data_dir)
     if quick:
@@ -173,16 +194,22 @@ def measured(name: str, bits: int, split: str, data_dir: str, quick: bool) -> di
     truth = exact_neighbours(queries, database, 10, "euclidean")
     n_bytes = bits // 8
     steps = {"steps": 300, "validation_every": 100} if quick else {}
+    prefix = f"{name}-{split}-{bits}{'-quick' if quick else ''}"
+
+    def cached(kind: str) -> Path | None:
+        return None if cache is None else cache / f"{prefix}-{kind}"
+
     started = time.perf_counter()
-    trained = SGHHasher(n_bits=bits, decoder="bytes", random_state=0, **steps).fit(fit)
-    linear = SGHHasher(n_bits=bits, random_state=0, **steps).fit(fit)
+    trained = hasher(cached("bytes"), X=fit, n_bits=bits, decoder="bytes", random_state=0,
+                     **steps)
+    linear = hasher(cached("linear"), X=fit, n_bits=bits, random_state=0, **steps)
     training_seconds = time.perf_counter() - started
     methods = [*sgh_methods(trained, ENCODINGS, "SGH byte decoder, trained"),
                *sgh_methods(linear, ["local_search"], "SGH linear, decoder fitted after"),
                random_start_method(fit, bits)]
     for key in (f"OPQ{n_bytes},PQ{n_bytes}", f"RQ{n_bytes}x8_Nqint8",
                 f"LSQ{n_bytes}x8_Nqint8", "LSQ_LUT"):
-        methods.append(faiss_method(key, n_bytes, fit))
+        methods.append(faiss_method(key, n_bytes, fit, cached(f"{key}.faiss")))
     sample = database[:ENCODE_ITEMS]
     results = {}
     searches = []
@@ -201,7 +228,7 @@ def measured(name: str, bits: int, split: str, data_dir: str, quick: bool) -> di
               "database": len(database), "fitted_on": len(fit),
               "validated_encoding": trained.scores_.encoding,
               "sgh_validation_by_encoding": trained.scores_.encodings,
-              "sgh_training_seconds": round(training_seconds, 1),
+              "sgh_training_seconds": round(training_seconds, 1),  # 0-ish: read from --cache
               "figure": ("Recall10@100 of exact Euclidean 10-NN (ids as returned); items/s "
                          f"encoding {len(sample)} database rows and queries/s, one thread, "
                          f"median of {ROUNDS} interleaved rounds"),
@@ -222,6 +249,7 @@ def main() -> None:
     parser.add_argument("--bits", nargs="+", type=int, default=[32, 64])
     parser.add_argument("--split", choices=("validation", "test"), default="validation")
     parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--cache", type=Path, help="keep (and reuse) the trained models here")
     parser.add_argument("--quick", action="store_true",
                         help="a few hundred steps on a few thousand rows: a smoke test")
     args = parser.parse_args()
@@ -229,11 +257,14 @@ def main() -> None:
     if not data_dir:
         raise SystemExit("set SGH_DATA_DIR to the folder holding the datasets")
     faiss.omp_set_num_threads(1)
+    if args.cache:
+        args.cache.mkdir(parents=True, exist_ok=True)
     results = []
     with threadpool_limits(1):
         for name in args.datasets:
             for bits in args.bits:
-                results.append(measured(name, bits, args.split, data_dir, args.quick))
+                results.append(measured(name, bits, args.split, data_dir, args.quick,
+                                        args.cache))
                 if args.json:  # after each: a long run's figures are kept as they come
                     Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
 
