@@ -327,6 +327,13 @@ def test_the_table_reports_the_byte_decoder_index_a_user_would_serve(tmp_path):
             "ties by id") in table
     assert re.search(rf"byte decoder's encoding \(validation Recall10@100\) +{encoding} \(encoder",
                      table)
+    # The encoder exports as any run's: its SavedModel gives the run's Hamming codes.
+    from sgh.model.export import load_encoder
+
+    with np.load(run_dir / "codes.npz") as codes:
+        np.testing.assert_array_equal(
+            load_encoder(run_dir / "encoder").encode_packed(load_split(_config().dataset).query),
+            codes["query"])
 
 
 def test_an_unknown_encoding_is_refused_before_training(tmp_path):

@@ -28,8 +28,10 @@ logger = logging.getLogger(__name__)
 # The encodings measured, fastest first.
 VALIDATED_ENCODINGS = ("encoder", "flip4", "flip6", "local_search")
 # A faster encoding is the default if its validation Recall K@100 is at most this far below the
-# best encoding's (half a true neighbour in a hundred queries' ten).
+# best encoding's (5 true neighbours in the 1,000 of a hundred queries).
 ENCODING_TOLERANCE = 0.005
+# Without a validation split: the encoding that searches hardest, unmeasured.
+UNVALIDATED_ENCODING = "local_search"
 CUTOFF = 100  # the figure's rank cut-off: Recall K@100, the paper's
 # Squared norms up to this leave room for the sums of squares the decoder computes in float32.
 FLOAT32_ROOM = float(np.finfo(np.float32).max) / 64
@@ -63,13 +65,13 @@ def byte_decoder_choice(model, encoder: AsymmetricScore, database: np.ndarray,
                else trained.refitted(database, start_codes))
     if queries is None:
         return EncodingChoice(decoder, UNVALIDATED_ENCODING, {})
-    return choose_encoding(decoder, database, weights, queries, groundtruth, recall_k,
-                           trained is not None)
+    return _validated_choice(decoder, database, weights, queries, groundtruth, recall_k,
+                             trained is not None)
 
 
-def choose_encoding(decoder: ByteDecoder, database: np.ndarray, weights: np.ndarray,
-                    queries: np.ndarray, groundtruth: np.ndarray, recall_k: int,
-                    trained: bool) -> EncodingChoice:
+def _validated_choice(decoder: ByteDecoder, database: np.ndarray, weights: np.ndarray,
+                      queries: np.ndarray, groundtruth: np.ndarray, recall_k: int,
+                      trained: bool) -> EncodingChoice:
     """Each encoding's figure on ``database`` (``weights``: its encoder score's bit weights) for
     the held-out ``queries``, and the default (module doc); ``trained``: the decoder is the
     model's."""
@@ -90,7 +92,3 @@ def default_encoding(figures: dict[str, float]) -> str:
     """The first (cheapest) of ``figures``' encodings within `ENCODING_TOLERANCE` of the best."""
     best = max(figures.values())
     return next(name for name, figure in figures.items() if figure >= best - ENCODING_TOLERANCE)
-
-
-# Without a validation split: the encoding that searches hardest, unmeasured.
-UNVALIDATED_ENCODING = "local_search"
