@@ -2,14 +2,21 @@
 from a run's training rows (no test query is read).
 
     SGH_DATA_DIR=/path/to/data python scripts/bench_equal_bytes.py --runs RUN [RUN ...]
-        [--json bench_equal_bytes.json]
+        [--json bench_equal_bytes.json] [--refine-factors 2 4 8 16 32]
 
 RUN: a finished `sgh-train` run of SGH at B bits (B a multiple of 8). `SGHIndex(...,
 decoder="bytes")` holds B / 8 bytes per item, the codes alone (each item's norm is computed from
-its code during the scan), so it is compared with faiss's `PQ{B/8}`, `OPQ{B/8},PQ{B/8}` and
-`LSQ{B/8}x8` with its norm computed from the codes as well (faiss's `ST_norm_from_LUT`), and
-with faiss's fast-scan forms `PQ{B/4}x4fs` and `OPQ{B/4},PQ{B/4}x4fs` (4-bit sub-quantizers
-scanned in SIMD registers, no refinement): the same B / 8 bytes per item.
+its code during the scan). Its two searches: the exact scan of every code (SGH's lookup-table
+kernel, `AsymmetricIndex` of the index's decoder and codes), and the fast scan (a 4-bit first
+stage on faiss's fast-scan kernel, its `refine_factor` x k best rescored exactly) at each
+--refine-factors. They are compared with faiss's `PQ{B/8}`, `OPQ{B/8},PQ{B/8}` and `LSQ{B/8}x8`
+with its norm computed from the codes as well (faiss's `ST_norm_from_LUT`), with faiss's
+fast-scan forms `PQ{B/4}x4fs` and `OPQ{B/4},PQ{B/4}x4fs` (4-bit sub-quantizers scanned in SIMD
+registers, no refinement), and with faiss's fast-scan additive quantizers at the same bytes,
+`LSQ{B/4-2}x4fs_Nlsq2x4` and `RQ{B/4-2}x4fs_Nrq2x4` (4-bit codebooks over the whole vector,
+the reconstruction's norm in the last two 4-bit codes): the same B / 8 bytes per item. For
+speed alone, `LSQ{B/8}x8_Nfloat`, the norm as a float beside the code (B / 8 + 4 bytes),
+faiss's fastest additive-quantizer scan.
 
 Validation split: the run's training rows as the model saw them (unit vectors for an angular
 run), shuffled with a fixed seed: the first 2,000 (a quarter of them at most) are the queries,
@@ -44,10 +51,12 @@ from sgh.config import dataset_config_from  # noqa: E402
 from sgh.data import load_split  # noqa: E402
 from sgh.data.neighbours import exact_neighbours  # noqa: E402
 from sgh.data.similarity import unit_normalised  # noqa: E402
+from sgh.search.asymmetric_index import AsymmetricIndex  # noqa: E402
 from sgh.search.score_set import ScoreSet  # noqa: E402
 from sgh.search.sgh_index import SGHIndex  # noqa: E402
 
 QUERIES, MAX_DATABASE, MAX_FIT, SEED, K, ROUNDS = 2_000, 100_000, 100_000, 1, 100, 3
+REFINE_FACTORS = (2, 4, 8, 16, 32)
 
 
 def validation_split(run_dir: str, angular: bool) -> tuple[np.ndarray, ...]:
@@ -75,50 +84,75 @@ def timed(searches: dict[str, object], queries, truth) -> dict[str, dict[str, fl
     return results
 
 
-def byte_decoder_search(scores: ScoreSet, database, fit):
+def byte_decoder_searches(scores: ScoreSet, database, fit, refine_factors, n_bytes: int
+                          ) -> dict[str, object]:
+    """The byte decoder's exact scan and its fast scan at each refine factor (module doc)."""
     index = SGHIndex(scores, decoder="bytes")
     index.train(fit)
     index.add(database)
-    return lambda queries: index.search(queries, K)[1]
+    exact = AsymmetricIndex(index.byte_decoder)
+    exact.add(index._codes)
+    searches = {f"SGH byte decoder, exact scan ({n_bytes} B)":
+                lambda queries: exact.search(queries, K, workers=1)[1]}
+
+    def fast(queries, factor):
+        index.refine_factor = factor
+        return index.search(queries, K)[1]
+
+    for factor in refine_factors:
+        searches[f"SGH byte decoder, fast scan, refine_factor {factor} ({n_bytes} B)"] = \
+            partial(fast, factor=factor)
+    return searches
 
 
-def quantizer_search(key: str, n_bytes: int, database, fit):
-    """A faiss index of ``key`` (LSQ with its norm from the codes: ``n_bytes`` per item), the
-    rows padded with zeros to a multiple of PQ's sub-quantizer count where PQ needs it."""
+def quantizer_search(key: str, database, fit, trained: dict):
+    """A faiss index of ``key`` (``LSQ{M}x8``: its norm from the codes; ``LSQ{M}x8_Nfloat``:
+    that one's codebooks, its norm a float) and its bytes per item, the rows padded with zeros
+    to a multiple of PQ's sub-quantizer count where PQ needs it; ``trained`` keeps each index
+    by key."""
     sub_quantizers = re.search(r"PQ(\d+)", key)
 
     def pad(rows: np.ndarray) -> np.ndarray:
         return zero_padded(rows, int(sub_quantizers[1])) if sub_quantizers else rows
 
     width = pad(fit).shape[1]
-    if key.startswith("LSQ"):
-        index = faiss.IndexLocalSearchQuantizer(width, n_bytes, 8, faiss.METRIC_L2,
-                                                faiss.AdditiveQuantizer.ST_norm_from_LUT)
+    additive = re.fullmatch(r"(LSQ(\d+)x8)(_Nfloat)?", key)
+    if additive:
+        norm = faiss.AdditiveQuantizer.ST_norm_float if additive[3] else \
+            faiss.AdditiveQuantizer.ST_norm_from_LUT
+        index = faiss.IndexLocalSearchQuantizer(width, int(additive[2]), 8, faiss.METRIC_L2,
+                                                norm)
     else:
         index = faiss.index_factory(width, key)
-    index.train(pad(fit))
-    if key.startswith("LSQ"):
+    if additive and additive[3]:  # the same codebooks as LSQ{M}x8's: one training
+        codebooks = faiss.vector_to_array(trained[additive[1]].aq.codebooks)
+        faiss.copy_array_to_vector(codebooks, index.aq.codebooks)
+        index.aq.is_trained = index.is_trained = True
+    else:
+        index.train(pad(fit))
+    if additive and not additive[3]:
         index.aq.compute_codebook_tables()
-    if index.sa_code_size() != n_bytes:
-        raise AssertionError(f"{key}: {index.sa_code_size()} bytes per item, not {n_bytes}")
     index.add(pad(database))
-    return lambda queries: index.search(pad(queries), K)[1]
+    trained[key] = index
+    return (lambda queries: index.search(pad(queries), K)[1]), index.sa_code_size()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", nargs="+", required=True, help="finished sgh-train runs")
     parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--refine-factors", type=int, nargs="+", default=REFINE_FACTORS,
+                        help="the byte decoder's fast scan at these refine factors")
     args = parser.parse_args()
     faiss.omp_set_num_threads(1)  # OPQ's training differs between thread counts
     with threadpool_limits(1):  # numpy's BLAS too: the byte decoder's fit and query tables
-        results = [measured(run_dir) for run_dir in args.runs]
+        results = [measured(run_dir, args.refine_factors) for run_dir in args.runs]
     if args.json:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=1)
 
 
-def measured(run_dir: str) -> dict:
+def measured(run_dir: str, refine_factors) -> dict:
     """One run's figures (module doc), printed as they come."""
     scores = ScoreSet.load(os.path.join(run_dir, "asymmetric.npz"))
     bits = scores.scores["encoder"].bits
@@ -127,11 +161,14 @@ def measured(run_dir: str) -> dict:
     queries, database, fit = validation_split(run_dir, scores.similarity == "angular")
     truth = exact_neighbours(queries, database, 10, "euclidean")
     n_bytes = bits // 8
-    searches = {f"SGH byte decoder ({n_bytes} B)": byte_decoder_search(scores, database, fit)}
-    nibbles = 2 * n_bytes
+    searches = byte_decoder_searches(scores, database, fit, refine_factors, n_bytes)
+    nibbles, trained = 2 * n_bytes, {}
     for key in (f"PQ{n_bytes}", f"OPQ{n_bytes},PQ{n_bytes}", f"LSQ{n_bytes}x8",
-                f"PQ{nibbles}x4fs", f"OPQ{nibbles},PQ{nibbles}x4fs"):
-        searches[f"faiss {key} ({n_bytes} B)"] = quantizer_search(key, n_bytes, database, fit)
+                f"PQ{nibbles}x4fs", f"OPQ{nibbles},PQ{nibbles}x4fs",
+                f"LSQ{nibbles - 2}x4fs_Nlsq2x4", f"RQ{nibbles - 2}x4fs_Nrq2x4",
+                f"LSQ{n_bytes}x8_Nfloat"):
+        search, size = quantizer_search(key, database, fit, trained)
+        searches[f"faiss {key} ({size} B)"] = search
     result = {"run": run_dir, "bits": bits, "queries": len(queries), "database": len(database),
               "fitted_on": len(fit),
               "figure": "validation Recall10@100, ties by row; queries/s, one thread",
@@ -140,7 +177,7 @@ def measured(run_dir: str) -> dict:
           f"queries against {len(database)} others)", flush=True)
     for name, value in result.items():
         if isinstance(value, dict):
-            print(f"  {name:<32} {value['recall']:.4f}  {value['queries_per_s']:>9,.0f} q/s",
+            print(f"  {name:<60} {value['recall']:.4f}  {value['queries_per_s']:>9,.0f} q/s",
                   flush=True)
     return result
 

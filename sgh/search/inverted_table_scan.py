@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.search.asymmetric_index import QUERY_BLOCK, run_query_blocks
 from sgh.search.byte_decoder import one_byte_terms
-from sgh.search.lookup_kernels import scan_lists_top_k, sort_heaps
+from sgh.search.lookup_kernels import QUERY_BLOCK, run_query_blocks, scan_lists_top_k, sort_heaps
 
 
 class InvertedTableScan:

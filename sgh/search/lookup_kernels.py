@@ -12,11 +12,17 @@ compiled helper returning the four sums, the top-k scan is markedly slower.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from sgh.compiled import compiled
 
 TILE_ITEMS = 1 << 14  # codes of a tile: 128 KB at 64 bits, which stays in L2
+# Queries per kernel call: their tables stay in L2 together, and each call is long enough that
+# dispatch costs nothing.
+QUERY_BLOCK = 64
 
 
 @compiled
@@ -213,37 +219,33 @@ def sorted_heaps(heap_scores: np.ndarray, heap_ids: np.ndarray) -> tuple[np.ndar
 
 
 @compiled
-def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
+def rescore_top_k(tables, codes, norms, pair_tables, candidates, heap_scores, heap_ids):
     """Each query's k best ``candidates`` (``(nq, S)`` rows of ``codes``, ``-1`` skipped) by the
-    exact score, into ``top_scores``, ``top_ids`` (``(nq, k)``, which the caller fills with
-    ``+inf`` / -1) sorted by (score, row). Scores are summed as in `scan_top_k`: bit-identical
+    exact score, into ``heap_scores``, ``heap_ids`` (``(nq, k)``, which the caller fills with
+    ``+inf`` / -1), sorted by (score, row). The item term is ``norms[i]``, or with ``norms``
+    empty `pair_terms` of ``pair_tables``. Scores are summed as in `scan_top_k`: bit-identical
     to the full scan's."""
     nq, code_bytes = tables.shape[0], tables.shape[1]
-    k, width = top_scores.shape[1], candidates.shape[1]
-    scores = np.empty(width, np.float32)
-    rows = np.empty(width, np.int64)
+    k, width = heap_scores.shape[1], candidates.shape[1]
+    term = np.empty(1, np.float32)
     for q in range(nq):
         table = tables[q].reshape(-1)
-        n = 0
+        worst = heap_scores[q, 0]
         for c in range(width):
             i = candidates[q, c]
             if i < 0:
                 continue
-            s = norms[i]
+            if norms.shape[0] == codes.shape[0]:
+                s = norms[i]
+            else:
+                pair_terms(pair_tables, codes, i, i + 1, term)
+                s = term[0]
             for j in range(code_bytes):
                 s += table[j * 256 + codes[i, j]]
-            # Insertion by (score, row): a fast scan's candidates arrive nearly sorted.
-            position = n
-            while position > 0 and (scores[position - 1] > s or (
-                    scores[position - 1] == s and rows[position - 1] > i)):
-                scores[position] = scores[position - 1]
-                rows[position] = rows[position - 1]
-                position -= 1
-            scores[position] = s
-            rows[position] = i
-            n += 1
-        for r in range(min(k, n)):
-            top_scores[q, r], top_ids[q, r] = scores[r], rows[r]
+            # Candidates come in any order: an equal score displaces the root by a smaller row.
+            if s < worst or (s == worst and i < heap_ids[q, 0]):
+                worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+    sort_heaps(heap_scores, heap_ids)
 
 
 @compiled
@@ -276,3 +278,24 @@ def scan_lists_top_k(tables, list_tables, constants, codes, levels, level_terms,
                 s += constant
                 if s < worst or (s == worst and i < heap_ids[q, 0]):
                     worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+
+
+def default_workers() -> int:
+    """Threads for a scan: one per core, at most 8 (the scans are memory-bound beyond that)."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def resolved_workers(workers: int | None) -> int:
+    return default_workers() if workers is None else max(1, int(workers))
+
+
+def run_query_blocks(scan, n_queries: int, workers: int | None, block: int = QUERY_BLOCK) -> None:
+    """Run ``scan(start)`` for every ``block`` of queries, on threads."""
+    starts = range(0, n_queries, block)
+    workers = resolved_workers(workers)
+    if workers == 1 or len(starts) == 1:
+        for start in starts:
+            scan(start)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(scan, starts))  # consumed: re-raises a kernel's exception

@@ -30,9 +30,11 @@ from sgh.errors import UserInputError, check_int
 from sgh.search.asymmetric import AsymmetricScore, check_queries
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import ByteDecoder
+from sgh.search.byte_fast_scan import ByteFastScan
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.hamming_index import HammingIndex
 from sgh.search.inverted_table_scan import InvertedTableScan
+from sgh.search.lookup_kernels import QUERY_BLOCK, run_query_blocks
 from sgh.search.score_set import ScoreSet
 from sgh.search.two_stage import default_shortlist, padded, warn_if_one_score
 
@@ -66,7 +68,9 @@ class SGHIndex:
         self.fingerprint = self.scores.fingerprint
         self.nlist = None if nlist is None else check_int("nlist", nlist, 1)
         self.mode = mode
-        self.nprobe, self.shortlist, self.refine_factor = 1, None, DEFAULT_REFINE_FACTOR
+        self.nprobe, self.shortlist = 1, None
+        # The byte decoder scans exactly unless given one (sgh.search.byte_fast_scan).
+        self.refine_factor = None if decoder == "bytes" else DEFAULT_REFINE_FACTOR
         self._codes = np.zeros((0, -(-self.bits // 8)), np.uint8)
         self._ids = np.zeros(0, np.int64)
         self._lists = np.zeros(0, np.int64)
@@ -198,6 +202,9 @@ class SGHIndex:
         smaller nearer; ``I`` the items' ids, padding ``D = inf``, ``I = -1`` (as faiss)."""
         k = check_int("k", k, 1)
         queries = self._features(check_queries(queries, self.dim))
+        import faiss  # its thread count: one setting governs every mode's threads
+
+        threads = faiss.omp_get_max_threads()
         if self.mode == "hamming":
             D, rows = self._engine("hamming").search(self._codes_of(queries), k)
         else:
@@ -205,24 +212,24 @@ class SGHIndex:
             distances, probes = (None, None) if self.nlist is None else self._coarse(
                 queries, check_int("nprobe", self.nprobe, 1))
             if self.decoder == "bytes":
-                import faiss  # its thread count: one setting governs every mode's threads
-
-                threads = faiss.omp_get_max_threads()
                 if probes is None:
-                    D, rows = self._engine("bytes").search(queries, k, workers=threads)
+                    exact = self.refine_factor is None
+                    D, rows = self._engine("bytes" if exact else "bytes_fast").search(
+                        queries, k, workers=threads)
                     # The scan's score lacks the query's own ||x||^2: added, D is a distance.
                     D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 else:
                     D, rows = self._engine("bytes_lists").search(queries, k, probes, distances,
                                                                  threads)
             elif self.mode == "scan":
-                D, rows = self._engine("scan").search(queries, k, probes)
+                D, rows = self._engine("scan").search(queries, k, probes, threads)
             else:
                 depth = (default_shortlist(k, self.ntotal) if self.shortlist is None
                          else max(k, check_int("shortlist", self.shortlist, 1)))
-                candidates = self._engine("shortlist").search(queries, depth, probes)[1]
-                D, rows = self._engine("rescore").rescore(queries, candidates)
-                D, rows = padded(D, rows, k)
+                candidates = self._engine("shortlist").search(queries, depth, probes,
+                                                              threads)[1]
+                D, rows = padded(*rescored(self._engine("rescore"), queries, candidates,
+                                           threads), k)
         found = rows >= 0
         ids = np.full(rows.shape, -1, np.int64)
         ids[found] = self._ids[rows[found]]
@@ -233,13 +240,15 @@ class SGHIndex:
         if name not in self._engines:
             self._engines[name] = self._build_engine(name)
         engine = self._engines[name]
-        if isinstance(engine, FastScanIndex):
+        if isinstance(engine, (FastScanIndex, ByteFastScan)):
             engine.refine_factor = check_int("refine_factor", self.refine_factor, 1)
         return engine
 
     def _build_engine(self, name: str):
         if name == "bytes_lists":
             return InvertedTableScan(self.byte_decoder, self._codes, self._lists, self._centroids)
+        if name == "bytes_fast":
+            return ByteFastScan(self.byte_decoder, self._codes)
         if name in ("scan", "shortlist"):
             kind = self.scores.chosen if name == "scan" else "encoder"
             engine = FastScanIndex(self.scores.scores[kind], self.nlist)
@@ -273,12 +282,14 @@ class SGHIndex:
                   "lists": self._lists, "mode": np.str_(self.mode),
                   "nlist": np.int64(self.nlist or 0), "nprobe": np.int64(self.nprobe),
                   "shortlist": np.int64(self.shortlist or 0),
-                  "refine_factor": np.int64(self.refine_factor),
+                  "refine_factor": np.int64(self.refine_factor or DEFAULT_REFINE_FACTOR),
                   "fingerprint": np.str_(self.fingerprint), "decoder": np.str_(self.decoder)}
         if self._centroids is not None:
             arrays["centroids"] = self._centroids
         if self.byte_decoder is not None:
             arrays.update(self.byte_decoder.arrays(_BYTE_DECODER))
+            # Its own key (0: the exact scan): files before it hold 1, unused, in refine_factor.
+            arrays["byte_refine_factor"] = np.int64(self.refine_factor or 0)
         if self.decoder == "bytes":  # codes.faiss: faiss's additive quantizer of the same tables
             faiss_codes = self.byte_decoder.faiss_index(
                 self._codes, *(() if self.nlist is None else (self._lists, self._centroids)))
@@ -318,6 +329,8 @@ class SGHIndex:
         except ValueError as error:
             raise UserInputError(f"{path / INDEX_FILE}: {error}") from None
         index.nprobe, index.refine_factor = int(arrays["nprobe"]), int(arrays["refine_factor"])
+        if decoder == "bytes":
+            index.refine_factor = int(arrays.get("byte_refine_factor", 0)) or None
         index.shortlist = int(arrays["shortlist"]) or None
         index._centroids = arrays.get("centroids")
         index._append(validate_codes(arrays["codes"], index.bits, f"{path / INDEX_FILE} codes"),
@@ -426,3 +439,19 @@ def _run_split(run, n_database: int):
         raise UserInputError(f"{run.path}: its dataset now has {len(split.database)} database "
                              f"items, its codes {n_database}; the dataset changed since the run")
     return split
+
+
+def rescored(rescorer, queries: np.ndarray, candidates: np.ndarray, workers: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """``rescorer.rescore`` of each block of queries, on ``workers`` threads."""
+    if workers == 1 or len(queries) <= QUERY_BLOCK:
+        return rescorer.rescore(queries, candidates)
+    blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def rescore(start: int) -> None:
+        rows = slice(start, start + QUERY_BLOCK)
+        blocks[start] = rescorer.rescore(queries[rows], candidates[rows])
+
+    run_query_blocks(rescore, len(queries), workers)
+    return (np.concatenate([blocks[start][0] for start in sorted(blocks)]),
+            np.concatenate([blocks[start][1] for start in sorted(blocks)]))
