@@ -249,13 +249,21 @@ def rescore_top_k(tables, codes, norms, pair_tables, candidates, heap_scores, he
 
 
 @compiled
-def scan_lists_top_k(tables, list_tables, constants, codes, levels, level_terms, starts, probes,
-                     heap_scores, heap_ids):
+def list_pair_terms(pair_tables, codes, starts, lists, out):
+    """`pair_terms` of the rows of each of ``lists`` (list ``l``: rows ``starts[l] ..
+    starts[l + 1] - 1``), into the same rows of ``out``."""
+    for chosen in lists:
+        pair_terms(pair_tables, codes, starts[chosen], starts[chosen + 1], out[starts[chosen]:])
+
+
+@compiled
+def scan_lists_top_k(tables, list_tables, constants, codes, terms, starts, probes, heap_scores,
+                     heap_ids):
     """Each query's k best ``(score, row)`` among the codes (of residuals, in list order: list ``l``
     holds rows ``starts[l] .. starts[l + 1] - 1``) of the lists it ``probes`` (-1 skipped). A score
-    is ``(level_terms[levels[i]] + t[0, c0] + t[1, c1] + ...) + constants[q, p]`` in float32, ``t =
-    tables[q] - list_tables[l]``: the same whichever other lists are probed. The lists come in any
-    order, so a score equal to the heap's root displaces it when its row is smaller: ties by row."""
+    is ``(terms[i] + t[0, c0] + t[1, c1] + ...) + constants[q, p]`` in float32, ``t = tables[q] -
+    list_tables[l]``: the same whichever other lists are probed. The lists come in any order, so
+    a score equal to the heap's root displaces it when its row is smaller: ties by row."""
     nq, code_bytes = tables.shape[0], tables.shape[1]
     k = heap_scores.shape[1]
     width = code_bytes * 256
@@ -272,7 +280,7 @@ def scan_lists_top_k(tables, list_tables, constants, codes, levels, level_terms,
                 table[a] = query_table[a] - shift[a]
             constant = constants[q, p]
             for i in range(starts[chosen], starts[chosen + 1]):
-                s = level_terms[levels[i]]
+                s = terms[i]
                 for j in range(code_bytes):
                     s += table[j * 256 + codes[i, j]]
                 s += constant
