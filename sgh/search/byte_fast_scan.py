@@ -145,8 +145,9 @@ def coordinates(tables: np.ndarray, codes: np.ndarray) -> np.ndarray:
 def _first_stage_quantizer(tables: np.ndarray, codes: np.ndarray, parts: int):
     """A faiss ``ProductQuantizer`` of ``parts`` sub-quantizers of 16 centroids and its rotation
     ``R`` ``(r, parts * ceil(r / parts))`` (zero columns pad the dimension), fitted on the
-    reconstructions of the first `FIT_ROWS` codes (module doc)."""
-    sample = coordinates(tables, codes[:FIT_ROWS]).astype(np.float64)
+    reconstructions of at most `FIT_ROWS` codes evenly spaced over them (module doc)."""
+    sample = coordinates(tables, codes[:: max(1, len(codes) // FIT_ROWS)][:FIT_ROWS])
+    sample = sample.astype(np.float64)
     r = sample.shape[1]
     sub = -(-r // parts)
     covariance = np.cov(sample.T) if len(sample) > 1 else np.eye(r)
