@@ -40,7 +40,7 @@ DENSE_TOP_SHARE = 16
 # A call of fewer queries than this many per byte pair scans by the items' one-byte bounds
 # (`bounded_scan_top_k`): with the term per tile, each query's share of the pairs costs more.
 BOUNDED_QUERIES_PER_PAIR = 2
-_ROUNDING = 1e-5  # the bound's float32 rounding allowance, relative to the largest partial sum
+ROUNDING = 1e-5  # the bound's float32 rounding allowance, relative to the largest partial sum
 # The `format` key of a saved index, and the prefix of its score's keys.
 _FORMAT, _SCORE = "sgh-asymmetric-index 1", "score."
 
@@ -149,7 +149,7 @@ class AsymmetricIndex:
             levels, level_terms, error = self._term_bounds()
             # Each query's allowance: the bound's error, and float32 rounding of its sums.
             largest = np.abs(tables).max(axis=2).sum(axis=1) + np.abs(level_terms).max()
-            slack = (error + _ROUNDING * largest).astype(np.float32)
+            slack = (error + ROUNDING * largest).astype(np.float32)
         elif self._terms_from_codes:  # item terms once per tile and call: a call per thread
             block = max(QUERY_BLOCK, -(-len(tables) // resolved_workers(workers)))
 

@@ -288,6 +288,43 @@ def scan_lists_top_k(tables, list_tables, constants, codes, terms, starts, probe
                     worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
 
 
+@compiled
+def bounded_scan_lists_top_k(tables, list_tables, constants, codes, levels, level_terms, slack,
+                             pair_tables, starts, probes, heap_scores, heap_ids):
+    """`scan_lists_top_k` for a few queries: each item's term first bounded by
+    ``level_terms[levels[i]]`` (within ``slack[q]``), and computed from ``pair_tables`` only
+    where that bound could enter the query's heap, summed as `scan_lists_top_k` sums it
+    (bit-identical results)."""
+    nq, code_bytes = tables.shape[0], tables.shape[1]
+    k = heap_scores.shape[1]
+    width = code_bytes * 256
+    table = np.empty(width, np.float32)
+    term = np.empty(1, np.float32)
+    for q in range(nq):
+        query_table = tables[q].reshape(-1)
+        worst = heap_scores[q, 0]
+        for p in range(probes.shape[1]):
+            chosen = probes[q, p]
+            if chosen < 0:
+                continue
+            shift = list_tables[chosen].reshape(-1)
+            for a in range(width):
+                table[a] = query_table[a] - shift[a]
+            constant = constants[q, p]
+            for i in range(starts[chosen], starts[chosen + 1]):
+                partial = np.float32(0.0)
+                for j in range(code_bytes):
+                    partial += table[j * 256 + codes[i, j]]
+                if partial + level_terms[levels[i]] + constant - slack[q] <= worst:
+                    pair_terms(pair_tables, codes, i, i + 1, term)
+                    s = term[0]
+                    for j in range(code_bytes):
+                        s += table[j * 256 + codes[i, j]]
+                    s += constant
+                    if s < worst or (s == worst and i < heap_ids[q, 0]):
+                        worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+
+
 def default_workers() -> int:
     """Threads for a scan: one per core, at most 8 (the scans are memory-bound beyond that)."""
     return max(1, min(8, os.cpu_count() or 1))

@@ -91,6 +91,18 @@ def test_fewer_lists_scan_only_theirs_and_give_each_item_its_distance_to_the_bit
         np.testing.assert_array_equal(found, everything[q][in_probed][: len(found)])
 
 
+def test_a_query_alone_gets_the_results_it_gets_among_many(indexes):
+    # Alone, a query's lists would share the cross terms with no other: the scan reads each
+    # item's one-byte bound and computes the terms only where it could reach the top k.
+    _, queries, _, listed = indexes
+    listed.nprobe = 3
+    D, I = listed.search(queries, 10)
+    for q in range(0, len(queries), 9):
+        D1, I1 = listed.search(queries[q : q + 1], 10)
+        np.testing.assert_array_equal(I1[0], I[q])
+        np.testing.assert_array_equal(D1[0], D[q])
+
+
 def test_a_saved_index_with_lists_searches_identically(indexes, tmp_path):
     _, queries, _, listed = indexes
     listed.nprobe = 3
