@@ -37,8 +37,8 @@ from threadpoolctl import threadpool_limits
 
 from sgh.search.lookup_kernels import QUERY_BLOCK, rescore_top_k, run_query_blocks
 
-FIT_ROWS = 1 << 16  # reconstructions the rotation and the centroids are fitted on, at most
-ROTATION_ITERATIONS = 20  # OPQ's alternations from the balanced start (module doc)
+FIT_ROWS = 1 << 15  # reconstructions the rotation and the centroids are fitted on, at most
+ROTATION_ITERATIONS = 10  # OPQ's alternations from the balanced start (module doc)
 _ENCODE_ROWS = 1 << 16  # reconstructions made and quantised at a time
 _BLOCK = 32  # faiss's fast-scan block size
 
@@ -167,10 +167,10 @@ def _first_stage_quantizer(tables: np.ndarray, codes: np.ndarray, parts: int):
     rotation = np.ascontiguousarray(padded[:, order], np.float32)
     sample = sample.astype(np.float32)
     for _ in range(ROTATION_ITERATIONS):  # OPQ: the quantizer, then the best rotation for it
-        quantizer = _trained(sample @ rotation, parts)
-        rotated = sample @ rotation
-        quantised = quantizer.decode(quantizer.compute_codes(np.ascontiguousarray(rotated)))
-        left, _, right = np.linalg.svd(sample.T.astype(np.float64) @ quantised,
+        rotated = np.ascontiguousarray(sample @ rotation)
+        quantizer = _trained(rotated, parts)
+        quantised = quantizer.decode(quantizer.compute_codes(rotated))
+        left, _, right = np.linalg.svd((sample.T @ quantised).astype(np.float64),
                                        full_matrices=False)
         rotation = np.ascontiguousarray(left @ right, np.float32)
     return _trained(sample @ rotation, parts), rotation
