@@ -41,20 +41,19 @@ class InvertedTableScan:
         self.starts = np.searchsorted(lists, np.arange(len(centroids) + 1)).astype(np.int64)
         # The tables are affine in the query, so the table of ``q - c`` is the query's minus
         # ``tables(c) - tables(0)``: what a list's centroid takes away.
-        centroids = np.asarray(centroids, np.float32)
+        self.centroids = centroids = np.asarray(centroids, np.float32)
         self.list_tables = (score.lookup_tables(centroids)
                             - score.lookup_tables(np.zeros((1, centroids.shape[1]), np.float32)))
         self._largest_shift = float(np.abs(self.list_tables).max(axis=2).sum(axis=1).max(
             initial=0.0))
 
-    def search(self, queries: np.ndarray, k: int, probes: np.ndarray, distances: np.ndarray,
-               workers: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, probes: np.ndarray, workers: int
+               ) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest rows of each query among its ``probes`` lists: ``(D, I)``, ``D`` the
-        squared distance to each reconstruction, sorted by (D, row), padding ``inf`` / ``-1``.
-        ``distances``: ``(nq, nprobe)`` each probed list's ``||q - c_l||^2`` (the coarse step's)."""
+        squared distance to each reconstruction, sorted by (D, row), padding ``inf`` / ``-1``."""
         tables = self.score.lookup_tables(queries)
         probes = np.ascontiguousarray(probes, np.int64)
-        constants = np.ascontiguousarray(distances, np.float32)
+        constants = self._list_distances(queries, probes)
         D = np.full((len(tables), k), np.inf, np.float32)
         I = np.full((len(tables), k), -1, np.int64)
         probed = np.unique(probes[probes >= 0])
@@ -90,6 +89,17 @@ class InvertedTableScan:
 
         run_query_blocks(scan, len(tables), workers)
         return D, I
+
+    def _list_distances(self, queries: np.ndarray, probes: np.ndarray) -> np.ndarray:
+        """``(nq, nprobe)`` float32 ``||q - c_l||^2`` of each probed list, summed in numpy's
+        fixed order: the coarse step's distances (faiss's BLAS) differ in their last bits
+        between thread counts, and would move D with them."""
+        out = np.empty(probes.shape, np.float32)
+        for start in range(0, len(probes), QUERY_BLOCK):
+            rows = slice(start, start + QUERY_BLOCK)
+            differences = queries[rows, None, :] - self.centroids[np.maximum(probes[rows], 0)]
+            out[rows] = np.einsum("qpd,qpd->qp", differences, differences)
+        return out
 
     def _term_bounds(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
         """``(levels, level_terms, error)``: each item's cross terms in one byte

@@ -209,8 +209,8 @@ class SGHIndex:
             D, rows = self._engine("hamming").search(self._codes_of(queries), k)
         else:
             self._require_training()
-            distances, probes = (None, None) if self.nlist is None else self._coarse(
-                queries, check_int("nprobe", self.nprobe, 1))
+            probes = None if self.nlist is None else self._coarse(
+                queries, check_int("nprobe", self.nprobe, 1))[1]
             if self.decoder == "bytes":
                 if probes is None:
                     exact = self.refine_factor is None
@@ -219,8 +219,7 @@ class SGHIndex:
                     # The scan's score lacks the query's own ||x||^2: added, D is a distance.
                     D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 else:
-                    D, rows = self._engine("bytes_lists").search(queries, k, probes, distances,
-                                                                 threads)
+                    D, rows = self._engine("bytes_lists").search(queries, k, probes, threads)
             elif self.mode == "scan":
                 D, rows = self._engine("scan").search(queries, k, probes, threads)
             else:

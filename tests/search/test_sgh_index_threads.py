@@ -57,3 +57,27 @@ def test_every_mode_gives_the_same_results_on_one_thread_and_on_two(digits):
             assert (I1 >= 0).all(), label
     finally:
         faiss.omp_set_num_threads(previous)
+
+
+def test_the_lists_distances_do_not_move_with_the_threads_of_blas():
+    # faiss's coarse distances (its BLAS) differ in their last bits between thread counts at
+    # this size; the byte decoder's lists compute each probed list's distance themselves.
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2000, 784)).astype(np.float32)
+    queries = rng.standard_normal((1000, 784)).astype(np.float32)
+    with threadpool_limits(1):
+        index = SGHIndex(ITQ(n_bits=16, random_state=0).fit(x), decoder="bytes", nlist=263)
+        index.train(x)
+        index.add(x)
+    index.nprobe = 2
+    previous = faiss.omp_get_max_threads()
+    results = []
+    try:
+        for threads in (1, 2):
+            faiss.omp_set_num_threads(threads)
+            with threadpool_limits(threads):
+                results.append(index.search(queries, 5))
+    finally:
+        faiss.omp_set_num_threads(previous)
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
