@@ -21,24 +21,30 @@ it, its dominated settings drawn as crosses):
   mode="scan" over nprobe 1 .. 64. The inverted lists are SGHIndex's own: a k-means of the
   database features. And the byte decoder,
   `from_run(run, decoder="bytes")`: one 256-entry table per code byte fitted on the run's
-  training features, the database encoded by its posterior mode, scanned by SGH's lookup-table
-  kernel (the reconstruction's norm computed from the code: B bytes); and the byte decoder in
-  inverted lists of the same sizes, `from_run(run, decoder="bytes", nlist=N)` (its decoder
-  fitted on, and the items coded as, residuals to their list's centroid; the norm's cross
-  terms in one more byte per item: B + 1 bytes), over nprobe.
+  training features, the database encoded by its posterior mode, scanned exactly by SGH's
+  lookup-table kernel (the reconstruction's norm computed from the code: B bytes); and the byte
+  decoder in inverted lists of the
+  same sizes, `from_run(run, decoder="bytes", nlist=N)` (its decoder fitted on, and the items
+  coded as, residuals to their list's centroid; the norm's cross terms computed from the codes:
+  B bytes), over nprobe.
 - faiss anchors at B bytes per item (index_factory strings), each trained on the run's
   training features only: `PQ{B}np` (IndexPQ, 8-bit sub-quantizers, without the polysemous
   training that only faiss's Hamming-filtered search uses), `PQ{2B}x4fs` (4-bit fast scan),
   `OPQ{B},PQ{B}np` and `OPQ{2B},PQ{2B}x4fs` (a learned rotation first), `PQ{B+1}np` and
-  `OPQ{B+1},PQ{B+1}np` (B + 1 bytes: the byte decoder's size, spent by PQ), `RQ{B}x8_Nqint8` and
-  `LSQ{B}x8_Nqint8` (additive quantizers, B codebooks of 256 over the whole vector, the
-  reconstruction's norm in one more byte: the byte decoder's structure, encoded by beam search
-  and by local search; trained on at most 100,000 training items, as the byte decoder),
+  `OPQ{B+1},PQ{B+1}np` (B + 1 bytes: the size of RQ and LSQ below, spent by PQ),
+  `RQ{B}x8_Nqint8` and `LSQ{B}x8_Nqint8` (additive quantizers, B codebooks of 256 over the
+  whole vector, the reconstruction's norm in one more byte: the byte decoder's structure,
+  encoded by beam search and by local search; trained on at most 100,000 training items, as the
+  byte decoder), their
+  fast-scan forms at B bytes, `RQ{2B-2}x4fs_Nrq2x4` and `LSQ{2B-2}x4fs_Nlsq2x4` (2B - 2
+  codebooks of 16, the norm in the last two 4-bit codes),
   `IVF{N},PQ{2B}x4fs`
   (codes of the vectors) and `IVF{N},PQ{2B}x4fsr` (codes of their residuals to the list's
   centroid) over nprobe 1 .. 64, N = round(4 sqrt(n_database)), their lists a k-means of the
   training features; `IVF{N},RQ{B}x8_Nqint8` and `IVF{N},LSQ{B}x8_Nqint8` in the same lists
-  (codes of the residuals, B + 1 bytes: the byte decoder's inverted lists, faiss's way);
+  (codes of the residuals, B + 1 bytes: the byte decoder's inverted lists, faiss's way) and
+  their fast-scan forms `IVF{N},RQ{2B-2}x4fsr_Nrq2x4` and `IVF{N},LSQ{2B-2}x4fsr_Nlsq2x4` (B
+  bytes);
   and `RaBitQ` at its own size (d/8 bytes of signs plus two float factors; faiss's default of
   4-bit quantised queries). `PQ{2B}x4fs,RFlat` is left out: its refine step re-ranks by
   the raw float vectors, 4d more bytes per item. Dimensions that are no multiple of 2B sub-vectors
@@ -61,8 +67,8 @@ Measured for each point:
   an item is stored in says it. faiss: its standalone code size. SGH: bits / 8, plus one byte
   where the ranking reads a stored item constant: the model's decoder and joint scores' ``c(h)``
   (in the fast scan two more nibbles; the exact rescore of candidates, and the two-stage
-  search's, read it as a float32 held beside, not counted) and the byte decoder's inverted
-  lists (the norm's cross terms); the byte decoder's flat scan computes its norm from the code.
+  search's, read it as a float32 held beside, not counted); the byte decoder computes its
+  norm from the code, flat and in lists.
   Index bytes per item: the whole index as saved, over the items (faiss.serialize_index; the
   directory SGHIndex.save writes), so ids, lists, codebooks and models included.
 
@@ -142,12 +148,13 @@ class Settings:
     opq_iterations: int | None  # None: faiss's default (50)
 
 
-FULL = Settings(refine_factors=(1, 2, 4), shortlists=(200, 500, 1000, 2000, 5000),
-                nprobes=(1, 2, 4, 8, 16, 32, 64), rounds=3, queries=None, lists_per_sqrt_n=4,
-                sgh_lists_per_sqrt_n=(1, 4), training_rows=None, opq_iterations=None)
-QUICK = Settings(refine_factors=(1, 4), shortlists=(500, 2000), nprobes=(1, 8, 64), rounds=1,
-                 queries=200, lists_per_sqrt_n=1, sgh_lists_per_sqrt_n=(1,), training_rows=10_000,
-                 opq_iterations=2)
+FULL = Settings(refine_factors=(1, 2, 4),
+                shortlists=(200, 500, 1000, 2000, 5000), nprobes=(1, 2, 4, 8, 16, 32, 64),
+                rounds=3, queries=None, lists_per_sqrt_n=4, sgh_lists_per_sqrt_n=(1, 4),
+                training_rows=None, opq_iterations=None)
+QUICK = Settings(refine_factors=(1, 4), shortlists=(500, 2000),
+                 nprobes=(1, 8, 64), rounds=1, queries=200, lists_per_sqrt_n=1,
+                 sgh_lists_per_sqrt_n=(1,), training_rows=10_000, opq_iterations=2)
 
 
 @dataclasses.dataclass(eq=False)  # points are compared by identity
@@ -272,7 +279,8 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, lists: list[int],
             "refine_factor": default_refine}, extra_bytes=constant_byte(rescore),
             shortlist=shortlist))
     decoded = SGHIndex.from_run(run_dir, decoder="bytes")
-    points.append(point("byte decoder scan", decoded, saved_bytes(decoded),
+    size = saved_bytes(decoded)
+    points.append(point("byte decoder scan", decoded, size,
                         {"decoder": "bytes", "norm": "from the code"}))
     for nlist in lists:
         inverted = SGHIndex.from_run(run_dir, mode="scan", nlist=nlist)
@@ -287,7 +295,7 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, lists: list[int],
         for nprobe in settings.nprobes:
             points.append(point(f"IVF{nlist} byte decoder scan", inverted, size, {
                 "nlist": nlist, "nprobe": nprobe, "decoder": "bytes",
-                "norm": "cross terms, 1 byte"}, extra_bytes=1, nprobe=nprobe))
+                "norm": "from the code"}, nprobe=nprobe))
     return points
 
 
@@ -324,7 +332,7 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
     pq_train, pq_database, pq_queries = (zero_padded(rows, 2 * B)
                                          for rows in (train, database, queries))
     dim, padded_dim = train.shape[1], pq_train.shape[1]
-    # The byte decoder's B + 1 bytes as PQ and OPQ spend them: one more 8-bit sub-quantizer.
+    # RQ's and LSQ's B + 1 bytes as PQ and OPQ spend them: one more 8-bit sub-quantizer.
     plus_one = [f"PQ{B + 1}np", f"OPQ{B + 1},PQ{B + 1}np"]
     plus_one_train, plus_one_database, plus_one_queries = (zero_padded(rows, B + 1)
                                                            for rows in (train, database, queries))
@@ -333,7 +341,9 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
     flat = [f"PQ{B}np", f"PQ{2 * B}x4fs", f"OPQ{B},PQ{B}np", f"OPQ{2 * B},PQ{2 * B}x4fs"]
     inverted = [f"IVF{nlist},PQ{2 * B}x4fs", f"IVF{nlist},PQ{2 * B}x4fsr"]
     # Whole-vector codebooks: no sub-vectors, so no padding; the byte decoder's training cap.
-    additive = [f"RQ{B}x8_Nqint8", f"LSQ{B}x8_Nqint8"]
+    # The fast-scan forms: 2B - 2 codebooks of 16 and the norm in two more 4-bit codes.
+    additive = [f"RQ{B}x8_Nqint8", f"LSQ{B}x8_Nqint8", f"RQ{2 * B - 2}x4fs_Nrq2x4",
+                f"LSQ{2 * B - 2}x4fs_Nlsq2x4"]
     built = {}
     for key in additive:
         index = faiss.index_factory(dim, key, metric)
@@ -350,8 +360,10 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
         index.train(rows[0])
         index.add(rows[1])
         built[key] = index
-    # The byte decoder's structure in inverted lists: codes of residuals, B + 1 bytes.
-    inverted_additive = [f"IVF{nlist},RQ{B}x8_Nqint8", f"IVF{nlist},LSQ{B}x8_Nqint8"]
+    # The byte decoder's structure in inverted lists, faiss's way: codes of residuals.
+    inverted_additive = [f"IVF{nlist},RQ{B}x8_Nqint8", f"IVF{nlist},LSQ{B}x8_Nqint8",
+                         f"IVF{nlist},RQ{2 * B - 2}x4fsr_Nrq2x4",
+                         f"IVF{nlist},LSQ{2 * B - 2}x4fsr_Nlsq2x4"]
     coarse = built[inverted[0]].quantizer.reconstruct_n(0, nlist)[:, :dim]
     for key in inverted_additive:
         index = faiss.index_factory(dim, key, metric)
@@ -386,7 +398,7 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
             points.append(Point(f"faiss {key}", {"nlist": nlist, "nprobe": nprobe,
                                                  **({} if whole else padding)},
                                 search=faiss_search(index, queries if whole else pq_queries,
-                                                    faiss.SearchParametersIVF(nprobe=nprobe)),
+                                                    nprobe),
                                 is_sgh=False, **sizes))
     points.append(Point("faiss RaBitQ", {"query_bits": rabitq.qb},
                         bytes_per_item=code_bytes(rabitq),
@@ -395,8 +407,15 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
     return points
 
 
-def faiss_search(index, queries: np.ndarray, params=None):
-    return lambda: index.search(queries, K, params=params)
+def faiss_search(index, queries: np.ndarray, nprobe: int | None = None):
+    """All queries' top K; ``nprobe`` set on the index first (faiss's fast-scan additive
+    quantizers in lists take no search parameters), so an index's points take turns."""
+    def search():
+        if nprobe is not None:
+            faiss.extract_index_ivf(index).nprobe = nprobe
+        return index.search(queries, K)
+
+    return search
 
 
 def zero_padded(rows: np.ndarray, multiple: int) -> np.ndarray:
@@ -492,9 +511,11 @@ def inverted_lists_verdicts(sgh: list[Point]) -> dict[str, dict]:
     verdicts = {}
     for decoder in ("model", "bytes"):
         ours = [point for point in sgh if point.params.get("decoder", "model") == decoder]
+        # The flat point: the byte decoder's scan, or the model's at the default refine factor.
         (flat,) = [point for point in ours if "nprobe" not in point.params and (
-            decoder == "bytes" or (point.method.startswith("SGH scan")
-                                   and point.params["refine_factor"] == DEFAULT_REFINE_FACTOR))]
+            decoder == "bytes"
+            or (point.method.startswith("SGH scan")
+                and point.params["refine_factor"] == DEFAULT_REFINE_FACTOR))]
         verdicts[decoder] = inverted_lists_verdict(
             flat, [point for point in ours if "nprobe" in point.params])
     return verdicts

@@ -14,7 +14,6 @@ smaller id; ``k > ntotal`` pads with ``D = inf`` and ``I = -1``.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,10 @@ from sgh.errors import UserInputError, check_int
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.byte_decoder import one_byte_terms
 from sgh.search.lookup_kernels import (
+    QUERY_BLOCK,
     bounded_scan_top_k,
+    resolved_workers,
+    run_query_blocks,
     scan_scores,
     scan_top_k,
     sort_heaps,
@@ -35,20 +37,12 @@ from sgh.search.lookup_kernels import (
 # A top k of at least 1 / DENSE_TOP_SHARE of the database comes from every score, partitioned:
 # the heap would take in most items.
 DENSE_TOP_SHARE = 16
-# Queries per kernel call: their tables stay in L2 together, and each call is long enough that
-# dispatch costs nothing.
-QUERY_BLOCK = 64
 # A call of fewer queries than this many per byte pair scans by the items' one-byte bounds
 # (`bounded_scan_top_k`): with the term per tile, each query's share of the pairs costs more.
 BOUNDED_QUERIES_PER_PAIR = 2
-_ROUNDING = 1e-5  # the bound's float32 rounding allowance, relative to the largest partial sum
+ROUNDING = 1e-5  # the bound's float32 rounding allowance, relative to the largest partial sum
 # The `format` key of a saved index, and the prefix of its score's keys.
 _FORMAT, _SCORE = "sgh-asymmetric-index 1", "score."
-
-
-def default_workers() -> int:
-    """Threads for a scan: one per core, at most 8 (the scans are memory-bound beyond that)."""
-    return max(1, min(8, os.cpu_count() or 1))
 
 
 class AsymmetricIndex:
@@ -155,9 +149,9 @@ class AsymmetricIndex:
             levels, level_terms, error = self._term_bounds()
             # Each query's allowance: the bound's error, and float32 rounding of its sums.
             largest = np.abs(tables).max(axis=2).sum(axis=1) + np.abs(level_terms).max()
-            slack = (error + _ROUNDING * largest).astype(np.float32)
+            slack = (error + ROUNDING * largest).astype(np.float32)
         elif self._terms_from_codes:  # item terms once per tile and call: a call per thread
-            block = max(QUERY_BLOCK, -(-len(tables) // _resolved_workers(workers)))
+            block = max(QUERY_BLOCK, -(-len(tables) // resolved_workers(workers)))
 
         def scan(start: int) -> None:
             stop = start + block
@@ -239,19 +233,3 @@ def smallest_by_score_then_id(scores: np.ndarray, k: int) -> tuple[np.ndarray, n
     values = np.take_along_axis(scores, ids, axis=1)
     order = np.argsort(values, axis=1, kind="stable")  # equal scores stay in id order
     return np.take_along_axis(values, order, axis=1), np.take_along_axis(ids, order, axis=1)
-
-
-def _resolved_workers(workers: int | None) -> int:
-    return default_workers() if workers is None else max(1, int(workers))
-
-
-def run_query_blocks(scan, n_queries: int, workers: int | None, block: int = QUERY_BLOCK) -> None:
-    """Run ``scan(start)`` for every ``block`` of queries, on threads."""
-    starts = range(0, n_queries, block)
-    workers = _resolved_workers(workers)
-    if workers == 1 or len(starts) == 1:
-        for start in starts:
-            scan(start)
-        return
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(scan, starts))  # consumed: re-raises a kernel's exception

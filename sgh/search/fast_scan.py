@@ -17,7 +17,7 @@ import numpy as np
 from sgh.codes import validate_codes
 from sgh.errors import check_int
 from sgh.search.asymmetric import AsymmetricScore
-from sgh.search.lookup_kernels import rescore_top_k
+from sgh.search.lookup_kernels import QUERY_BLOCK, rescore_top_k, run_query_blocks
 
 # Candidates per result rescored exactly: raise `FastScanIndex.refine_factor` for a result nearer
 # the float scan's, or for a small k.
@@ -67,11 +67,12 @@ class FastScanIndex:
         self.norms = _joined(self.norms, self.score.item_norms(codes))
         self._faiss_index = None
 
-    def search(self, queries: np.ndarray, k: int, probes: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, probes: np.ndarray | None = None,
+               workers: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """Each query's k best rows by the exact score among the fast scan's
         ``refine_factor * k`` candidates: ``(D, I)`` sorted by (score, row), padding ``inf`` /
-        ``-1``. ``probes``: ``(nq, nprobe)`` the lists each query scans (with ``nlist``)."""
+        ``-1``. ``probes``: ``(nq, nprobe)`` the lists each query scans (with ``nlist``);
+        ``workers``: threads of the rescoring (faiss's scan takes faiss's)."""
         k = check_int("k", k, 1)
         weights = self.score.bit_weights(queries)
         tables = self.score.tables_of(weights)
@@ -92,7 +93,12 @@ class FastScanIndex:
             index.nprobe = probes.shape[1]
             _, candidates = index.search_preassigned(
                 targets, depth, probes, np.zeros(probes.shape, np.float32))
-        rescore_top_k(tables, self.codes, self.norms, candidates, D, I)
+
+        def rescore(start: int) -> None:
+            rows = slice(start, start + QUERY_BLOCK)
+            rescore_top_k(tables[rows], self.codes, self.norms, candidates[rows], D[rows], I[rows])
+
+        run_query_blocks(rescore, nq, workers)
         return D, I
 
     def _targets(self, weights: np.ndarray) -> np.ndarray:

@@ -3,57 +3,109 @@
 An item coded as its residual to its list's centroid ``c_l`` is reconstructed as ``c_l + x^(h)``;
 a query's squared distance to it, ``||q - c_l||^2 - 2 <q - c_l, x^(h)> + ||x^(h)||^2``, is one
 constant per probed list, the query's lookup tables minus the centroid's, and the item's cross
-terms of the norm (`ByteDecoder.item_norms`) held in one byte. The codes come in list order, so
-that each probed list is one contiguous run, read in place.
+terms of the norm (`ByteDecoder.item_norms`), computed from the codes once per call for the
+items of the lists its queries probe: B bytes per item. A call whose queries probe each list
+too seldom to share those terms reads a one-byte bound of each item's terms (kept in memory
+once computed) and computes the exact terms only where the bound could reach the top k, as
+`AsymmetricIndex`'s flat scan does for a few queries: the same results to the bit. The codes
+come in list order, so that each probed list is one contiguous run, read in place.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from sgh.search.asymmetric_index import QUERY_BLOCK, run_query_blocks
+from sgh.search.asymmetric_index import BOUNDED_QUERIES_PER_PAIR, ROUNDING
 from sgh.search.byte_decoder import one_byte_terms
-from sgh.search.lookup_kernels import scan_lists_top_k, sort_heaps
+from sgh.search.lookup_kernels import (
+    QUERY_BLOCK,
+    bounded_scan_lists_top_k,
+    list_pair_terms,
+    run_query_blocks,
+    scan_lists_top_k,
+    sort_heaps,
+)
 
 
 class InvertedTableScan:
     """Packed residual ``codes`` in the lists of ``centroids`` (``lists``: each row's, in
-    non-decreasing order), scored by ``score``: an object with ``lookup_tables(queries)`` and
-    ``item_norms(codes)`` (a `ByteDecoder`)."""
+    non-decreasing order), scored by ``score``: an object with ``lookup_tables(queries)``,
+    ``item_norms(codes)`` and ``pair_tables`` (a `ByteDecoder`)."""
 
     def __init__(self, score, codes: np.ndarray, lists: np.ndarray, centroids: np.ndarray) -> None:
         if np.any(lists[:-1] > lists[1:]):  # each list must be one contiguous run of rows
             raise ValueError("InvertedTableScan: the rows must come in list order")
         self.score = score
         self.codes = np.ascontiguousarray(codes)
-        # Each item's term held in one byte, as faiss's additive quantizers hold their norms:
-        # each query probes its own lists, so computing terms per tile would share nothing.
-        self.term_levels, self.level_terms, self.term_step = one_byte_terms(
-            score.item_norms(self.codes))
+        self._bounds = None
         self.starts = np.searchsorted(lists, np.arange(len(centroids) + 1)).astype(np.int64)
         # The tables are affine in the query, so the table of ``q - c`` is the query's minus
         # ``tables(c) - tables(0)``: what a list's centroid takes away.
-        centroids = np.asarray(centroids, np.float32)
+        self.centroids = centroids = np.asarray(centroids, np.float32)
         self.list_tables = (score.lookup_tables(centroids)
                             - score.lookup_tables(np.zeros((1, centroids.shape[1]), np.float32)))
+        self._largest_shift = float(np.abs(self.list_tables).max(axis=2).sum(axis=1).max(
+            initial=0.0))
 
-    def search(self, queries: np.ndarray, k: int, probes: np.ndarray, distances: np.ndarray,
-               workers: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int, probes: np.ndarray, workers: int
+               ) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest rows of each query among its ``probes`` lists: ``(D, I)``, ``D`` the
-        squared distance to each reconstruction, sorted by (D, row), padding ``inf`` / ``-1``.
-        ``distances``: ``(nq, nprobe)`` each probed list's ``||q - c_l||^2`` (the coarse step's)."""
+        squared distance to each reconstruction, sorted by (D, row), padding ``inf`` / ``-1``."""
         tables = self.score.lookup_tables(queries)
         probes = np.ascontiguousarray(probes, np.int64)
-        constants = np.ascontiguousarray(distances, np.float32)
+        constants = self._list_distances(queries, probes)
         D = np.full((len(tables), k), np.inf, np.float32)
         I = np.full((len(tables), k), -1, np.int64)
+        probed = np.unique(probes[probes >= 0])
+        pair_tables = self.score.pair_tables
+        # Queries per probed list: below this the terms would be shared among too few of them.
+        bounded = probes.size < BOUNDED_QUERIES_PER_PAIR * len(pair_tables) * len(probed)
+        if bounded:
+            levels, level_terms, error = self._term_bounds()
+            # Each query's allowance: the bound's error, and float32 rounding of its sums.
+            largest = (np.abs(tables).max(axis=2).sum(axis=1) + np.abs(level_terms).max()
+                       + self._largest_shift + np.abs(constants).max(axis=1))
+            slack = (error + ROUNDING * largest).astype(np.float32)
+        else:
+            # The cross terms of the probed lists' items, each computed once for all the
+            # queries (uninitialised elsewhere: never read).
+            terms = np.empty(len(self.codes), np.float32)
+            chunk = -(-len(probed) // max(1, workers))
+            run_query_blocks(lambda start: list_pair_terms(
+                pair_tables, self.codes, self.starts, probed[start : start + chunk], terms),
+                len(probed), workers, max(1, chunk))
 
         def scan(start: int) -> None:
-            stop = start + QUERY_BLOCK
-            scan_lists_top_k(tables[start:stop], self.list_tables, constants[start:stop],
-                             self.codes, self.term_levels, self.level_terms, self.starts,
-                             probes[start:stop], D[start:stop], I[start:stop])
-            sort_heaps(D[start:stop], I[start:stop])
+            rows = slice(start, start + QUERY_BLOCK)
+            if bounded:
+                bounded_scan_lists_top_k(tables[rows], self.list_tables, constants[rows],
+                                         self.codes, levels, level_terms, slack[rows],
+                                         pair_tables, self.starts, probes[rows], D[rows],
+                                         I[rows])
+            else:
+                scan_lists_top_k(tables[rows], self.list_tables, constants[rows], self.codes,
+                                 terms, self.starts, probes[rows], D[rows], I[rows])
+            sort_heaps(D[rows], I[rows])
 
         run_query_blocks(scan, len(tables), workers)
         return D, I
+
+    def _list_distances(self, queries: np.ndarray, probes: np.ndarray) -> np.ndarray:
+        """``(nq, nprobe)`` float32 ``||q - c_l||^2`` of each probed list, summed in numpy's
+        fixed order: the coarse step's distances (faiss's BLAS) differ in their last bits
+        between thread counts, and would move D with them."""
+        out = np.empty(probes.shape, np.float32)
+        for start in range(0, len(probes), QUERY_BLOCK):
+            rows = slice(start, start + QUERY_BLOCK)
+            differences = queries[rows, None, :] - self.centroids[np.maximum(probes[rows], 0)]
+            out[rows] = np.einsum("qpd,qpd->qp", differences, differences)
+        return out
+
+    def _term_bounds(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
+        """``(levels, level_terms, error)``: each item's cross terms in one byte
+        (`one_byte_terms`), ``level_terms[level]`` within ``error`` of them; computed once."""
+        if self._bounds is None:
+            terms = self.score.item_norms(self.codes)
+            levels, level_terms, _ = one_byte_terms(terms)
+            self._bounds = (levels, level_terms, np.abs(level_terms[levels] - terms).max())
+        return self._bounds

@@ -12,11 +12,17 @@ compiled helper returning the four sums, the top-k scan is markedly slower.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from sgh.compiled import compiled
 
 TILE_ITEMS = 1 << 14  # codes of a tile: 128 KB at 64 bits, which stays in L2
+# Queries per kernel call: their tables stay in L2 together, and each call is long enough that
+# dispatch costs nothing.
+QUERY_BLOCK = 64
 
 
 @compiled
@@ -213,18 +219,16 @@ def sorted_heaps(heap_scores: np.ndarray, heap_ids: np.ndarray) -> tuple[np.ndar
 
 
 @compiled
-def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
+def rescore_top_k(tables, codes, norms, candidates, heap_scores, heap_ids):
     """Each query's k best ``candidates`` (``(nq, S)`` rows of ``codes``, ``-1`` skipped) by the
-    exact score, into ``top_scores``, ``top_ids`` (``(nq, k)``, which the caller fills with
-    ``+inf`` / -1) sorted by (score, row). Scores are summed as in `scan_top_k`: bit-identical
+    exact score, into ``heap_scores``, ``heap_ids`` (``(nq, k)``, which the caller fills with
+    ``+inf`` / -1), sorted by (score, row). Scores are summed as in `scan_top_k`: bit-identical
     to the full scan's."""
     nq, code_bytes = tables.shape[0], tables.shape[1]
-    k, width = top_scores.shape[1], candidates.shape[1]
-    scores = np.empty(width, np.float32)
-    rows = np.empty(width, np.int64)
+    k, width = heap_scores.shape[1], candidates.shape[1]
     for q in range(nq):
         table = tables[q].reshape(-1)
-        n = 0
+        worst = heap_scores[q, 0]
         for c in range(width):
             i = candidates[q, c]
             if i < 0:
@@ -232,28 +236,28 @@ def rescore_top_k(tables, codes, norms, candidates, top_scores, top_ids):
             s = norms[i]
             for j in range(code_bytes):
                 s += table[j * 256 + codes[i, j]]
-            # Insertion by (score, row): a fast scan's candidates arrive nearly sorted.
-            position = n
-            while position > 0 and (scores[position - 1] > s or (
-                    scores[position - 1] == s and rows[position - 1] > i)):
-                scores[position] = scores[position - 1]
-                rows[position] = rows[position - 1]
-                position -= 1
-            scores[position] = s
-            rows[position] = i
-            n += 1
-        for r in range(min(k, n)):
-            top_scores[q, r], top_ids[q, r] = scores[r], rows[r]
+            # Candidates come in any order: an equal score displaces the root by a smaller row.
+            if s < worst or (s == worst and i < heap_ids[q, 0]):
+                worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+    sort_heaps(heap_scores, heap_ids)
 
 
 @compiled
-def scan_lists_top_k(tables, list_tables, constants, codes, levels, level_terms, starts, probes,
-                     heap_scores, heap_ids):
+def list_pair_terms(pair_tables, codes, starts, lists, out):
+    """`pair_terms` of the rows of each of ``lists`` (list ``l``: rows ``starts[l] ..
+    starts[l + 1] - 1``), into the same rows of ``out``."""
+    for chosen in lists:
+        pair_terms(pair_tables, codes, starts[chosen], starts[chosen + 1], out[starts[chosen]:])
+
+
+@compiled
+def scan_lists_top_k(tables, list_tables, constants, codes, terms, starts, probes, heap_scores,
+                     heap_ids):
     """Each query's k best ``(score, row)`` among the codes (of residuals, in list order: list ``l``
     holds rows ``starts[l] .. starts[l + 1] - 1``) of the lists it ``probes`` (-1 skipped). A score
-    is ``(level_terms[levels[i]] + t[0, c0] + t[1, c1] + ...) + constants[q, p]`` in float32, ``t =
-    tables[q] - list_tables[l]``: the same whichever other lists are probed. The lists come in any
-    order, so a score equal to the heap's root displaces it when its row is smaller: ties by row."""
+    is ``(terms[i] + t[0, c0] + t[1, c1] + ...) + constants[q, p]`` in float32, ``t = tables[q] -
+    list_tables[l]``: the same whichever other lists are probed. The lists come in any order, so
+    a score equal to the heap's root displaces it when its row is smaller: ties by row."""
     nq, code_bytes = tables.shape[0], tables.shape[1]
     k = heap_scores.shape[1]
     width = code_bytes * 256
@@ -270,9 +274,67 @@ def scan_lists_top_k(tables, list_tables, constants, codes, levels, level_terms,
                 table[a] = query_table[a] - shift[a]
             constant = constants[q, p]
             for i in range(starts[chosen], starts[chosen + 1]):
-                s = level_terms[levels[i]]
+                s = terms[i]
                 for j in range(code_bytes):
                     s += table[j * 256 + codes[i, j]]
                 s += constant
                 if s < worst or (s == worst and i < heap_ids[q, 0]):
                     worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+
+
+@compiled
+def bounded_scan_lists_top_k(tables, list_tables, constants, codes, levels, level_terms, slack,
+                             pair_tables, starts, probes, heap_scores, heap_ids):
+    """`scan_lists_top_k` for a few queries: each item's term first bounded by
+    ``level_terms[levels[i]]`` (within ``slack[q]``), and computed from ``pair_tables`` only
+    where that bound could enter the query's heap, summed as `scan_lists_top_k` sums it
+    (bit-identical results)."""
+    nq, code_bytes = tables.shape[0], tables.shape[1]
+    k = heap_scores.shape[1]
+    width = code_bytes * 256
+    table = np.empty(width, np.float32)
+    term = np.empty(1, np.float32)
+    for q in range(nq):
+        query_table = tables[q].reshape(-1)
+        worst = heap_scores[q, 0]
+        for p in range(probes.shape[1]):
+            chosen = probes[q, p]
+            if chosen < 0:
+                continue
+            shift = list_tables[chosen].reshape(-1)
+            for a in range(width):
+                table[a] = query_table[a] - shift[a]
+            constant = constants[q, p]
+            for i in range(starts[chosen], starts[chosen + 1]):
+                partial = np.float32(0.0)
+                for j in range(code_bytes):
+                    partial += table[j * 256 + codes[i, j]]
+                if partial + level_terms[levels[i]] + constant - slack[q] <= worst:
+                    pair_terms(pair_tables, codes, i, i + 1, term)
+                    s = term[0]
+                    for j in range(code_bytes):
+                        s += table[j * 256 + codes[i, j]]
+                    s += constant
+                    if s < worst or (s == worst and i < heap_ids[q, 0]):
+                        worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+
+
+def default_workers() -> int:
+    """Threads for a scan: one per core, at most 8 (the scans are memory-bound beyond that)."""
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def resolved_workers(workers: int | None) -> int:
+    return default_workers() if workers is None else max(1, int(workers))
+
+
+def run_query_blocks(scan, n_queries: int, workers: int | None, block: int = QUERY_BLOCK) -> None:
+    """Run ``scan(start)`` for every ``block`` of queries, on threads."""
+    starts = range(0, n_queries, block)
+    workers = resolved_workers(workers)
+    if workers == 1 or len(starts) == 1:
+        for start in starts:
+            scan(start)
+        return
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(scan, starts))  # consumed: re-raises a kernel's exception

@@ -12,9 +12,9 @@ as in faiss's IVF-PQ, it is coded as its residual to its list's centroid.
 Features are encoded by the encoder's own score: a bit is 1 where its encoder weight is <= 0, in
 float64 (a logit within float32 rounding of 0 may give a bit unlike the TensorFlow encoder's).
 Codes carry the model's fingerprint (`sgh.codes.model_fingerprint`): codes, scores and saved
-indexes of different models are refused, never searched together; so are features unlike those
-the model recorded (`_features`, every entry point) and a saved index.npz that is not as `save`
-wrote it (`sgh.search.saved_index_checks`).
+indexes of different models are refused, never searched together; so are features unlike
+those the model recorded (`sgh.search.index_features`, every entry point) and a saved
+index.npz that is not as `save` wrote it (`sgh.search.saved_index_checks`).
 """
 
 from __future__ import annotations
@@ -27,20 +27,19 @@ import numpy as np
 from sgh.artifacts.atomic import DirectoryKind, atomic_directory
 from sgh.artifacts.codes_file import encoded_codes, load_codes, refuse_another_models_scores
 from sgh.codes import pack_bits, validate_codes
-from sgh.data.feature_conversion import UINT8_CONVERSION, refuse_outside_unit_range
 from sgh.data.npz_file import read_npz_arrays
-from sgh.data.similarity import unit_normalised
 from sgh.errors import UserInputError, check_int
-from sgh.search.asymmetric import AsymmetricScore, check_queries
+from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import ByteDecoder
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.hamming_index import HammingIndex, check_ids
+from sgh.search.index_features import refuse_overflow, served_features
 from sgh.search.inverted_table_scan import InvertedTableScan
 from sgh.search.posterior_modes import Encoding
 from sgh.search.saved_index_checks import check_saved_arrays
 from sgh.search.score_set import ScoreSet
-from sgh.search.two_stage import default_shortlist, padded, warn_if_one_score
+from sgh.search.two_stage import default_shortlist, padded, rescored, warn_if_one_score
 
 MODES = ("hamming", "scan", "two_stage")
 DECODERS = ("model", "bytes")  # what ranks the codes: the model's scores, or a byte decoder
@@ -78,7 +77,8 @@ class SGHIndex:
         self.fingerprint = self.scores.fingerprint
         self.nlist = None if nlist is None else check_int("nlist", nlist, 1)
         self.mode = mode
-        self.nprobe, self.shortlist, self.refine_factor = 1, None, DEFAULT_REFINE_FACTOR
+        self.nprobe, self.shortlist = 1, None
+        self.refine_factor = DEFAULT_REFINE_FACTOR
         self._codes = np.zeros((0, -(-self.bits // 8)), np.uint8)
         self._ids = np.zeros(0, np.int64)
         self._next_id = 0  # default ids go on from every id ever held: none is handed out twice
@@ -127,7 +127,7 @@ class SGHIndex:
     def encode(self, x: np.ndarray) -> np.ndarray:
         """Packed codes of features ``x``: the encoder score's signs, or the byte decoder's
         posterior modes (of the residuals to their lists' centroids with ``nlist``)."""
-        features = self._features(x, "x")
+        features = served_features(x, self.scores, "x")
         if self.decoder == "model":
             return self._codes_of(features)
         self._require_training()
@@ -160,7 +160,7 @@ class SGHIndex:
             raise ValueError(f"train: the index holds {self.ntotal} items {held}, which new "
                              "training would leave stale; train a new SGHIndex (or remove "
                              "every item first)")
-        x = self._features(x, "x")
+        x = served_features(x, self.scores, "x")
         if self.nlist is not None and len(x) < self.nlist:
             raise ValueError(f"train: {len(x)} points for nlist={self.nlist} lists; accepted: "
                              "at least one point per list")
@@ -180,7 +180,7 @@ class SGHIndex:
 
     def add(self, x: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Encode features ``x`` and add them (``ids``: int64 per row; default ``ntotal ..``)."""
-        features = self._features(x, "x")  # every row checked before any is added
+        features = served_features(x, self.scores, "x")  # every row checked before any is added
         self._require_training()
         ids = self._new_ids(len(features), ids)
         codes, lists = [], []
@@ -229,34 +229,34 @@ class SGHIndex:
         smaller nearer (Hamming mode: ties in the order added); ``D`` float32 in every mode,
         ``I`` the items' ids, padding ``D = inf``, ``I = -1`` (as faiss)."""
         k = check_int("k", k, 1)
-        queries = self._features(queries, "queries")
+        queries = served_features(queries, self.scores, "queries")
+        import faiss  # its thread count: one setting governs every mode's threads
+
+        threads = faiss.omp_get_max_threads()
         if self.mode == "hamming":
             D, rows = self._engine("hamming").search(self._codes_of(queries), k)
         else:
             self._require_training()
-            distances, probes = (None, None) if self.nlist is None else self._coarse(
-                queries, check_int("nprobe", self.nprobe, 1))
+            probes = None if self.nlist is None else self._coarse(
+                queries, check_int("nprobe", self.nprobe, 1))[1]
             if self.decoder == "bytes":
-                import faiss  # its thread count: one setting governs every mode's threads
-
-                threads = faiss.omp_get_max_threads()
                 if probes is None:
                     D, rows = self._engine("bytes").search(queries, k, workers=threads)
                     # The scan's score lacks the query's own ||x||^2: added, D is a distance.
                     D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 else:
-                    D, rows = self._engine("bytes_lists").search(queries, k, probes, distances,
-                                                                 threads)
-                _refuse_overflow(D, rows >= 0)  # squared distances beyond float32
+                    D, rows = self._engine("bytes_lists").search(queries, k, probes, threads)
+                refuse_overflow(D, rows >= 0)  # squared distances beyond float32
             elif self.mode == "scan":
-                D, rows = self._engine("scan").search(queries, k, probes)
+                D, rows = self._engine("scan").search(queries, k, probes, threads)
             else:
                 depth = (default_shortlist(k, self.ntotal) if self.shortlist is None
                          else max(k, check_int("shortlist", self.shortlist, 1)))
                 depth = min(depth, max(self.ntotal, 1))  # no longer than the items: padded
-                candidates = self._engine("shortlist").search(queries, depth, probes)[1]
-                D, rows = self._engine("rescore").rescore(queries, candidates)
-                D, rows = padded(D, rows, k)
+                candidates = self._engine("shortlist").search(queries, depth, probes,
+                                                              threads)[1]
+                D, rows = padded(*rescored(self._engine("rescore"), queries, candidates,
+                                           threads), k)
         found = rows >= 0
         ids = np.full(rows.shape, -1, np.int64)
         ids[found] = self._ids[rows[found]]
@@ -406,28 +406,6 @@ class SGHIndex:
         index._append(codes.database, ids, lists)
         return index
 
-    def _features(self, x: np.ndarray, name: str = "x") -> np.ndarray:
-        """float32 features ``x`` (the argument ``name``) as the model saw them, checked against
-        what its run recorded, for every entry point: float, of its dimension, finite as
-        float32, on its training features' scale (`refuse_outside_unit_range`, the rule
-        sgh-index applies to files), unit-normalised for an angular model."""
-        x = np.asarray(x)
-        conversion = self.scores.feature_conversion
-        uint8 = conversion in (None, UINT8_CONVERSION)
-        how = ("convert them first, e.g. x.astype(np.float32) / 255" if uint8 else
-               "convert them first, e.g. x.astype(np.float32)")
-        if x.dtype.kind in "iub":
-            trained = ("sgh-train divides uint8 features by 255" if uint8 else f"its training "
-                       f"features were converted as '{conversion}'")
-            raise ValueError(f"features of dtype {x.dtype}: SGHIndex takes float features as "
-                             f"the model saw them ({trained}); {how}")
-        x = np.ascontiguousarray(check_queries(x, self.dim, name), np.float32)
-        refuse_outside_unit_range(x, conversion, name, "the model", f"{how} (the run recorded "
-                                  f"its features' conversion, '{conversion}')")
-        if self.scores.similarity == "angular":
-            x = unit_normalised(x, "the features (angular: divided by their length)")
-        return x
-
     def _coarse(self, x: np.ndarray, nearest: int) -> tuple[np.ndarray, np.ndarray]:
         """``(n, nearest)`` squared distances (float32) to the nearest centroids, their lists."""
         engines = self._engines
@@ -496,12 +474,3 @@ def _checked_encoding(encoding: str | None, decoder: str, nlist: int | None,
                          "accepted: icm1 .. icm16, local_search")
     return encoding
 
-
-def _refuse_overflow(D: np.ndarray, found: np.ndarray) -> None:
-    """A found item's distance beyond float32 (inf, every one alike): features far off scale.
-    The per-bit scores refuse it in their weights (`AsymmetricScore.bit_weights`)."""
-    if not np.isfinite(D).all() and not np.isfinite(D[found]).all():
-        row = int(np.argmax(~np.isfinite(np.where(found, D, 0)).all(axis=1)))
-        raise ValueError(f"queries row {row}: its scores overflow float32 (features far beyond "
-                         "the scale the model was trained on); scale them as its training "
-                         "features were")

@@ -24,7 +24,7 @@ from sgh.errors import check_int, one_line
 from sgh.search.asymmetric import AsymmetricScore, check_queries
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.hamming_index import HammingIndex
-from sgh.search.lookup_kernels import sorted_heaps
+from sgh.search.lookup_kernels import QUERY_BLOCK, run_query_blocks, sorted_heaps
 
 _EXACT_BLOCK_VALUES = 1 << 20  # vector values read and scored at a time by the exact rule
 
@@ -147,6 +147,22 @@ def warn_if_one_score(shortlist_score, rescorer, stacklevel: int = 1) -> None:
                       "shortlist it made, so the results are that score's scan, found more "
                       "slowly; rescore by another score (or the exact distances), or shortlist "
                       "by Hamming distance", stacklevel=stacklevel + 1)
+
+
+def rescored(rescorer, queries: np.ndarray, candidates: np.ndarray, workers: int
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """``rescorer.rescore`` of each block of queries, on ``workers`` threads."""
+    if workers == 1 or len(queries) <= QUERY_BLOCK:
+        return rescorer.rescore(queries, candidates)
+    blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def rescore(start: int) -> None:
+        rows = slice(start, start + QUERY_BLOCK)
+        blocks[start] = rescorer.rescore(queries[rows], candidates[rows])
+
+    run_query_blocks(rescore, len(queries), workers)
+    return (np.concatenate([blocks[start][0] for start in sorted(blocks)]),
+            np.concatenate([blocks[start][1] for start in sorted(blocks)]))
 
 
 def padded(D: np.ndarray, I: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
