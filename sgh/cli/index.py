@@ -99,7 +99,10 @@ def _batches(settings: dict, index: SGHIndex, where: str):
 
 def _progress(verb: str, done: int, total: int, started: float) -> None:
     rate = done / max(time.perf_counter() - started, 1e-9)
-    print(f"[sgh] {verb} {done:,}/{total:,} vectors, {rate:,.0f}/s", file=sys.stderr, flush=True)
+    # One write, the newline in it: an interruption between print's text and its end would
+    # leave the next line (the command's last) glued to this one.
+    sys.stderr.write(f"[sgh] {verb} {done:,}/{total:,} vectors, {rate:,.0f}/s\n")
+    sys.stderr.flush()
 
 
 def build(settings: dict) -> SGHIndex:
