@@ -69,7 +69,7 @@ DATASETS = {
 }
 QUERIES, MAX_DATABASE, MAX_FIT, SEED, K = 2_000, 100_000, 100_000, 1, 100
 # SGH's encodings measured, cheapest first: the validated ones, and ICM's full sweeps.
-ENCODINGS = ("encoder", "flip4", "flip6", "icm1", "icm2", "local_search")
+ENCODINGS = ("encoder", "flip4", "flip5", "flip6", "icm1", "icm2", "local_search")
 TEST_QUERIES = 1_000  # at most, of a test split (glove has 10,000)
 ENCODE_ITEMS, ROUNDS = 10_000, 3
 

@@ -307,7 +307,7 @@ def test_the_table_reports_the_byte_decoder_index_a_user_would_serve(tmp_path):
     run_dir, metrics = trained(tmp_path, _config("model.decoder=bytes", "model.bits=16",
                                                  "trainer.steps=200", "validation.every=100"))
     by_encoding = metrics["validation_recall10@100_by_encoding"]
-    assert set(by_encoding) == {"encoder", "flip4", "flip6", "local_search"}
+    assert set(by_encoding) == {"encoder", "flip4", "flip5", "flip6", "local_search"}
     assert metrics["byte_decoder_encoding"] in by_encoding
     assert by_encoding["flip6"] >= by_encoding["encoder"]
     assert metrics["byte_decoder_ranking"].startswith("byte decoder: SGHIndex(decoder='bytes'")

@@ -26,7 +26,7 @@ from sgh.search.byte_decoder import ByteDecoder
 logger = logging.getLogger(__name__)
 
 # The encodings measured, fastest first.
-VALIDATED_ENCODINGS = ("encoder", "flip4", "flip6", "local_search")
+VALIDATED_ENCODINGS = ("encoder", "flip4", "flip5", "flip6", "local_search")
 # A faster encoding is the default if its validation Recall K@100 is at most this far below the
 # best encoding's (5 true neighbours in the 1,000 of a hundred queries).
 ENCODING_TOLERANCE = 0.005
