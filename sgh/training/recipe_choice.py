@@ -34,18 +34,22 @@ class Choice:
 
 
 def search_of(config: Config) -> str:
-    """The search a run's codes are made for: "scan", "rescoring" (by a score) or "hamming"."""
-    if config.eval.ranking == "hamming":
-        return "hamming"
+    """The search a run's codes are made for: "scan", "rescoring" (by a score), "bytes" (the
+    byte decoder's index) or "hamming"."""
+    if config.eval.ranking in ("hamming", "bytes"):
+        return config.eval.ranking
     return "rescoring" if config.eval.ranking == "rerank" and config.eval.rescore == "score" \
         else "scan"
 
 
 def search_figure(config: Config, search: str, scores: ScoreSet, trained: dict) -> float:
     """A trained candidate's validation figure for `search`: the Recall K@100 of the score it
-    would scan or rescore with, or for Hamming ranking the best `validation.metric`."""
+    would scan or rescore with, or of its byte decoder's index at the encoding validation chose
+    (NaN where it has none), or for Hamming ranking the best `validation.metric`."""
     if search == "hamming":
         return trained[f"best_validation_{trained['validation_metric']}"]
+    if search == "bytes":
+        return scores.encodings.get(scores.encoding, math.nan)
     try:
         kind = scores.kind_for(config.eval.score, "asymmetric" if search == "scan" else "rerank")
     except ValueError as error:
@@ -84,8 +88,11 @@ def fit_and_score(config: Config, train_items: Features, validation: ValidationS
     chosen, model, trained, scores = best
     # The figure in words, for metrics.json and the results table.
     described = (f"best validation {config.validation.metric} (Hamming ranking)"
-                 if search == "hamming" else f"validation Recall{recall_k}@100 of its {search} "
-                 f"score, eval.score={config.eval.score}")
+                 if search == "hamming" else
+                 f"validation Recall{recall_k}@100 of its byte decoder index (the encoding "
+                 "validation chose)" if search == "bytes" else
+                 f"validation Recall{recall_k}@100 of its {search} score, "
+                 f"eval.score={config.eval.score}")
     logger.info("recipe: %r chosen, %s: %s", chosen, described,
                 ", ".join(f"{name} {entry['validation']:.4f}" for name, entry in report.items()))
     fields = {**trained, **scores.metrics_fields(recall_k),

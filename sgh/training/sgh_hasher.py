@@ -70,7 +70,9 @@ class SGHHasher(BinaryHasher):
     Every parameter sets the `sgh-train` key `_KEYS` maps it to (`n_bits`: `model.bits`;
     `random_state`: `trainer.seed`, or a RandomState or None to draw it from at each `fit`).
     `validation_metric="map"` needs `y` in `fit`. `candidates`: recipes `{name: {"model": {...},
-    "trainer": {...}}}`, the best scan on the validation split kept. `verbose`: progress lines.
+    "trainer": {...}}}`, the one whose `search` ranks the validation split best kept: "scan"
+    (the model's score, `SGHIndex(hasher)`) or "bytes" (its byte decoder's index,
+    `SGHIndex(hasher, decoder="bytes")`). `verbose`: progress lines.
 
     After `fit`: `model_`, `scores_` (`ScoreSet`), `n_bits_`, `n_features_in_`, `fit_info_`.
     """
@@ -100,7 +102,8 @@ class SGHHasher(BinaryHasher):
                  validation_database: int = ValidationConfig.database,
                  validation_metric: str = ValidationConfig.metric,
                  patience: int = ValidationConfig.patience, candidates: dict | None = None,
-                 recall_k: int = EvalConfig.recall_k, verbose: bool = False):
+                 recall_k: int = EvalConfig.recall_k, search: str = "scan",
+                 verbose: bool = False):
         # Every parameter stored untouched, under its own name (scikit-learn's contract).
         self.__dict__.update({name: value for name, value in locals().items() if name != "self"})
 
@@ -153,6 +156,9 @@ class SGHHasher(BinaryHasher):
     def fit(self, X, y=None):
         """Train on `X` (`(n, d)` floats); `y`: labels, used only by `validation_metric="map"`."""
         # Every setting checked first, and the seed drawn once.
+        if self.search not in ("scan", "bytes"):
+            raise UserInputError(f"search={self.search!r} is not known; accepted: scan (the "
+                                 "model's score), bytes (its byte decoder's index)")
         self._config = self.training_config()
         self._labels = None if y is None else np.asarray(y)
         try:
@@ -199,8 +205,7 @@ class SGHHasher(BinaryHasher):
             trained = fit_in_memory(recipe, train_items, validation)
             return trained.model, trained.fields
 
-        # Candidates are judged by the scan: what `asymmetric_score()` and SGHIndex search by.
-        chosen = fit_and_score(config, train_items, validation, "euclidean", "scan", fit)
+        chosen = fit_and_score(config, train_items, validation, "euclidean", self.search, fit)
         self.model_, self.scores_, self.fit_info_ = chosen.model, chosen.scores, chosen.fields
 
     # float32, as sgh-train encodes (not the baselines' float64 row blocks).

@@ -104,6 +104,15 @@ def test_the_search_recipe_chooses_among_a_linear_and_a_deep_candidate():
     assert candidate_config(config, "linear").model.encoder == "linear"
 
 
+def test_a_byte_decoder_run_judges_candidates_by_its_index_at_the_validated_encoding():
+    config = _config("eval.ranking=bytes")
+    scores = ScoreSet({}, "encoder", "joint", validation={"encoder": 0.8}, encoding="flip4",
+                      encodings={"encoder": 0.7, "flip4": 0.93, "local_search": 0.95})
+    assert search_of(config) == "bytes"
+    assert search_figure(config, "bytes", scores, {}) == 0.93  # the index's, not the best
+    assert np.isnan(search_figure(config, "bytes", ScoreSet({}, "encoder", "joint"), {}))
+
+
 @pytest.mark.parametrize("overrides, search, figure", [
     ((), "hamming", 0.6),  # the figure of validation.metric, which selected the weights
     (("eval.ranking=asymmetric",), "scan", 0.8),

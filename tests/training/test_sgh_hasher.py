@@ -260,6 +260,23 @@ def test_candidates_are_chosen_on_validation_and_the_chosen_model_is_saved(tmp_p
     assert small.fit_info_["steps"] == 6 and "recipe_chosen" not in small.fit_info_
 
 
+def test_candidates_are_judged_by_the_search_the_user_deploys():
+    candidates = {"linear": {"trainer": {"steps": 6}},
+                  "bytes": {"model": {"decoder": "bytes"}}}
+    settings = {**TINY, "n_bits": 16, "validation_every": 2, "validation_queries": 20,
+                "validation_database": 200, "candidates": candidates}
+    hasher = SGHHasher(**settings, search="bytes").fit(_blobs(n=400))
+    info = hasher.fit_info_
+    figures = {name: entry["validation"] for name, entry in info["recipe_candidates"].items()}
+    assert "byte decoder index" in info["recipe_figure"]
+    assert info["recipe_chosen"] == max(figures, key=figures.get)
+    # The figure is the chosen model's byte decoder index at its validated encoding.
+    scores = hasher.scores_
+    assert figures[info["recipe_chosen"]] == scores.encodings[scores.encoding]
+    with pytest.raises(UserInputError, match=r"^search='hamming' is not known; accepted: scan"):
+        SGHHasher(**settings, search="hamming").fit(_blobs())
+
+
 def test_presets_come_from_sgh_trains_experiment_files(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
