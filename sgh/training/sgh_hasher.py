@@ -253,7 +253,7 @@ class SGHHasher(BinaryHasher):
         path = Path(path)
         saved = DirectoryKind(f"a saved SGHHasher ({_PARAMS_FILE}, {_WEIGHTS_FILE})",
                               required=frozenset({_PARAMS_FILE, _WEIGHTS_FILE}),
-                              optional=frozenset({_SCORES_FILE}))
+                              optional=frozenset({_SCORES_FILE}), marker=".sgh-hasher")
         with atomic_directory(path, replaces=saved) as staging:
             (staging / _PARAMS_FILE).write_text(json.dumps(
                 {"params": self.get_params(), "n_features_in": int(self.n_features_in_),

@@ -63,9 +63,18 @@ def test_save_and_load_give_identical_codes_and_bad_paths_are_one_line(tmp_path)
     x = _blobs()
     hasher = SGHHasher(**{**TINY, "steps": 20}).fit(x)
     hasher.save(tmp_path / "hasher")
+    hasher.save(tmp_path / "hasher")  # its own earlier save: replaced
     loaded = SGHHasher.load(tmp_path / "hasher")
     np.testing.assert_array_equal(loaded.encode(x), hasher.encode(x))
     assert loaded.get_params() == hasher.get_params() and loaded.fit_info_["steps"] == 20
+    # A user's folder that merely holds files of those names is never replaced.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("hasher.json", "weights.npz"):
+        (mine / name).write_text(f"my own {name}")
+    with pytest.raises(UserInputError, match="no .sgh-hasher, the mark of one, is there"):
+        hasher.save(mine)
+    assert (mine / "hasher.json").read_text() == "my own hasher.json"
     # The validated choice of score travels with it, as plain arrays.
     assert loaded.scores_.chosen == hasher.scores_.chosen
     assert loaded.scores_.validation == hasher.scores_.validation
