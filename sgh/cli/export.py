@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_lock import refuse_a_run_being_written, run_lock
-from sgh.cli.boundary import exit_on_failure
+from sgh.cli.boundary import exit_on_failure, print_help
 from sgh.errors import UserInputError
 from sgh.model.quiet_tensorflow import import_tensorflow
 
@@ -32,6 +32,10 @@ def export_run(run_dir: str | os.PathLike) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["--help"], ["-h"]):
+        print_help("sgh-export: write the SavedModel encoder of a finished run that has none",
+                   "usage: sgh-export RUN_DIR", "guide/export.md")
+        return
     with exit_on_failure("sgh-export"):
         if len(argv) != 1 or argv[0].startswith("-"):
             raise UserInputError("usage: sgh-export RUN_DIR (a finished sgh-train run)")

@@ -17,7 +17,7 @@ from sgh.artifacts.atomic import atomic_file, refuse_to_replace
 from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file
-from sgh.cli.boundary import exit_on_failure
+from sgh.cli.boundary import exit_on_failure, print_help
 from sgh.cli.input_scale import (
     refuse_another_scale,
     refuse_unscaled_rows,
@@ -33,7 +33,7 @@ from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, SGHIndex
 
 USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] "
-         "[mode=M] [decoder=model|bytes] [encoding=encoder|icmN|local_search] "
+         "[mode=M] [decoder=model|bytes] [encoding=encoder|flipT|icmN|local_search] "
          "[input_scale=auto|none|uint8]\n"
          "       sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] "
          "out=RESULTS.npz [k=100] [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F] "
@@ -202,8 +202,13 @@ def _refuse_output(out: Path, queries: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["--help"], ["-h"]):
+        print_help("sgh-index: build an SGHIndex of a run over a vector file, and search it",
+                   USAGE, "guide/search.md")
+        return
     with exit_on_failure("sgh-index", output_key="out"):
-        action, settings = parse_arguments(sys.argv[1:] if argv is None else argv)
+        action, settings = parse_arguments(argv)
         (build if action == "build" else search)(settings)
 
 

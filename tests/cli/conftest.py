@@ -12,7 +12,8 @@ import pytest
 
 PROGRAMS = {"train": ("sgh-train", "sgh.cli.train"), "eval": ("sgh-eval", "sgh.cli.evaluate"),
             "encode": ("sgh-encode", "sgh.cli.encode"),
-            "compare": ("sgh-compare", "sgh.cli.compare"), "index": ("sgh-index", "sgh.cli.index")}
+            "compare": ("sgh-compare", "sgh.cli.compare"), "index": ("sgh-index", "sgh.cli.index"),
+            "export": ("sgh-export", "sgh.cli.export")}
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def command_here(capsys, monkeypatch):
         monkeypatch.setattr(sys, "argv", [program, *arguments])
         capsys.readouterr()
         try:
-            main(arguments) if command in ("compare", "index") else main()
+            main(arguments) if command in ("compare", "index", "export") else main()
             returncode = 0
         except SystemExit as exit_:
             returncode = exit_.code

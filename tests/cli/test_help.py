@@ -35,10 +35,12 @@ def test_the_other_commands_help_lists_their_own_keys_only(command_here, tmp_pat
     assert "\nout: null" in result.stdout
 
 
-@pytest.mark.parametrize("command", ["train", "eval", "encode"])
+@pytest.mark.parametrize("command", ["train", "eval", "encode", "index", "export"])
 def test_help_ends_with_the_guide_and_the_key_reference_as_files_here(command_here, tmp_path,
                                                                       command):
-    footer = command_here(command, ["--help"], tmp_path).stdout.splitlines()[-2:]
+    result = command_here(command, ["--help"], tmp_path)
+    assert result.returncode == 0 and result.stderr == ""
+    footer = result.stdout.splitlines()[-2:]
     assert [line.split(": ")[0] for line in footer] == ["Guide", "Every key"]
     pages = [Path(line.split(": ", 1)[1]) for line in footer]
     assert all(page.is_absolute() and page.is_file() for page in pages), footer
