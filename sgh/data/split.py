@@ -54,7 +54,8 @@ def labelled_split(name, x_train, y_train, x_test, y_test, query_selection, n_qu
                               out=aligned_empty((len(x_train) + len(rest), x_train.shape[1]),
                                                 x_train.dtype))
     return RetrievalSplit(
-        name=name, protocol=rule + "; database = train + remaining test; training set = train",
+        name=name, protocol=rule + "; database = train, then the remaining test items in index "
+                                    "order; training set = train",
         # The database's head, not a second copy, aligned for training to adopt as it is
         # (sgh.data.aligned); no stage writes into a split's arrays.
         train=database[:len(x_train)], database=database, query=x_test[ids],

@@ -33,6 +33,8 @@ def test_protocol_a_on_bundled_mnist():
     np.testing.assert_array_equal(split.query_labels, raw["y_test"][query_ids])
     assert split.feature_conversion == "uint8 / 255" and split.groundtruth is None
     np.testing.assert_array_equal(split.train, raw["X_train"].astype(np.float32) / 255)
+    # What the table prints says the order the database ids follow, not the queries' order.
+    assert "database = train, then the remaining test items in index order" in split.protocol
     # The training set is the database's head, held once in memory.
     assert np.shares_memory(split.train, split.database[:60000])
     assert split.train.flags.c_contiguous
