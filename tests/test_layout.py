@@ -7,6 +7,7 @@ or `sgh.pipeline` but the command line (and the lazy public API).
 """
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -118,3 +119,19 @@ def test_the_package_keeps_its_rooms_and_no_module_outgrows_one_concept():
     lengths = {str(path.relative_to(package)): len(path.read_text().splitlines())
                for path in package.rglob("*.py")}
     assert not {name: n for name, n in lengths.items() if n > 500}
+
+_REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def test_the_checkouts_docs_link_only_to_what_the_wheel_ships():
+    # The wheel ships docs/, examples/ and benchmarks/LOG.md (pyproject.toml): a link from the
+    # docs to anything else of the checkout (its README, say) would be dead once installed.
+    shipped = [_REPOSITORY / "docs", _REPOSITORY / "examples",
+               _REPOSITORY / "benchmarks" / "LOG.md"]
+    for page in (_REPOSITORY / "docs").rglob("*.md"):
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            path = target.partition("#")[0]
+            if path and "://" not in path:
+                resolved = (page.parent / path).resolve()
+                assert any(resolved.is_relative_to(place) for place in shipped), (page, target)

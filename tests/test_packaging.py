@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import site
 import subprocess
 import sys
@@ -47,6 +48,19 @@ def installed(tmp_path_factory):
     return bin_dir, work
 
 
+def dead_links(docs: Path) -> list[str]:
+    """Each relative link of the Markdown pages below `docs` whose file is not there (code
+    blocks left out; anchors not checked)."""
+    dead = []
+    for page in docs.rglob("*.md"):
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            path = target.partition("#")[0]
+            if path and "://" not in path and not (page.parent / path).exists():
+                dead.append(f"{page.relative_to(docs)}: {target}")
+    return dead
+
+
 def _command(installed, *args, timeout=600):
     bin_dir, work = installed
     env = {key: value for key, value in os.environ.items()
@@ -72,6 +86,7 @@ def test_the_installed_package_is_the_wheel_with_its_configs_data_and_docs(insta
     docs = {p.relative_to(REPOSITORY / "docs") for p in (REPOSITORY / "docs").rglob("*")
             if p.is_file()}
     assert docs == {p.relative_to(where[2]) for p in Path(where[2]).rglob("*") if p.is_file()}
+    assert not dead_links(Path(where[2])), "links the installed docs cannot follow"
     for command in ("sgh-train", "sgh-eval", "sgh-encode"):  # the footers name installed pages
         footer = _command(installed, command, "--help").stdout.splitlines()[-2:]
         pages = [Path(line.split(": ", 1)[1]) for line in footer]
