@@ -1,7 +1,8 @@
 """`sgh-index build|search`: build an `SGHIndex` from a run over a vector file, and query it.
 
 `build` indexes the run's own database codes, or the vectors of `input` (ids = rows); `search`
-writes ``D`` and ``I`` as `SGHIndex.search` returns them. Vector files are read as `sgh-encode`
+writes ``D`` and ``I`` as `SGHIndex.search` returns them, and with ``groundtruth`` the results'
+Recall10@N (printed, and in the results file). Vector files are read as `sgh-encode`
 reads them. The guide: docs/guide/search.md.
 """
 
@@ -25,9 +26,11 @@ from sgh.cli.input_scale import (
     training_scale,
 )
 from sgh.config import INPUT_SCALES
+from sgh.data.npz_file import groundtruth as groundtruth_ids
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError, check_choice, check_int
+from sgh.metrics.neighbour_recall import recall_of_results
 from sgh.search.byte_decoder import FIT_ROWS
 from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, SGHIndex
@@ -37,17 +40,22 @@ USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME
          "[input_scale=auto|none|uint8]\n"
          "       sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] "
          "out=RESULTS.npz [k=100] [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F] "
-         "[input_scale=auto|none|uint8]")
+         "[groundtruth=FILE [groundtruth_key=NAME]] [input_scale=auto|none|uint8]")
 # The keys of each action, with their defaults (None: required or unset).
 KEYS = {"build": {"run": None, "out": None, "input": None, "key": None, "nlist": None,
                   "mode": "scan", "decoder": "model", "encoding": None, "batch_size": "65536",
                   "input_scale": "auto"},
         "search": {"index": None, "input": None, "key": None, "out": None, "k": "100",
                    "mode": None, "nprobe": None, "shortlist": None, "refine_factor": None,
-                   "batch_size": "65536", "input_scale": "auto"}}
+                   "groundtruth": None, "groundtruth_key": None, "batch_size": "65536",
+                   "input_scale": "auto"}}
 REQUIRED = {"build": ("run", "out"), "search": ("index", "input", "out")}
 # The results file's marker key: an existing out= is replaced only when it holds it.
 RESULTS_MARKER = "sgh_index_results"
+RECALL_K = 10  # Recall K@N: of each query's first K ground-truth neighbours, as the paper's
+RECALL_CONVENTION = (f"Recall{RECALL_K}@N: the share of each query's first {RECALL_K} "
+                     "ground-truth ids among its first N results, ids as returned (ties as the "
+                     "index orders them, padding -1 finds nothing)")
 
 
 def parse_arguments(argv: list[str]) -> tuple[str, dict]:
@@ -160,6 +168,8 @@ def search(settings: dict) -> tuple[np.ndarray, np.ndarray]:
     out = Path(settings["out"])
     _refuse_output(out, Path(settings["input"]))
     index = SGHIndex.load(settings["index"])
+    truth = None if settings["groundtruth"] is None else _groundtruth(
+        settings, index, len(open_vectors(settings["input"], settings["key"])))
     for name in ("mode", "nprobe", "shortlist", "refine_factor"):
         if settings[name] is not None:
             try:
@@ -175,10 +185,35 @@ def search(settings: dict) -> tuple[np.ndarray, np.ndarray]:
         _progress("searched", start + len(rows), total, started)
     D = np.concatenate([d for d, _ in results])
     I = np.concatenate([i for _, i in results])  # noqa: E741  (faiss's name)
+    recalls = {}
+    if truth is not None:
+        cutoffs = sorted({n for n in (1, 10, 100, 1000) if n < I.shape[1]} | {I.shape[1]})
+        recalls = {f"recall{RECALL_K}@{n}": recall_of_results(I[:, :n], truth, RECALL_K)
+                   for n in cutoffs}
     with atomic_file(out, suffix=".npz") as temporary:
-        np.savez(temporary, D=D, I=I, **{RESULTS_MARKER: np.str_(repr(index))})
+        np.savez(temporary, D=D, I=I, **{RESULTS_MARKER: np.str_(repr(index))},
+                 **{name: np.float64(value) for name, value in recalls.items()},
+                 **({"recall_convention": np.str_(RECALL_CONVENTION)} if recalls else {}))
     print(f"[sgh] wrote {out}: D, I of shape {I.shape} ({index!r})")
+    if recalls:
+        figures = ", ".join(f"{value:.4f}" for value in recalls.values())
+        print(f"[sgh] Recall{RECALL_K}@{'/@'.join(name.split('@')[1] for name in recalls)} "
+              f"{figures} ({RECALL_CONVENTION}; {len(I)} queries)")
     return D, I
+
+
+def _groundtruth(settings: dict, index: SGHIndex, n_queries: int) -> np.ndarray:
+    """The neighbour ids of ``groundtruth=``: a row per query, each at least `RECALL_K` ids of
+    the index's items (int64); read before any query is searched, so a bad file costs none."""
+    path = Path(settings["groundtruth"])
+    truth_file = open_vectors(path, settings["groundtruth_key"])
+    truth = groundtruth_ids(path, truth_file.read(0, len(truth_file)), n_queries,
+                            max(index.ntotal, 1), settings["groundtruth_key"])
+    if truth.shape[1] < RECALL_K:
+        raise UserInputError(f"groundtruth={path} holds {truth.shape[1]} neighbours per query; "
+                             f"accepted: at least {RECALL_K} (Recall{RECALL_K}@N reads each "
+                             f"query's first {RECALL_K})")
+    return truth
 
 
 def _refuse_output(out: Path, queries: Path) -> None:

@@ -143,3 +143,55 @@ def test_an_input_scale_the_values_contradict_is_refused(command_here, run_and_v
     assert "input_scale=none takes them as they are; accepted: input_scale=uint8" \
         in refused.stderr
     assert command_here("index", build, tmp_path).returncode == 0  # auto: divided by 255
+
+
+def test_search_with_ground_truth_prints_and_writes_its_recall(command_here, run_and_vectors,
+                                                               tmp_path):
+    """A command-line user reaches the recall of the index they built: build, then search with
+    groundtruth= (.npy or .ivecs of each query's nearest ids)."""
+    run_dir, place = run_and_vectors
+    built = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
+                                   f"out={tmp_path / 'flat'}"], place)
+    assert built.returncode == 0, built.stderr
+    base, queries = np.load(place / "base.npy"), np.load(place / "queries.npy")
+    distances = ((queries[:, None, :].astype(np.float64) - base[None]) ** 2).sum(axis=2)
+    truth = np.argsort(distances, axis=1, kind="stable")[:, :20].astype(np.int32)
+    np.save(tmp_path / "truth.npy", truth)
+    ivecs = np.concatenate([np.full((len(truth), 1), 20, np.int32), truth], axis=1)
+    ivecs.tofile(tmp_path / "truth.ivecs")
+    for name in ("truth.npy", "truth.ivecs"):
+        searched = command_here("index", [
+            "search", f"index={tmp_path / 'flat'}", f"input={place / 'queries.npy'}", "k=50",
+            f"groundtruth={tmp_path / name}", f"out={tmp_path / 'results.npz'}"], place)
+        assert searched.returncode == 0, searched.stderr
+        with np.load(tmp_path / "results.npz") as results:
+            I = results["I"]
+            expected = {n: float((I[:, :n, None] == truth[:, None, :10]).any(axis=1).mean())
+                        for n in (1, 10, 50)}
+            assert {n: float(results[f"recall10@{n}"]) for n in (1, 10, 50)} == expected
+            assert "ids as returned" in str(results["recall_convention"])
+        line = next(line for line in searched.stdout.splitlines() if "Recall10@1/@10/@50" in line)
+        assert f"{expected[50]:.4f}" in line and "first 10 ground-truth ids" in line
+
+
+@pytest.mark.parametrize("truth, message", [
+    (np.tile(np.arange(10, dtype=np.int32), (29, 1)), "expected integer ids of shape (30, K)"),
+    (np.tile(np.arange(5, dtype=np.int32), (30, 1)), "holds 5 neighbours per query; accepted: "
+                                                      "at least 10"),
+    (np.tile(np.arange(-1, 9, dtype=np.int32), (30, 1)), "has ids outside 0..699"),
+    (np.tile(np.arange(691, 701, dtype=np.int32), (30, 1)), "has ids outside 0..699"),
+    (np.tile(np.arange(10) + 0.5, (30, 1)), "truth.npy"),  # not whole numbers
+    (np.zeros((30, 10), np.int32), "lists the id 0 more than once"),
+])
+def test_a_ground_truth_unlike_the_queries_is_one_line_and_writes_nothing(
+        command_here, run_and_vectors, tmp_path, truth, message):
+    run_dir, place = run_and_vectors
+    built = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
+                                   f"out={tmp_path / 'flat'}"], place)
+    assert built.returncode == 0, built.stderr
+    np.save(tmp_path / "truth.npy", truth)
+    searched = command_here("index", [
+        "search", f"index={tmp_path / 'flat'}", f"input={place / 'queries.npy'}",
+        f"groundtruth={tmp_path / 'truth.npy'}", f"out={tmp_path / 'results.npz'}"], place)
+    one_error_line(searched, "sgh-index", message)
+    assert not (tmp_path / "results.npz").exists()
