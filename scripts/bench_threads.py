@@ -6,8 +6,8 @@ queries/s each gives.
 
 RUN: a finished `sgh-train` run of SGH. Indexes of its database, each from `SGHIndex.from_run`:
 the model's scan, its two-stage search and its Hamming ranking (flat), the model's scan in
-inverted lists (round(4 sqrt(n)) lists, nprobe 8), the byte decoder's exact scan, its fast scan
-(refine_factor 16) and its inverted lists (the same lists' count, nprobe 8). Each searches the
+inverted lists (round(4 sqrt(n)) lists, nprobe 8), the byte decoder's scan and its inverted
+lists (the same lists' count, nprobe 8). Each searches the
 first --queries test queries for their top 100 in one call, with faiss's thread count
 (`faiss.omp_set_num_threads`, which `SGHIndex.search` follows in every mode) and numpy's BLAS
 both set to each of --threads. Figures: queries/s, the median of 3 rounds in which every index
@@ -37,21 +37,18 @@ from sgh.config import dataset_config_from  # noqa: E402
 from sgh.data import load_split  # noqa: E402
 from sgh.search.sgh_index import SGHIndex  # noqa: E402
 
-K, ROUNDS, NPROBE, FAST_REFINE_FACTOR = 100, 3, 8, 16
+K, ROUNDS, NPROBE = 100, 3, 8
 
 
 def indexes(run_dir: str, n_database: int) -> dict[str, tuple[SGHIndex, dict]]:
-    """The indexes of the module doc, by label, each with the settings its search sets first
-    (the byte decoder's flat index serves two)."""
+    """The indexes of the module doc, by label, each with the settings its search sets first."""
     nlist = max(1, round(4 * math.sqrt(n_database)))
-    decoded = SGHIndex.from_run(run_dir, decoder="bytes")
     built = {"model scan": (SGHIndex.from_run(run_dir), {}),
              "model two-stage": (SGHIndex.from_run(run_dir, mode="two_stage"), {}),
              "model Hamming": (SGHIndex.from_run(run_dir, mode="hamming"), {}),
              f"model IVF{nlist} scan": (SGHIndex.from_run(run_dir, nlist=nlist),
                                         {"nprobe": NPROBE}),
-             "byte decoder exact scan": (decoded, {"refine_factor": None}),
-             "byte decoder fast scan": (decoded, {"refine_factor": FAST_REFINE_FACTOR}),
+             "byte decoder scan": (SGHIndex.from_run(run_dir, decoder="bytes"), {}),
              f"byte decoder IVF{nlist}": (SGHIndex.from_run(run_dir, decoder="bytes",
                                                             nlist=nlist), {"nprobe": NPROBE})}
     return built

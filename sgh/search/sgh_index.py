@@ -77,7 +77,7 @@ class SGHIndex:
         self.fingerprint = self.scores.fingerprint
         self.nlist = None if nlist is None else check_int("nlist", nlist, 1)
         self.mode = mode
-        self.nprobe, self.shortlist = 1, None
+        self._nprobe, self.shortlist = 1, None
         self.refine_factor = DEFAULT_REFINE_FACTOR
         self._codes = np.zeros((0, -(-self.bits // 8)), np.uint8)
         self._ids = np.zeros(0, np.int64)
@@ -103,6 +103,19 @@ class SGHIndex:
             raise ValueError("mode='hamming' scans every code; inverted lists (nlist) serve "
                              "the scan and two_stage modes")
         self._mode = mode
+
+    @property
+    def nprobe(self) -> int:
+        """Inverted lists each query scans (1 without lists)."""
+        return self._nprobe
+
+    @nprobe.setter
+    def nprobe(self, nprobe: int) -> None:
+        nprobe = check_int("nprobe", nprobe, 1)
+        if self.nlist is None and nprobe != 1:
+            raise ValueError(f"nprobe={nprobe}: the index has no inverted lists, and every "
+                             "search scans every code; nprobe serves an index with nlist")
+        self._nprobe = nprobe
 
     @property
     def ntotal(self) -> int:
@@ -238,7 +251,7 @@ class SGHIndex:
         else:
             self._require_training()
             probes = None if self.nlist is None else self._coarse(
-                queries, check_int("nprobe", self.nprobe, 1))[1]
+                queries, self.nprobe)[1]
             if self.decoder == "bytes":
                 if probes is None:
                     D, rows = self._engine("bytes").search(queries, k, workers=threads)

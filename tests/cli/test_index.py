@@ -195,3 +195,15 @@ def test_a_ground_truth_unlike_the_queries_is_one_line_and_writes_nothing(
         f"groundtruth={tmp_path / 'truth.npy'}", f"out={tmp_path / 'results.npz'}"], place)
     one_error_line(searched, "sgh-index", message)
     assert not (tmp_path / "results.npz").exists()
+
+
+def test_nprobe_on_an_index_without_lists_is_one_line(command_here, run_and_vectors, tmp_path):
+    run_dir, place = run_and_vectors
+    built = command_here("index", ["build", f"run={run_dir}", f"out={tmp_path / 'flat'}"], place)
+    assert built.returncode == 0, built.stderr
+    searched = command_here("index", ["search", f"index={tmp_path / 'flat'}", "nprobe=8",
+                                      f"input={place / 'queries.npy'}",
+                                      f"out={tmp_path / 'results.npz'}"], place)
+    one_error_line(searched, "sgh-index", "nprobe=8: the index has no inverted lists")
+    assert not (tmp_path / "results.npz").exists()
+

@@ -239,3 +239,14 @@ def test_a_runs_codes_carry_its_models_fingerprint_and_another_runs_scores_are_r
         evaluate_codes(EvalCommandConfig(run=str(first), out=str(tmp_path / "eval.json"),
                                          eval=EvalConfig(ranking="asymmetric")))
     assert not (tmp_path / "eval.json").exists()
+
+
+def test_nprobe_is_refused_where_there_are_no_lists(itq_data):
+    hasher, x, queries = itq_data
+    flat = SGHIndex(hasher)
+    flat.add(x)
+    with pytest.raises(ValueError, match=r"^nprobe=8: the index has no inverted lists"):
+        flat.nprobe = 8
+    flat.nprobe = 1  # what it does anyway
+    with pytest.raises(ValueError, match="nprobe=0 is impossible"):
+        SGHIndex(hasher, nlist=4).nprobe = 0

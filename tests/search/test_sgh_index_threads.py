@@ -28,14 +28,13 @@ def _indexes(hasher, x):
             if decoder == "bytes" or nlist:
                 index.train(x)
             index.add(x)
-            index.nprobe = 3
+            if nlist:
+                index.nprobe = 3
             modes = ("scan",) if decoder == "bytes" else ("scan", "two_stage") + (
                 () if nlist else ("hamming",))
             for mode in modes:
                 index.mode = mode
-                yield f"{decoder} {mode} nlist={nlist}", index, mode, None
-            if decoder == "bytes" and nlist is None:  # the fast scan, besides the exact one
-                yield "bytes fast scan", index, "scan", 4
+                yield f"{decoder} {mode} nlist={nlist}", index, mode
 
 
 @pytest.mark.filterwarnings("ignore:two-stage search")
@@ -43,10 +42,8 @@ def test_every_mode_gives_the_same_results_on_one_thread_and_on_two(digits):
     hasher, x, queries = digits
     previous = faiss.omp_get_max_threads()
     try:
-        for label, index, mode, refine_factor in _indexes(hasher, x):
+        for label, index, mode in _indexes(hasher, x):
             index.mode = mode
-            if index.decoder == "bytes":
-                index.refine_factor = refine_factor
             results = []
             for threads in (1, 2):
                 faiss.omp_set_num_threads(threads)
