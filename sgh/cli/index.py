@@ -107,10 +107,20 @@ def _batches(settings: dict, index: SGHIndex, where: str):
 
 def _progress(verb: str, done: int, total: int, started: float) -> None:
     rate = done / max(time.perf_counter() - started, 1e-9)
-    # One write, the newline in it: an interruption between print's text and its end would
-    # leave the next line (the command's last) glued to this one.
-    sys.stderr.write(f"[sgh] {verb} {done:,}/{total:,} vectors, {rate:,.0f}/s\n")
+    _say(f"{verb} {done:,}/{total:,} vectors, {rate:,.0f}/s")
+
+
+def _say(message: str) -> None:
+    """A progress line on stderr, as one write with its newline: an interruption between
+    print's text and its end would leave the next line (the command's last) glued to this one."""
+    sys.stderr.write(f"[sgh] {message}\n")
     sys.stderr.flush()
+
+
+def _what_training_does(index: SGHIndex) -> str:
+    steps = ([f"k-means of {index.nlist} lists"] if index.nlist else []) + (
+        ["the byte decoder's tables (hard EM)"] if index.decoder == "bytes" else [])
+    return " and ".join(steps)
 
 
 def build(settings: dict) -> SGHIndex:
@@ -120,6 +130,10 @@ def build(settings: dict) -> SGHIndex:
     refuse_to_replace(out, SAVED_INDEX)
     check_writable_place("out", out, directory_wanted=True)
     if settings["input"] is None:
+        _say(f"indexing the database of run={settings['run']}"
+             + (f", decoder={settings['decoder']}" if settings["decoder"] == "bytes" else "")
+             + (f", nlist={settings['nlist']}" if settings["nlist"] else "")
+             + ": its features are read, and for a byte decoder or lists fitted and coded")
         try:
             index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"],
                                       settings["decoder"], settings["encoding"])
@@ -134,7 +148,12 @@ def build(settings: dict) -> SGHIndex:
             raise UserInputError(str(error)) from None
         try:  # the vectors' values (off scale, overflowing float32): one line
             if not index.is_trained:
-                index.train(_training_sample(settings, index))
+                sample = _training_sample(settings, index)
+                started = time.perf_counter()
+                _say(f"training on {len(sample):,} rows of the input: "
+                     f"{_what_training_does(index)}")
+                index.train(sample)
+                _say(f"trained in {time.perf_counter() - started:,.1f} s")
             started = time.perf_counter()
             for start, total, rows in _batches(settings, index, f"run={run.path}"):
                 index.add(rows, ids=np.arange(start, start + len(rows)))

@@ -207,3 +207,19 @@ def test_nprobe_on_an_index_without_lists_is_one_line(command_here, run_and_vect
     one_error_line(searched, "sgh-index", "nprobe=8: the index has no inverted lists")
     assert not (tmp_path / "results.npz").exists()
 
+
+
+def test_a_build_says_what_it_is_doing_before_each_long_step(command_here, run_and_vectors,
+                                                             tmp_path):
+    run_dir, place = run_and_vectors
+    built = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
+                                   "decoder=bytes", "nlist=4", f"out={tmp_path / 'lists'}"],
+                         place)
+    assert built.returncode == 0, built.stderr
+    lines = built.stderr.splitlines()
+    training = next(n for n, line in enumerate(lines) if line.startswith("[sgh] training on"))
+    assert "k-means of 4 lists and the byte decoder's tables" in lines[training]
+    assert lines[training + 1].startswith("[sgh] trained in ")
+    assert lines[-1].startswith("[sgh] added 700/700 vectors")
+    own = command_here("index", ["build", f"run={run_dir}", f"out={tmp_path / 'own'}"], place)
+    assert own.stderr.startswith(f"[sgh] indexing the database of run={run_dir}")
