@@ -130,10 +130,6 @@ def build(settings: dict) -> SGHIndex:
     refuse_to_replace(out, SAVED_INDEX)
     check_writable_place("out", out, directory_wanted=True)
     if settings["input"] is None:
-        _say(f"indexing the database of run={settings['run']}"
-             + (f", decoder={settings['decoder']}" if settings["decoder"] == "bytes" else "")
-             + (f", nlist={settings['nlist']}" if settings["nlist"] else "")
-             + ": its features are read, and for a byte decoder or lists fitted and coded")
         try:
             index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"],
                                       settings["decoder"], settings["encoding"])

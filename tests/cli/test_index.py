@@ -221,5 +221,3 @@ def test_a_build_says_what_it_is_doing_before_each_long_step(command_here, run_a
     assert "k-means of 4 lists and the byte decoder's tables" in lines[training]
     assert lines[training + 1].startswith("[sgh] trained in ")
     assert lines[-1].startswith("[sgh] added 700/700 vectors")
-    own = command_here("index", ["build", f"run={run_dir}", f"out={tmp_path / 'own'}"], place)
-    assert own.stderr.startswith(f"[sgh] indexing the database of run={run_dir}")
