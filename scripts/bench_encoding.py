@@ -51,6 +51,7 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_ann import median_seconds, zero_padded  # noqa: E402
+from bench_equal_bytes import carved  # noqa: E402  (the same validation split)
 
 from sgh.config import FileDatasetConfig  # noqa: E402
 from sgh.data import load_split  # noqa: E402
@@ -67,21 +68,11 @@ DATASETS = {
     "siftsmall": {"path": "siftsmall/siftsmall.npz", "n_queries": 100},
     "glove50": {"path": "glove50/glove-50-angular.hdf5"},
 }
-QUERIES, MAX_DATABASE, MAX_FIT, SEED, K = 2_000, 100_000, 100_000, 1, 100
+K = 100
 # SGH's encodings measured, cheapest first: the validated ones, and ICM's full sweeps.
 ENCODINGS = ("encoder", "flip4", "flip5", "flip6", "icm1", "icm2", "local_search")
 TEST_QUERIES = 1_000  # at most, of a test split (glove has 10,000)
 ENCODE_ITEMS, ROUNDS = 10_000, 3
-
-
-def carved(train: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(queries, database, fitting rows) of the training rows (module doc)."""
-    rows = np.random.default_rng(SEED).permutation(len(train))
-    n_queries = min(QUERIES, len(train) // 4)
-    n_database = min(MAX_DATABASE, (len(train) - n_queries) // 2)
-    database = rows[n_queries : n_queries + n_database]
-    fit = rows[n_queries + n_database :][:MAX_FIT]
-    return train[rows[:n_queries]], train[database], train[fit]
 
 
 def data(name: str, split: str, data_dir: str) -> tuple[np.ndarray, ...]:

@@ -56,6 +56,13 @@ def validation_split(run_dir: str, angular: bool) -> tuple[np.ndarray, ...]:
     train = np.asarray(load_split(dataset_config_from(dataset["dataset"])).train, np.float32)
     if angular:
         train = unit_normalised(train, "the training rows")
+    return carved(train)
+
+
+def carved(train: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(queries, database, fitting rows) of the training rows, shuffled with `SEED`: the first
+    `QUERIES` (a quarter at most), the next `MAX_DATABASE` (half the rest at most), then up to
+    `MAX_FIT` (module doc)."""
     rows = np.random.default_rng(SEED).permutation(len(train))
     n_queries = min(QUERIES, len(train) // 4)
     n_database = min(MAX_DATABASE, (len(train) - n_queries) // 2)

@@ -30,7 +30,7 @@ from sgh.data.npz_file import groundtruth as groundtruth_ids
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError, check_choice, check_int
-from sgh.metrics.neighbour_recall import recall_of_results
+from sgh.metrics.neighbour_recall import recall_of_results, results_recall_convention
 from sgh.search.byte_decoder import FIT_ROWS
 from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, SGHIndex
@@ -53,9 +53,7 @@ REQUIRED = {"build": ("run", "out"), "search": ("index", "input", "out")}
 # The results file's marker key: an existing out= is replaced only when it holds it.
 RESULTS_MARKER = "sgh_index_results"
 RECALL_K = 10  # Recall K@N: of each query's first K ground-truth neighbours, as the paper's
-RECALL_CONVENTION = (f"Recall{RECALL_K}@N: the share of each query's first {RECALL_K} "
-                     "ground-truth ids among its first N results, ids as returned (ties as the "
-                     "index orders them, padding -1 finds nothing)")
+RECALL_CONVENTION = results_recall_convention(RECALL_K)
 
 
 def parse_arguments(argv: list[str]) -> tuple[str, dict]:

@@ -46,6 +46,13 @@ def recall_at_n(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
     return recalls
 
 
+def results_recall_convention(k: int = 10) -> str:
+    """`recall_of_results`' convention in words, for what prints or stores its figures."""
+    return (f"Recall{k}@N: the share of each query's first {k} ground-truth ids among its "
+            "first N results, ids as returned (ties as the index orders them, padding -1 finds "
+            "nothing)")
+
+
 def recall_of_results(ids: np.ndarray, groundtruth: np.ndarray, k: int = 10) -> float:
     """Recall K@N of a search's results ``ids`` ``(n_queries, N)``, as returned (its own ties;
     padding ``-1`` finds nothing): the share of each query's first ``k`` ground-truth ids among
