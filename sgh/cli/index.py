@@ -104,21 +104,11 @@ def _batches(settings: dict, index: SGHIndex, where: str):
 
 
 def _progress(verb: str, done: int, total: int, started: float) -> None:
-    rate = done / max(time.perf_counter() - started, 1e-9)
-    _say(f"{verb} {done:,}/{total:,} vectors, {rate:,.0f}/s")
-
-
-def _say(message: str) -> None:
     """A progress line on stderr, as one write with its newline: an interruption between
     print's text and its end would leave the next line (the command's last) glued to this one."""
-    sys.stderr.write(f"[sgh] {message}\n")
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    sys.stderr.write(f"[sgh] {verb} {done:,}/{total:,} vectors, {rate:,.0f}/s\n")
     sys.stderr.flush()
-
-
-def _what_training_does(index: SGHIndex) -> str:
-    steps = ([f"k-means of {index.nlist} lists"] if index.nlist else []) + (
-        ["the byte decoder's tables (hard EM)"] if index.decoder == "bytes" else [])
-    return " and ".join(steps)
 
 
 def build(settings: dict) -> SGHIndex:
@@ -130,27 +120,22 @@ def build(settings: dict) -> SGHIndex:
     if settings["input"] is None:
         try:
             index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"],
-                                      settings["decoder"], settings["encoding"])
+                                      settings["decoder"], settings["encoding"], verbose=True)
         except ValueError as error:
             raise UserInputError(str(error)) from None
     else:
         run = RunDirectory(settings["run"], create=False)
         try:
             index = SGHIndex(ScoreSet.of_run(run), settings["mode"], settings["nlist"],
-                             settings["decoder"], settings["encoding"])
+                             settings["decoder"], settings["encoding"], verbose=True)
         except ValueError as error:
             raise UserInputError(str(error)) from None
         try:  # the vectors' values (off scale, overflowing float32): one line
             if not index.is_trained:
-                sample = _training_sample(settings, index)
-                started = time.perf_counter()
-                _say(f"training on {len(sample):,} rows of the input: "
-                     f"{_what_training_does(index)}")
-                index.train(sample)
-                _say(f"trained in {time.perf_counter() - started:,.1f} s")
+                index.train(_training_sample(settings, index))  # its progress lines
             started = time.perf_counter()
             for start, total, rows in _batches(settings, index, f"run={run.path}"):
-                index.add(rows, ids=np.arange(start, start + len(rows)))
+                index.add(rows)  # ids: the rows of the input
                 _progress("added", start + len(rows), total, started)
         except UserInputError:
             raise

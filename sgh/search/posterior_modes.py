@@ -74,6 +74,27 @@ def check_encoding_setting(value: str) -> None:
             raise UserInputError(f"eval.{error}; or auto (validation's choice)") from None
 
 
+def index_encoding(encoding: str | None, decoder: str, nlist: int | None,
+                   validated: str) -> str | None:
+    """How far an index's byte-decoder codes go: ``encoding``, or by default the model's
+    ``validated`` choice, or local search in inverted lists (their decoder of residuals is
+    fitted by `train`, which no validation measured); None with ``decoder="model"``."""
+    if decoder != "bytes":
+        if encoding is not None:
+            raise ValueError(f"encoding={encoding!r} says how far the byte decoder's codes go; "
+                             "an index with decoder='model' stores the encoder's own codes: "
+                             "accepted: decoder='bytes', or no encoding")
+        return None
+    if encoding is None:
+        return validated if nlist is None else "local_search"
+    Encoding.named(encoding)  # a ValueError naming what is accepted
+    if nlist is not None and encoding == "encoder":
+        raise ValueError("encoding='encoder' with nlist: items in inverted lists are coded as "
+                         "residuals to their list's centroid, which the encoder never saw; "
+                         "accepted: icm1 .. icm16, local_search")
+    return encoding
+
+
 def encoded(centred: np.ndarray, start_codes: np.ndarray, tables: np.ndarray, valid: np.ndarray,
             encoding: Encoding, certainty: np.ndarray | None = None) -> np.ndarray:
     """The codes ``encoding`` makes of items ``centred`` (the tables' coordinates) from their

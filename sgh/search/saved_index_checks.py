@@ -10,10 +10,10 @@ import numpy as np
 from sgh.errors import UserInputError
 
 # key: (dtype kinds, dimensions) of what `save` writes; the optional ones after.
-_KEYS = {"format": ("U", 0), "codes": ("u", 2), "ids": ("iu", 1), "lists": ("iu", 1),
+_KEYS = {"format": ("U", 0), "codes": ("u", 2), "lists": ("iu", 1),
          "mode": ("U", 0), "nlist": ("iu", 0), "nprobe": ("iu", 0), "shortlist": ("iu", 0),
          "refine_factor": ("iu", 0), "fingerprint": ("U", 0)}
-_OPTIONAL = {"decoder": ("U", 0), "encoding": ("U", 0), "next_id": ("iu", 0),
+_OPTIONAL = {"ids": ("iu", 1), "decoder": ("U", 0), "encoding": ("U", 0), "next_id": ("iu", 0),
              "centroids": ("f", 2)}
 _LEAST = {"nlist": 0, "nprobe": 1, "shortlist": 0, "refine_factor": 1, "next_id": 0}
 
@@ -50,6 +50,8 @@ def check_saved_arrays(arrays: dict[str, np.ndarray], where: str, scores,
             refuse("nlist", "is 0 (a flat index) but the file holds lists or centroids",
                    "nlist > 0 with lists and centroids, or neither")
         return
+    if "ids" not in arrays:  # items in lists are in list order, not in the order of their ids
+        refuse("ids", "is missing", "the items' ids, one per code, with inverted lists")
     if centroids is None or centroids.shape != (nlist, scores.scores["encoder"].dim) \
             or not np.isfinite(centroids).all():
         found = ("is missing" if centroids is None else

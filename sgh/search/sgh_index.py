@@ -19,7 +19,9 @@ index.npz that is not as `save` wrote it (`sgh.search.saved_index_checks`).
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,14 +31,17 @@ from sgh.artifacts.codes_file import encoded_codes, load_codes, refuse_another_m
 from sgh.codes import pack_bits, validate_codes
 from sgh.data.npz_file import read_npz_arrays
 from sgh.errors import UserInputError, check_int
+from sgh.progress import progress_on_stderr
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import ByteDecoder
+from sgh.search.coarse_lists import CoarseQuantizer, learned_centroids
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.hamming_index import HammingIndex, check_ids
 from sgh.search.index_features import refuse_overflow, served_features
+from sgh.search.index_items import IndexItems
 from sgh.search.inverted_table_scan import InvertedTableScan
-from sgh.search.posterior_modes import Encoding
+from sgh.search.posterior_modes import index_encoding
 from sgh.search.saved_index_checks import check_saved_arrays
 from sgh.search.score_set import ScoreSet
 from sgh.search.two_stage import default_shortlist, padded, rescored, warn_if_one_score
@@ -51,18 +56,21 @@ SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CO
                             required=frozenset({INDEX_FILE, SCORES_FILE, CODES_FILE}),
                             marker=".sgh-index")
 _ADD_ROWS = 1 << 16  # features encoded (and assigned to lists) at a time by `add`
-_KMEANS_POINTS_PER_LIST = 256  # training points per list for the coarse k-means: faiss's cap
 _BYTE_DECODER = "byte_decoder."  # the key prefix of a byte decoder's arrays in index.npz
+logger = logging.getLogger(__name__)
 
 
 class SGHIndex:
     """A model's codes and their search (module doc). ``model``: a fitted hasher with an
     asymmetric score (`SGHHasher`, ITQ, PCAH, LSH) or a `ScoreSet` (a run's asymmetric.npz);
     ``nlist``: inverted lists (None: a flat scan of every code); ``encoding``: how far the byte
-    decoder's codes go (None: the model's validated choice)."""
+    decoder's codes go (None: the model's validated choice); ``verbose``: progress lines of
+    `train` and of an `add` of more than 65,536 rows on stderr."""
 
     def __init__(self, model, mode: str = "scan", nlist: int | None = None,
-                 decoder: str = "model", encoding: str | None = None) -> None:
+                 decoder: str = "model", encoding: str | None = None,
+                 verbose: bool = False) -> None:
+        self.verbose = verbose
         if decoder not in DECODERS:
             raise ValueError(f"decoder={decoder!r} is not known; accepted: "
                              f"{', '.join(DECODERS)}")
@@ -71,7 +79,7 @@ class SGHIndex:
         # Inverted lists code residuals, which the model's decoder was not trained on.
         self.byte_decoder: ByteDecoder | None = (
             self.scores.byte_decoder if decoder == "bytes" and nlist is None else None)
-        self.encoding = _checked_encoding(encoding, decoder, nlist, self.scores.encoding)
+        self.encoding = index_encoding(encoding, decoder, nlist, self.scores.encoding)
         self.bits = self.scores.scores["encoder"].bits
         self.dim = self.scores.scores["encoder"].dim
         self.fingerprint = self.scores.fingerprint
@@ -79,10 +87,7 @@ class SGHIndex:
         self.mode = mode
         self._nprobe, self.shortlist = 1, None
         self.refine_factor = DEFAULT_REFINE_FACTOR
-        self._codes = np.zeros((0, -(-self.bits // 8)), np.uint8)
-        self._ids = np.zeros(0, np.int64)
-        self._next_id = 0  # default ids go on from every id ever held: none is handed out twice
-        self._lists = np.zeros(0, np.int64)
+        self._items = IndexItems(-(-self.bits // 8), listed=self.nlist is not None)
         self._centroids: np.ndarray | None = None
         # The engines of the items as they are now: replaced, never emptied, on every change, so
         # that an engine a concurrent search builds from the items before is never kept.
@@ -119,7 +124,13 @@ class SGHIndex:
 
     @property
     def ntotal(self) -> int:
-        return len(self._ids)
+        return len(self._items)
+
+    @property
+    def bytes_per_item(self) -> dict[str, int]:
+        """What `save` stores of each item, and the index holds in memory besides what its search
+        engines build, in bytes: its code, its id (none while ids are rows), its list number."""
+        return self._items.bytes_per_item()
 
     @property
     def is_trained(self) -> bool:
@@ -134,7 +145,10 @@ class SGHIndex:
         if self.decoder == "bytes":
             score = f", decoder='bytes', encoding={self.encoding!r}"
         lists = "" if self.nlist is None else f", nlist={self.nlist}, nprobe={self.nprobe}"
-        return (f"SGHIndex({self.bits} bits, {self.ntotal} items, mode={self.mode!r}{score}"
+        held = self.bytes_per_item
+        return (f"SGHIndex({self.bits} bits, {self.ntotal:,} items, {sum(held.values())} bytes "
+                f"each ({' + '.join(f'{field} {size}' for field, size in held.items())}), "
+                f"mode={self.mode!r}{score}"
                 f"{lists}, model {self.fingerprint})")
 
     def encode(self, x: np.ndarray) -> np.ndarray:
@@ -161,8 +175,7 @@ class SGHIndex:
     def _lists_of(self, features: np.ndarray) -> np.ndarray | None:
         return None if self.nlist is None else self._coarse(features, 1)[1][:, 0]
 
-    def _codes_of(self, features: np.ndarray) -> np.ndarray:
-        """`encode` of features already as the model saw them (`_features`)."""
+    def _codes_of(self, features: np.ndarray) -> np.ndarray:  # of features `served_features` read
         return pack_bits(self.scores.scores["encoder"].code_weights(features) <= 0)
 
     def train(self, x: np.ndarray, seed: int = 0) -> None:
@@ -180,29 +193,37 @@ class SGHIndex:
         if self.decoder == "bytes" and not len(x):
             raise ValueError("train: no points to fit the byte decoder on; accepted: at least one")
         self._engines = {}
-        if self.nlist is not None:
-            import faiss
-
-            kmeans = faiss.Kmeans(self.dim, self.nlist, niter=20, seed=seed,
-                                  max_points_per_centroid=_KMEANS_POINTS_PER_LIST)
-            kmeans.train(np.ascontiguousarray(x, np.float32))
-            self._centroids = kmeans.centroids
-        if self.decoder == "bytes" and (self.nlist is not None or self.byte_decoder is None):
-            self.byte_decoder = ByteDecoder.fit(self._residuals(x, self._lists_of(x)),
-                                                self._codes_of(x), self.bits, seed=seed)
+        fits_tables = self.decoder == "bytes" and (self.nlist is not None
+                                                   or self.byte_decoder is None)
+        steps = ([f"k-means of {self.nlist} lists"] if self.nlist else []) + (
+            ["the byte decoder's tables (hard EM)"] if fits_tables else [])
+        with progress_on_stderr(self.verbose, "sgh.search"):
+            started = time.perf_counter()
+            logger.info(f"training on {len(x):,} rows: {' and '.join(steps) or 'nothing to learn'}")
+            if self.nlist is not None:
+                self._centroids = learned_centroids(x, self.nlist, seed)
+            if fits_tables:
+                self.byte_decoder = ByteDecoder.fit(self._residuals(x, self._lists_of(x)),
+                                                    self._codes_of(x), self.bits, seed=seed)
+            logger.info(f"trained in {time.perf_counter() - started:,.1f} s")
 
     def add(self, x: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Encode features ``x`` and add them (``ids``: int64 per row; default ``ntotal ..``)."""
         features = served_features(x, self.scores, "x")  # every row checked before any is added
         self._require_training()
-        ids = self._new_ids(len(features), ids)
-        codes, lists = [], []
-        for start in range(0, len(features), _ADD_ROWS):
-            block = features[start : start + _ADD_ROWS]
-            lists.append(self._lists_of(block))
-            codes.append(self._stored_codes(block, lists[-1]))
-        self._append(np.concatenate(codes) if codes else self._codes[:0], ids,
-                     None if self.nlist is None else np.concatenate(lists or [self._lists[:0]]))
+        ids = self._items.new_ids(len(features), ids)
+        codes, lists, started = [], [], time.perf_counter()
+        with progress_on_stderr(self.verbose and len(features) > _ADD_ROWS, "sgh.search"):
+            for start in range(0, len(features), _ADD_ROWS):
+                block = features[start : start + _ADD_ROWS]
+                lists.append(self._lists_of(block))
+                codes.append(self._stored_codes(block, lists[-1]))
+                done = start + len(block)
+                logger.info(f"encoded {done:,}/{len(features):,} vectors, "
+                            f"{done / max(time.perf_counter() - started, 1e-9):,.0f}/s")
+        self._items.append(np.concatenate(codes) if codes else self._items.codes[:0], ids,
+                           None if self.nlist is None else np.concatenate(lists or [[]]))
+        self._engines = {}
 
     def add_codes(self, codes, ids: np.ndarray | None = None) -> None:
         """Add packed codes: an ``(n, ceil(bits/8))`` uint8 array (taken as this model's: an
@@ -221,19 +242,15 @@ class SGHIndex:
             saved = load_codes(codes)
             refuse_another_models_scores(saved, self.scores, "this index's scores")
             codes = saved.database
-        codes = validate_codes(codes, self.bits, "codes")
-        self._append(codes, self._new_ids(len(codes), ids), None)
+        codes = validate_codes(codes, self.bits, "codes").copy()  # never the caller's array
+        self._items.append(codes, self._items.new_ids(len(codes), ids), None)
+        self._engines = {}
 
     def remove_ids(self, ids) -> int:
         """Remove every item with one of ``ids`` (integers); the number removed. Their ids are
         not handed out again by `add`."""
-        ids = np.asarray(ids).reshape(-1)
-        kept = ~np.isin(self._ids, check_ids(ids, len(ids)))
-        removed = int((~kept).sum())
+        removed = self._items.remove(ids)
         if removed:
-            self._codes, self._ids = self._codes[kept], self._ids[kept]
-            if self.nlist is not None:
-                self._lists = self._lists[kept]
             self._engines = {}
         return removed
 
@@ -270,12 +287,9 @@ class SGHIndex:
                                                               threads)[1]
                 D, rows = padded(*rescored(self._engine("rescore"), queries, candidates,
                                            threads), k)
-        found = rows >= 0
-        ids = np.full(rows.shape, -1, np.int64)
-        ids[found] = self._ids[rows[found]]
         if D.dtype != np.float32:  # one convention for every mode: Hamming, decoded scores too
-            D = np.where(found, D, np.inf).astype(np.float32)
-        return D, ids
+            D = np.where(rows >= 0, D, np.inf).astype(np.float32)
+        return D, self._items.ids_of(rows)
 
     def _engine(self, name: str):
         """The structure a mode searches with, built on first use after a change."""
@@ -289,14 +303,15 @@ class SGHIndex:
 
     def _build_engine(self, name: str):
         if name == "bytes_lists":
-            return InvertedTableScan(self.byte_decoder, self._codes, self._lists, self._centroids)
+            return InvertedTableScan(self.byte_decoder, self._items.codes, self._items.lists,
+                                     self._centroids)
         if name in ("scan", "shortlist"):
             kind = self.scores.chosen if name == "scan" else "encoder"
             engine = FastScanIndex(self.scores.scores[kind], self.nlist)
-            engine.add(self._codes, self._lists)  # the lists are read with nlist only
+            engine.add(self._items.codes, self._items.lists)  # lists: read with nlist only
             return engine
         if name == "rescore":
-            rescorer = self.scores.rescorer(self._rescore_kind(), self._codes)
+            rescorer = self.scores.rescorer(self._rescore_kind(), self._items.codes)
             # search -> _engine -> here: the warning names the user's search call.
             warn_if_one_score(self.scores.scores["encoder"], rescorer, stacklevel=4)
             if not isinstance(rescorer, AsymmetricScore):
@@ -308,7 +323,7 @@ class SGHIndex:
             engine = AsymmetricIndex(self.byte_decoder)
         else:
             raise ValueError(f"no search engine named {name!r}")
-        engine.add(self._codes)
+        engine.add(self._items.codes)
         return engine
 
     def _rescore_kind(self) -> str:
@@ -322,9 +337,8 @@ class SGHIndex:
 
         self._require_training()
         path = Path(path)
-        arrays = {"format": np.str_(_FORMAT), "codes": self._codes, "ids": self._ids,
-                  "next_id": np.int64(self._next_id),
-                  "lists": self._lists, "mode": np.str_(self.mode),
+        arrays = {"format": np.str_(_FORMAT), **self._items.saved_arrays(),
+                  "mode": np.str_(self.mode),
                   "nlist": np.int64(self.nlist or 0), "nprobe": np.int64(self.nprobe),
                   "shortlist": np.int64(self.shortlist or 0),
                   "refine_factor": np.int64(self.refine_factor),
@@ -336,7 +350,8 @@ class SGHIndex:
             arrays.update(self.byte_decoder.arrays(_BYTE_DECODER))
         if self.decoder == "bytes":  # codes.faiss: faiss's additive quantizer of the same tables
             faiss_codes = self.byte_decoder.faiss_index(
-                self._codes, *(() if self.nlist is None else (self._lists, self._centroids)))
+                self._items.codes,
+                *(() if self.nlist is None else (self._items.lists, self._centroids)))
         else:  # the index the mode searches
             faiss_codes = self._engine("scan" if self.mode == "scan" else "shortlist")._index()
         with atomic_directory(path, replaces=SAVED_INDEX) as staging:
@@ -379,18 +394,19 @@ class SGHIndex:
             index.nprobe, index.refine_factor = int(arrays["nprobe"]), int(arrays["refine_factor"])
             index.shortlist = int(arrays["shortlist"]) or None
             index._centroids = arrays.get("centroids")
-            index._append(validate_codes(arrays["codes"], index.bits, "codes"),
-                          check_ids(arrays["ids"], len(arrays["codes"])),
-                          arrays["lists"].astype(np.int64) if index.nlist else None)
+            index._items.append(validate_codes(arrays["codes"], index.bits, "codes"),
+                                None if "ids" not in arrays else check_ids(
+                                    arrays["ids"], len(arrays["codes"])),
+                                arrays["lists"] if index.nlist else None)
         except ValueError as error:
             raise UserInputError(f"{where}: {str(error).removeprefix(f'{where}: ')}") from None
-        index._next_id = max(index._next_id, int(arrays.get("next_id", 0)))
+        index._items.next_id = max(index._items.next_id, int(arrays.get("next_id", 0)))
         return index
 
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, mode: str = "scan",
                  nlist: int | None = None, decoder: str = "model",
-                 encoding: str | None = None) -> SGHIndex:
+                 encoding: str | None = None, verbose: bool = False) -> SGHIndex:
         """The database codes and scores of a finished `sgh-train` run (ids: database rows);
         with ``nlist`` or ``decoder="bytes"`` its dataset's features are read again (to learn
         the lists, or the byte decoder where the run has none, and to encode the database)."""
@@ -400,10 +416,9 @@ class SGHIndex:
         run = RunDirectory(run_dir, create=False)
         scores = ScoreSet.of_run(run)  # checked against the codes' model
         codes = load_codes(run.codes)
-        index = cls(scores, mode, nlist, decoder, encoding)
-        ids = np.arange(len(codes.database), dtype=np.int64)
+        index = cls(scores, mode, nlist, decoder, encoding, verbose)
         if nlist is None and decoder == "model":
-            index._append(codes.database, ids, None)
+            index._items.append(codes.database, None, None)  # ids: the database rows
             return index
         reading = "decoder=bytes" if nlist is None else f"nlist={nlist}"
         split = recorded_split(run, reading, {"database": len(codes.database)})
@@ -411,31 +426,18 @@ class SGHIndex:
         if decoder == "bytes":
             if not index.is_trained:
                 index.train(np.asarray(split.train, np.float32))
-            index.add(database, ids)
+            index.add(database)  # ids: the database rows
             return index
         index.train(database)
         lists = np.concatenate([index._lists_of(database[start : start + _ADD_ROWS])
                                 for start in range(0, len(database), _ADD_ROWS)])
-        index._append(codes.database, ids, lists)
+        index._items.append(codes.database, np.arange(len(database), dtype=np.int64), lists)
         return index
 
     def _coarse(self, x: np.ndarray, nearest: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(n, nearest)`` squared distances (float32) to the nearest centroids, their lists."""
-        engines = self._engines
-        if "coarse" not in engines:
-            import faiss
-
-            engines["coarse"] = faiss.IndexFlatL2(self.dim)
-            engines["coarse"].add(self._centroids)
-        distances, lists = engines["coarse"].search(np.ascontiguousarray(x, np.float32),
-                                                    min(nearest, self.nlist))
-        unplaced = (lists < 0) | ~np.isfinite(distances)  # faiss: -1 where no distance is finite
-        if unplaced.any():
-            row = int(np.argmax(unplaced.any(axis=1)))
-            raise ValueError(f"row {row} of the features: its distances to the lists' centroids "
-                             "overflow float32 (features far beyond the scale the model was "
-                             "trained on); scale them as its training features were")
-        return distances, lists
+        if "coarse" not in self._engines:
+            self._engines["coarse"] = CoarseQuantizer(self._centroids)
+        return self._engines["coarse"].nearest(x, nearest)
 
     def _require_training(self) -> None:
         if not self.is_trained and self.decoder == "bytes":
@@ -444,46 +446,3 @@ class SGHIndex:
         if not self.is_trained:
             raise ValueError(f"the index has nlist={self.nlist} inverted lists, not learned "
                              "yet: call index.train(x) with training features first")
-
-    def _new_ids(self, n: int, ids) -> np.ndarray:
-        """``ids`` checked (int64, not -1: faiss's padding), or the next ``n`` never held."""
-        if ids is None:
-            return np.arange(self._next_id, self._next_id + n, dtype=np.int64)
-        return check_ids(ids, n)
-
-    def _append(self, codes: np.ndarray, ids: np.ndarray, lists: np.ndarray | None) -> None:
-        """Add items at the end; with inverted lists each after the last item of its list, so
-        that a list is one run of the codes, which the byte decoder's scan reads in place."""
-        at = len(self._ids)
-        if lists is not None:
-            order = np.argsort(lists, kind="stable")
-            codes, ids, lists = codes[order], ids[order], lists[order].astype(np.int64)
-            at = np.searchsorted(self._lists, lists, side="right")
-            self._lists = np.insert(self._lists, at, lists)
-        self._codes = np.insert(self._codes, at, codes, axis=0)
-        self._ids = np.insert(self._ids, at, ids)
-        if len(ids):
-            self._next_id = max(self._next_id, int(ids.max()) + 1)
-        self._engines = {}
-
-
-def _checked_encoding(encoding: str | None, decoder: str, nlist: int | None,
-                      validated: str) -> str | None:
-    """How far an index's byte-decoder codes go: ``encoding``, or by default the model's
-    ``validated`` choice, or local search in inverted lists (their decoder of residuals is
-    fitted by `train`, which no validation measured); None with ``decoder="model"``."""
-    if decoder != "bytes":
-        if encoding is not None:
-            raise ValueError(f"encoding={encoding!r} says how far the byte decoder's codes go; "
-                             "an index with decoder='model' stores the encoder's own codes: "
-                             "accepted: decoder='bytes', or no encoding")
-        return None
-    if encoding is None:
-        return validated if nlist is None else "local_search"
-    Encoding.named(encoding)  # a ValueError naming what is accepted
-    if nlist is not None and encoding == "encoder":
-        raise ValueError("encoding='encoder' with nlist: items in inverted lists are coded as "
-                         "residuals to their list's centroid, which the encoder never saw; "
-                         "accepted: icm1 .. icm16, local_search")
-    return encoding
-

@@ -105,8 +105,8 @@ def test_an_index_of_a_hasher_encodes_as_it_does_and_scans_by_its_score(itq_data
     D, I = index.search(queries, 10)
     np.testing.assert_array_equal(I, I0 + 500)
     np.testing.assert_array_equal(D, D0)
-    assert repr(index) == (f"SGHIndex(16 bits, 3000 items, mode='scan', score='encoder', model "
-                           f"{index.fingerprint})")
+    assert repr(index) == ("SGHIndex(16 bits, 3,000 items, 10 bytes each (code 2 + id 8), "
+                           f"mode='scan', score='encoder', model {index.fingerprint})")
 
     index.mode = "hamming"
     hamming = HammingIndex(16)
@@ -250,3 +250,55 @@ def test_nprobe_is_refused_where_there_are_no_lists(itq_data):
     flat.nprobe = 1  # what it does anyway
     with pytest.raises(ValueError, match="nprobe=0 is impossible"):
         SGHIndex(hasher, nlist=4).nprobe = 0
+
+
+def test_ids_that_are_rows_are_not_held_and_list_numbers_are_four_bytes(itq_data, tmp_path):
+    hasher, x, queries = itq_data
+    index = SGHIndex(hasher)
+    index.add(x[:1000])
+    index.add(x[1000:2000])  # default ids go on: still the rows
+    assert index.bytes_per_item == {"code": 2}
+    saved = index.save(tmp_path / "rows")
+    assert "ids" not in np.load(saved / "index.npz")  # 2 bytes an item on disk too
+    D, I = SGHIndex.load(saved).search(queries, 10)
+    np.testing.assert_array_equal((D, I), index.search(queries, 10))
+    # Given ids (or a removal) make the ids an array, the rows' ids kept as they were.
+    index.add(x[2000:2003], ids=np.array([7000, 7001, 7002]))
+    assert index.bytes_per_item == {"code": 2, "id": 8}
+    assert [index.remove_ids([i]) for i in (5, 2001, 7001)] == [1, 0, 1]
+    rows = SGHIndex.load(saved)
+    assert rows.remove_ids([3]) == 1 and rows.bytes_per_item == {"code": 2, "id": 8}
+    rows.add(x[3:4])
+    assert [rows.remove_ids([i]) for i in (3, 4, 2000)] == [0, 1, 1]  # 3 is never handed out
+    # Inverted lists hold items in list order: ids always, list numbers as int32.
+    listed = SGHIndex(hasher, nlist=8)
+    listed.train(x)
+    listed.add(x)
+    assert listed.bytes_per_item == {"code": 2, "id": 8, "list": 4}
+    assert listed._items.lists.dtype == np.int32
+    arrays = dict(np.load(listed.save(tmp_path / "listed") / "index.npz"))
+    del arrays["ids"]
+    np.savez(tmp_path / "listed" / "index.npz", **arrays)
+    with pytest.raises(UserInputError, match="key 'ids' is missing; expected the items' ids"):
+        SGHIndex.load(tmp_path / "listed")
+
+
+def test_verbose_says_what_train_and_a_long_add_do_on_stderr(itq_data, capsys):
+    hasher, x, _ = itq_data
+    quiet = SGHIndex(hasher, nlist=4)
+    quiet.train(x)
+    quiet.add(x)
+    assert capsys.readouterr().err == ""
+    index = SGHIndex(hasher, nlist=4, verbose=True)
+    index.train(x)
+    index.add(x)  # one block: no line
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"[sgh] training on {len(x):,} rows: k-means of 4 lists"
+    assert lines[1].startswith("[sgh] trained in ") and len(lines) == 2
+    many = np.repeat(x, -(-70_000 // len(x)), axis=0)[:70_000]  # two blocks of 65,536 rows
+    index.add(many)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" vectors")[0] for line in lines] == [
+        "[sgh] encoded 65,536/70,000", "[sgh] encoded 70,000/70,000"]
+    quiet.add(many)
+    np.testing.assert_array_equal(index.search(x[:5], 3), quiet.search(x[:5], 3))

@@ -45,8 +45,8 @@ def indexes():
 
 def _reconstructions(listed):
     """Each database item's reconstruction, ``centroid + x^(h)``, in row order."""
-    lists = listed._lists[np.argsort(listed._ids)]
-    codes = listed._codes[np.argsort(listed._ids)]
+    lists = listed._items.lists[np.argsort(listed._items.ids)]
+    codes = listed._items.codes[np.argsort(listed._items.ids)]
     return listed._centroids[lists] + listed.byte_decoder.decode(codes)
 
 
@@ -122,7 +122,7 @@ def test_a_saved_index_with_lists_searches_identically(indexes, tmp_path):
     step = (opened.aq.norm_max - opened.aq.norm_min) / 256
     np.testing.assert_allclose(D0, D, rtol=0, atol=2 * step + 1e-4 * D.max())
     # faiss's ids are the rows of the saved index (its items in list order), ours their ids.
-    ids = np.where(rows >= 0, loaded._ids[np.maximum(rows, 0)], -1)
+    ids = np.where(rows >= 0, loaded._items.ids[np.maximum(rows, 0)], -1)
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids, I, strict=True)]) > 0.9
 
 
@@ -132,8 +132,8 @@ def test_the_lists_scan_the_index_codes_where_they_are_and_items_added_later_joi
     base, queries, _, listed = indexes
     listed.nprobe = 3
     D, I = listed.search(queries, 10)
-    assert np.shares_memory(listed._engine("bytes_lists").codes, listed._codes)
-    assert (np.diff(listed._lists) >= 0).all()
+    assert np.shares_memory(listed._engine("bytes_lists").codes, listed._items.codes)
+    assert (np.diff(listed._items.lists) >= 0).all()
     halves = SGHIndex(listed.scores, decoder="bytes", nlist=NLIST)
     halves.byte_decoder, halves._centroids = listed.byte_decoder, listed._centroids
     halves.nprobe = 3

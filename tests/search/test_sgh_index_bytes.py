@@ -168,13 +168,15 @@ def test_no_queries_or_no_items_give_empty_results_in_every_layout(digits):
 
 def test_repr_padding_and_removal(digits, tmp_path):
     _, base, queries, index = digits
-    assert repr(index) == (f"SGHIndex(16 bits, {len(base)} items, mode='scan', "
-                           f"decoder='bytes', encoding='local_search', model {index.fingerprint})")
+    assert repr(index) == (f"SGHIndex(16 bits, {len(base):,} items, 10 bytes each (code 2 + "
+                           "id 8), mode='scan', decoder='bytes', encoding='local_search', model "
+                           f"{index.fingerprint})")
     small = SGHIndex.load(index.save(tmp_path / "index"))  # a copy, trained
     kept = ID_OFFSET + np.array([7, 3, 11, 5, 9])
     assert small.remove_ids(np.setdiff1d(ID_OFFSET + np.arange(len(base)), kept)) \
         == len(base) - 5
-    assert repr(small).startswith("SGHIndex(16 bits, 5 items, mode='scan', decoder='bytes'")
+    assert repr(small).startswith("SGHIndex(16 bits, 5 items, 10 bytes each (code 2 + id 8), "
+                                  "mode='scan', decoder='bytes'")
     # Fewer items than k: padded as the model's scan pads, D = inf and I = -1.
     D, I = small.search(queries[:4], 8)
     assert (np.sort(I[:, :5], axis=1) == np.sort(kept)).all()

@@ -1,4 +1,5 @@
-"""`SGHHasher(verbose=True)`: training's progress lines on stderr, in `sgh-train`'s shape."""
+"""``verbose=True`` in Python (`SGHHasher`, `SGHIndex`): progress lines on stderr, in the shape of
+the command line's (`sgh-train`, `sgh-index`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import contextlib
 import logging
 import sys
 
-_PROGRESS_LOGGER, _CHATTER = "sgh.training", ("tensorflow", "absl")
+_CHATTER = ("tensorflow", "absl")
 
 
 class ProgressFormatter(logging.Formatter):
@@ -19,12 +20,13 @@ class ProgressFormatter(logging.Formatter):
 
 
 @contextlib.contextmanager
-def progress_on_stderr(verbose: object):
-    """If `verbose`: the training's records go to stderr only, TensorFlow's chatter is held back."""
-    if not verbose:
+def progress_on_stderr(verbose: object, logger: str):
+    """If `verbose`: the records of ``logger`` (and below) go to stderr only, TensorFlow's
+    chatter is held back; a block already inside one for the same logger adds nothing."""
+    progress = logging.getLogger(logger)
+    if not verbose or any(isinstance(h.formatter, ProgressFormatter) for h in progress.handlers):
         yield
         return
-    progress = logging.getLogger(_PROGRESS_LOGGER)
     chatter = {name: logging.getLogger(name).level for name in _CHATTER}
     level, propagate = progress.level, progress.propagate
     handler = logging.StreamHandler(sys.stderr)  # the stderr of now (pytest's, a notebook's)

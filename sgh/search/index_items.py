@@ -1,0 +1,120 @@
+"""The items an `SGHIndex` holds: their packed codes, their ids, and with inverted lists their
+list numbers, in the order its engines read them.
+
+Ids are held only where they are not the rows: a flat index given no ids numbers its items
+0 .. n - 1, so an int64 array of them would cost 8 bytes an item for nothing. Items in inverted
+lists are held in list order, each list's in the order they were added (a list is one run of the
+codes, which the byte decoder's scan reads in place); items added in batches (a streamed build)
+wait as batches and are put in that order once, on first use, by one stable sort (inserting
+each batch into the sorted arrays would copy all of them once per batch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sgh.search.hamming_index import check_ids
+
+LIST_NUMBER = np.int32  # an item's list (faiss's IVF indexes hold fewer than 2**31 lists)
+
+
+class IndexItems:
+    """Codes of ``code_size`` bytes, ids, list numbers (``listed``); module doc."""
+
+    def __init__(self, code_size: int, listed: bool) -> None:
+        self.listed = listed
+        self._codes = np.zeros((0, code_size), np.uint8)
+        # None while the ids are the rows (never with lists: items there are in list order).
+        self._ids: np.ndarray | None = np.zeros(0, np.int64) if listed else None
+        self._lists = np.zeros(0, LIST_NUMBER)
+        self._batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.next_id = 0  # default ids go on from every id ever held: none is handed out twice
+
+    def __len__(self) -> int:
+        return len(self._codes) + sum(len(batch[0]) for batch in self._batches)
+
+    @property
+    def codes(self) -> np.ndarray:
+        return self._in_order()._codes
+
+    @property
+    def lists(self) -> np.ndarray:
+        return self._in_order()._lists
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Every item's id, in row order (made, and kept, where the ids were the rows)."""
+        if self._in_order()._ids is None:
+            self._ids = np.arange(len(self), dtype=np.int64)
+        return self._ids
+
+    def bytes_per_item(self) -> dict[str, int]:
+        """What is held of each item, in bytes: its code, its id, its list number."""
+        held = {"code": self._codes.shape[1], "id": 0 if self._ids is None else 8,
+                "list": LIST_NUMBER(0).nbytes if self.listed else 0}
+        return {field: size for field, size in held.items() if size}
+
+    def saved_arrays(self) -> dict[str, np.ndarray]:
+        """What `SGHIndex.save` stores of the items (no ids where they are the rows)."""
+        self._in_order()
+        held = {"codes": self._codes, "lists": self._lists, "next_id": np.int64(self.next_id)}
+        return held if self._ids is None else {**held, "ids": self._ids}
+
+    def ids_of(self, rows: np.ndarray) -> np.ndarray:
+        """The ids of ``rows`` (-1: padding, as faiss), int64."""
+        found = rows >= 0
+        ids = np.full(rows.shape, -1, np.int64)
+        ids[found] = rows[found] if self._ids is None else self.ids[rows[found]]
+        return ids
+
+    def new_ids(self, n: int, ids) -> np.ndarray | None:
+        """``ids`` checked (int64, not -1: faiss's padding), or the next ``n`` never held: None
+        where those are the rows they will have (a flat index whose ids are its rows)."""
+        if ids is not None:
+            return check_ids(ids, n)
+        if self._ids is None and self.next_id == len(self):
+            return None
+        return np.arange(self.next_id, self.next_id + n, dtype=np.int64)
+
+    def append(self, codes: np.ndarray, ids: np.ndarray | None,
+               lists: np.ndarray | None) -> None:
+        """Add items at the end (``ids`` None: the next rows, `new_ids`); with lists each
+        after the last item of its list."""
+        if ids is None:
+            self._codes = _joined(self._codes, codes)
+            self.next_id = len(self)
+            return
+        if len(ids):
+            self.next_id = max(self.next_id, int(ids.max()) + 1)
+        if self.listed:
+            self._batches.append((codes, ids, np.asarray(lists, LIST_NUMBER)))
+            return
+        self._ids = _joined(self.ids, ids)
+        self._codes = _joined(self._codes, codes)
+
+    def remove(self, ids) -> int:
+        """Remove every item with one of ``ids``; the number removed."""
+        ids = np.asarray(ids).reshape(-1)
+        kept = ~np.isin(self.ids, check_ids(ids, len(ids)))
+        removed = int((~kept).sum())
+        if removed:
+            self._codes, self._ids = self._codes[kept], self._ids[kept]
+            if self.listed:
+                self._lists = self._lists[kept]
+        return removed
+
+    def _in_order(self) -> IndexItems:
+        """Batches waiting put in list order (module doc); ``self``."""
+        if self._batches:
+            held = [(self._codes, self._ids, self._lists), *self._batches]
+            codes, ids, lists = (np.concatenate(field) for field in zip(*held, strict=True))
+            order = np.argsort(lists, kind="stable")
+            self._codes, self._ids, self._lists = codes[order], ids[order], lists[order]
+            self._batches = []
+        return self
+
+
+def _joined(held: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``new`` after ``held``; ``new`` itself, not a copy, after nothing (an index built in one
+    call holds one array per field, not two)."""
+    return new if not len(held) else np.concatenate([held, new])
