@@ -15,12 +15,12 @@ ground truth (`sgh/artifacts/ground_truth_cache.py`) stays valid across changes 
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
+from sgh.compiled import resolved_workers
 from sgh.data.neighbour_kernels import centre_rows, column_sums, offer_items
 from sgh.data.similarity import SIMILARITIES, nearness
 from sgh.errors import check_choice, check_int
@@ -39,11 +39,6 @@ _STATE_BYTES = 1 << 26
 # float32 products are used only when no value can come near float32's range.
 _FLOAT32_SAFE = float(np.finfo(np.float32).max) / 16
 _UNIT_ROUNDOFF_64 = float(np.finfo(np.float64).eps) / 2
-
-
-def default_workers() -> int:
-    """Threads of the centring and the scan: one per core, at most 8."""
-    return max(1, min(8, os.cpu_count() or 1))
 
 
 def _as_features(array: np.ndarray, name: str, finite_checked: bool = False) -> np.ndarray:
@@ -318,7 +313,7 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
         database = np.asarray(database)
         chunks = ((start, database[start:start + chunk_rows])
                   for start in range(0, len(database), chunk_rows))
-    workers = default_workers() if workers is None else max(1, int(workers))
+    workers = resolved_workers(workers)
     # Until k items are known: placeholders of key +inf and an id after every real one.
     best_ids = np.full((len(query), k), np.iinfo(np.int64).max)
     best_keys = np.full((len(query), k), np.inf)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.errors import UserInputError
+from sgh.errors import UserInputError, check_choice
 
 SIMILARITIES = ("euclidean", "angular", "inner_product")
 # How results files and ground-truth sources name each similarity's neighbours.
@@ -23,9 +23,7 @@ def resolve_similarity(setting: str, stated: str | None = None, source: str = ""
     file states (`stated`, named in messages by `source`), else euclidean."""
     if setting == "auto":
         return stated or "euclidean"
-    if setting not in SIMILARITIES:
-        raise UserInputError(f"dataset.similarity={setting!r} is not known; accepted: auto, "
-                             f"{', '.join(SIMILARITIES)}")
+    check_choice("dataset.similarity", setting, ("auto", *SIMILARITIES))
     if stated is not None and stated != setting:
         raise UserInputError(f"dataset.similarity={setting} contradicts {source}, which means "
                              f"{stated}; use dataset.similarity=auto (or {stated}) for this "

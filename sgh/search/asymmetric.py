@@ -35,7 +35,7 @@ import numpy as np
 from sgh.codes import stored_bits, unpack_bits, validate_codes
 from sgh.config import SCORE_KINDS
 from sgh.data.similarity import SIMILARITIES
-from sgh.errors import one_line
+from sgh.errors import check_choice, one_line
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -363,9 +363,7 @@ def decoder_score(templates: np.ndarray, offset: np.ndarray, similarity: str) ->
     """The linear decoder ``x^ = h T + t`` (input units; ``templates`` ``T`` ``(bits, dim)``,
     ``offset`` ``t``) scored against queries: ``||x - x^||^2`` (euclidean, angular) or
     ``-<x, x^>`` (inner_product)."""
-    if similarity not in SIMILARITIES:
-        raise ValueError(f"similarity={similarity!r} is not known; accepted: "
-                         f"{', '.join(SIMILARITIES)}")
+    check_choice("similarity", similarity, SIMILARITIES)
     templates = np.asarray(templates, np.float64)
     bits = templates.shape[0]
     inner = similarity == "inner_product"

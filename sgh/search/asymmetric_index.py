@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from sgh.codes import validate_codes
+from sgh.compiled import resolved_workers
 from sgh.data.npz_file import read_npz_arrays
 from sgh.errors import UserInputError, check_int
 from sgh.search.asymmetric import AsymmetricScore
@@ -26,7 +27,6 @@ from sgh.search.byte_decoder import one_byte_terms
 from sgh.search.lookup_kernels import (
     QUERY_BLOCK,
     bounded_scan_top_k,
-    resolved_workers,
     run_query_blocks,
     scan_scores,
     scan_top_k,

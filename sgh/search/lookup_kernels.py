@@ -12,12 +12,11 @@ compiled helper returning the four sums, the top-k scan is markedly slower.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from sgh.compiled import compiled
+from sgh.compiled import compiled, resolved_workers
 
 TILE_ITEMS = 1 << 14  # codes of a tile: 128 KB at 64 bits, which stays in L2
 # Queries per kernel call: their tables stay in L2 together, and each call is long enough that
@@ -317,15 +316,6 @@ def bounded_scan_lists_top_k(tables, list_tables, constants, codes, levels, leve
                     s += constant
                     if s < worst or (s == worst and i < heap_ids[q, 0]):
                         worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
-
-
-def default_workers() -> int:
-    """Threads for a scan: one per core, at most 8 (the scans are memory-bound beyond that)."""
-    return max(1, min(8, os.cpu_count() or 1))
-
-
-def resolved_workers(workers: int | None) -> int:
-    return default_workers() if workers is None else max(1, int(workers))
 
 
 def run_query_blocks(scan, n_queries: int, workers: int | None, block: int = QUERY_BLOCK) -> None:

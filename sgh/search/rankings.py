@@ -39,11 +39,6 @@ def hamming_distances(query_codes: np.ndarray, database_codes: np.ndarray) -> np
     return distances
 
 
-def hamming_order(query_codes: np.ndarray, database_codes: np.ndarray, depth: int) -> np.ndarray:
-    """The first ``depth`` ids of each query's Hamming ranking, ties by id, ``(nq, depth)``."""
-    return order_of_distances(hamming_distances(query_codes, database_codes), depth)
-
-
 def order_of_distances(distances: np.ndarray, depth: int) -> np.ndarray:
     """The first ``depth`` ids of each row of integer distances, ties by id."""
     if depth >= distances.shape[1]:

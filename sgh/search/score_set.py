@@ -22,7 +22,7 @@ from sgh.codes import model_fingerprint
 from sgh.config import SCORE_KINDS, SCORE_SETTINGS
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.similarity import SIMILARITIES
-from sgh.errors import UserInputError, one_line
+from sgh.errors import UserInputError, check_choice, one_line
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.byte_decoder import ByteDecoder
 from sgh.search.decoded import DecodedRescorer, DecoderNetwork
@@ -118,9 +118,7 @@ class ScoreSet:
         what ``where`` holds when it has no such score."""
         if requested in (None, "auto"):
             return self.chosen if use == "asymmetric" else (self.rescore_chosen or self.chosen)
-        if requested not in SCORE_SETTINGS:
-            raise ValueError(f"eval.score={requested!r} is not known; accepted: "
-                             f"{', '.join(SCORE_SETTINGS)}")
+        check_choice("eval.score", requested, SCORE_SETTINGS)
         available = self.scores if use == "asymmetric" else self.rescoring_kinds
         if requested not in available:
             what = "per-bit " if use == "asymmetric" else ""

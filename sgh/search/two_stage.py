@@ -20,7 +20,7 @@ from sgh.codes import model_fingerprint, validate_codes
 from sgh.config import RESCORE_RULES
 from sgh.data.similarity import SIMILARITIES, nearness
 from sgh.data.streamed_features import StreamedFeatures, take_rows
-from sgh.errors import check_int, one_line
+from sgh.errors import check_choice, check_int, one_line
 from sgh.search.asymmetric import AsymmetricScore, check_queries
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.hamming_index import HammingIndex
@@ -38,9 +38,7 @@ class TwoStageSearch:
                  vectors=None, similarity: str = "euclidean",
                  shortlist_score: AsymmetricScore | None = None, *, bits: int | None = None,
                  workers: int | None = None) -> None:
-        if similarity not in SIMILARITIES:
-            raise ValueError(f"similarity={similarity!r} is not known; accepted: "
-                             f"{', '.join(SIMILARITIES)}")
+        check_choice("similarity", similarity, SIMILARITIES)
         self.bits = _code_length(score, shortlist_score, bits)
         self.similarity, self.vectors, self.workers = similarity, vectors, workers
         self.hamming = HammingIndex(self.bits)
@@ -93,9 +91,7 @@ class TwoStageSearch:
     def rescore(self, queries: np.ndarray, candidates: np.ndarray, rule: str = "score"
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Stage 2: ``(D, I)`` of the candidates, reordered by ``rule`` (module doc)."""
-        if rule not in RESCORE_RULES:
-            raise ValueError(f"rescore={rule!r} is not known; accepted: "
-                             f"{', '.join(RESCORE_RULES)}")
+        check_choice("rescore", rule, RESCORE_RULES)
         if rule == "score":
             if self.asymmetric is None:
                 raise ValueError("rescore='score' needs the method's asymmetric score "

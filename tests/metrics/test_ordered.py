@@ -9,7 +9,12 @@ from sgh.codes import pack_bits
 from sgh.config import EvalConfig
 from sgh.metrics.ordered import ordered_metrics
 from sgh.metrics.scoring import score
-from sgh.search.rankings import hamming_order
+from sgh.search.rankings import hamming_distances, order_of_distances
+
+
+def hamming_order(query_codes, database_codes, depth):
+    """The first `depth` ids of each query's Hamming ranking, ties by id."""
+    return order_of_distances(hamming_distances(query_codes, database_codes), depth)
 
 
 @dataclass

@@ -10,7 +10,8 @@ from sgh.config import EvalConfig, validate_eval
 from sgh.errors import UserInputError
 from sgh.search.asymmetric import decoder_score, projection_score
 from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.rankings import evaluation_ranking, hamming_order
+from sgh.search.rankings import evaluation_ranking, order_of_distances
+from sgh.search.rankings import hamming_distances as packed_hamming_distances
 from sgh.search.score_set import ScoreSet
 from tests.helpers import hamming_distances
 
@@ -38,8 +39,10 @@ def test_hamming_order_is_distance_then_id():
     queries = pack_bits(rng.integers(0, 2, (4, 9)))
     distances = hamming_distances(queries, database)
     expected = np.lexsort((np.tile(np.arange(300), (4, 1)), distances), axis=1)
-    np.testing.assert_array_equal(hamming_order(queries, database, 300), expected)
-    np.testing.assert_array_equal(hamming_order(queries, database, 17), expected[:, :17])
+    packed = packed_hamming_distances(queries, database)
+    np.testing.assert_array_equal(packed, distances)
+    np.testing.assert_array_equal(order_of_distances(packed, 300), expected)
+    np.testing.assert_array_equal(order_of_distances(packed, 17), expected[:, :17])
 
 
 def test_asymmetric_ranking_top_and_whole_agree(data):
@@ -66,7 +69,7 @@ def test_rerank_is_the_rescored_shortlist_then_the_hamming_rest(data):
     config = EvalConfig(ranking="rerank", shortlist=60, shortlist_by="hamming")
     ranking = evaluation_ranking(config, database, query_codes, 10, score, queries)
     orders = _orders(ranking, 500)
-    hamming = hamming_order(query_codes, database, 500)
+    hamming = order_of_distances(hamming_distances(query_codes, database), 500)
     asymmetric = _orders(evaluation_ranking(EvalConfig(ranking="asymmetric"), database,
                                             query_codes, 10, score, queries), 500)
     _assert_shortlist_rescored_then_the_rest(orders, hamming, asymmetric, 60)
