@@ -134,8 +134,8 @@ def byte_decoder_ranking(scores: ScoreSet | None, database: Features, queries: n
     index = SGHIndex(scores, decoder="bytes", encoding=encoding)
     if not index.is_trained:
         index.train(np.asarray(take_rows(train, _fitting_sample(len(train))), np.float32))
-    for start, rows in iter_chunks(database):  # in memory or streamed
-        index.add(rows, ids=np.arange(start, start + len(rows)))
+    for _, rows in iter_chunks(database):  # in memory or streamed; ids: the rows
+        index.add(rows)
     return IndexRanking(index, queries, "byte decoder: SGHIndex(decoder='bytes', encoding="
                         f"{index.encoding!r}), its flat scan of every code, ties by id")
 
