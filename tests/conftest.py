@@ -31,3 +31,14 @@ def _private_user_cache(tmp_path_factory):
     patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session")
+def default_mnist_run(tmp_path_factory):
+    """`sgh-train` with no overrides (32-bit SGH on MNIST), run once for every slow test that
+    checks it: its directory and metrics."""
+    from sgh.pipeline import run
+    from tests.helpers import compose_config
+
+    directory = tmp_path_factory.mktemp("default_mnist_run")
+    return directory, run(compose_config(), directory)

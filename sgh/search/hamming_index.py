@@ -23,7 +23,6 @@ from sgh.artifacts.atomic import atomic_file
 from sgh.codes import stored_bits, validate_codes
 from sgh.data.npz_file import read_npz_arrays
 from sgh.errors import check_int
-from sgh.search.faiss_files import read_binary_index, write_binary_index
 
 MISSING_DISTANCE = np.iinfo(np.int32).max  # faiss's D for k > ntotal
 MISSING_ID = -1  # faiss's I for k > ntotal
@@ -187,21 +186,17 @@ class HammingIndex:
         return index
 
     def write_faiss(self, path: str | os.PathLike) -> None:
-        """Write the index as a faiss file, atomically: ``faiss.read_index_binary`` opens it as an
-        ``IndexBinaryFlat`` (no ids) or an ``IndexBinaryIDMap`` over one, which search alike."""
-        write_binary_index(path, self.codes(), self.ids() if self._has_ids else None)
+        """Write the index as a faiss file (faiss's own writer), atomically: an
+        ``IndexBinaryFlat`` (no ids) or an ``IndexBinaryIDMap`` over one, which search alike
+        (``faiss.read_index_binary`` opens it)."""
+        import faiss
 
-    @classmethod
-    def read_faiss(cls, path: str | os.PathLike, bits: int | None = None) -> HammingIndex:
-        """Read a faiss ``IndexBinaryFlat`` or ``IndexBinaryIDMap`` (over one) file; ``bits``
-        defaults to the file's ``d`` (give the original bits to get a `write_faiss`-ed index
-        back: its padding bits must be zero). ValueError in one line naming the file."""
-        stored = read_binary_index(path)
-        if bits is None:
-            bits = stored.d
-        index = cls(bits)
-        try:
-            index.add(stored.codes, ids=stored.ids)
-        except ValueError as error:
-            raise ValueError(f"{path}: {error}") from error
-        return index
+        codes = self.codes()
+        flat = faiss.IndexBinaryFlat(8 * self.code_size)
+        index = faiss.IndexBinaryIDMap(flat) if self._has_ids else flat
+        if self._has_ids:
+            index.add_with_ids(codes, self.ids())
+        else:
+            index.add(codes)
+        with atomic_file(path) as temporary:
+            faiss.write_index_binary(index, str(temporary))

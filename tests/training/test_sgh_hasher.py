@@ -126,13 +126,13 @@ def test_every_hasher_shares_one_interface(hasher):
 
 
 @pytest.mark.slow
-def test_on_mnist_the_estimators_defaults_encode_the_queries_as_sgh_train_does(tmp_path):
-    config = compose_config()
-    run(config, tmp_path)  # sgh-train with no overrides
-    split = load_split(config.dataset)
+def test_on_mnist_the_estimators_defaults_encode_the_queries_as_sgh_train_does(
+        default_mnist_run):
+    directory, _ = default_mnist_run  # sgh-train with no overrides
+    split = load_split(compose_config().dataset)
     hasher = SGHHasher(n_bits=32, random_state=0).fit(split.train)
     np.testing.assert_array_equal(hasher.encode(split.query),
-                                  load_codes(tmp_path / "codes.npz").query)
+                                  load_codes(directory / "codes.npz").query)
 
 
 def test_the_hasher_hands_its_scores_to_search():
