@@ -327,6 +327,13 @@ def test_the_table_reports_the_byte_decoder_index_a_user_would_serve(tmp_path):
             "ties by id") in table
     assert re.search(rf"byte decoder's encoding \(validation Recall10@100\) +{encoding} \(encoder",
                      table)
+    assert metrics["byte_decoder_index_encoding"] == encoding
+    # eval.encoding codes the index's database as it says (a cheaper encoding for a large one).
+    _, cheap = trained(tmp_path / "cheap", _config("model.decoder=bytes", "model.bits=8",
+                                                   "trainer.steps=100", "eval.encoding=encoder"))
+    assert cheap["byte_decoder_index_encoding"] == "encoder"
+    assert "encoding='encoder'" in cheap["byte_decoder_ranking"]
+    assert "byte decoder index (encoder): mAP@all" in results_table(cheap, "t", _config().eval)
     # The encoder exports as any run's: its SavedModel gives the run's Hamming codes.
     from sgh.model.export import load_encoder
 

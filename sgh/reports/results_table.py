@@ -113,7 +113,7 @@ def _byte_decoder_rows(metrics: dict, config: EvalConfig, similarity: str) -> li
     if "byte_decoder_ranking" not in metrics:
         return []
     k = config.recall_k
-    encoding = metrics.get("byte_decoder_encoding", "")
+    encoding = metrics.get("byte_decoder_index_encoding", metrics.get("byte_decoder_encoding", ""))
     name = f"byte decoder index ({encoding}): " if encoding else "byte decoder index: "
     rows = []
     if "byte_decoder_map" in metrics:

@@ -219,7 +219,7 @@ class SGHIndex:
                 lists.append(self._lists_of(block))
                 codes.append(self._stored_codes(block, lists[-1]))
                 done = start + len(block)
-                logger.info(f"encoded {done:,}/{len(features):,} vectors, "
+                logger.info(f"indexed {done:,}/{len(features):,} vectors, "
                             f"{done / max(time.perf_counter() - started, 1e-9):,.0f}/s")
         self._items.append(np.concatenate(codes) if codes else self._items.codes[:0], ids,
                            None if self.nlist is None else np.concatenate(lists or [[]]))

@@ -299,6 +299,6 @@ def test_verbose_says_what_train_and_a_long_add_do_on_stderr(itq_data, capsys):
     index.add(many)
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(" vectors")[0] for line in lines] == [
-        "[sgh] encoded 65,536/70,000", "[sgh] encoded 70,000/70,000"]
+        "[sgh] indexed 65,536/70,000", "[sgh] indexed 70,000/70,000"]
     quiet.add(many)
     np.testing.assert_array_equal(index.search(x[:5], 3), quiet.search(x[:5], 3))
