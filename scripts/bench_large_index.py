@@ -21,8 +21,9 @@ dataset.groundtruth_path=...`). For the flat index and one with --nlist inverted
    the results of the index saved again and loaded equal to the bit.
 
 Bytes per item: on disk, the saved directory over the items; in memory, what the loaded index
-holds per item (its codes, ids and list numbers, and faiss's interleaved copy of the codes that
-its fast scan reads).
+holds per item (`SGHIndex.bytes_per_item`: its codes, ids where they are not the rows, list
+numbers), and what its scan builds (faiss's interleaved copy of the codes, with lists faiss's ids,
+and the item terms its refine reads).
 """
 
 from __future__ import annotations
@@ -78,16 +79,19 @@ def recall(I: np.ndarray, truth: np.ndarray) -> float:
 def memory_per_item(index: SGHIndex) -> dict:
     """Bytes per item the loaded index holds, by part (module doc)."""
     n = index.ntotal
-    engine = index._engine("scan")._index()  # the fast scan's faiss index, built
+    scan = index._engine("scan")  # the model's scan, built
+    engine = scan._index()  # its faiss index
     ivf = faiss.try_extract_index_ivf(engine)
+    parts = {name: float(size) for name, size in index.bytes_per_item.items()}
+    parts["norms_for_the_refine"] = scan.norms.nbytes / n
     if ivf is None:
-        interleaved = engine.codes.size()
-    else:  # blocks of 32 codes per list
+        parts["faiss_fast_scan_codes"] = engine.codes.size() / n
+    else:  # blocks of 32 codes per list, and an int64 id per item
         lists = faiss.downcast_InvertedLists(ivf.invlists)
-        interleaved = sum(-(-lists.list_size(i) // lists.n_per_block) * lists.block_size
-                          for i in range(ivf.nlist))
-    parts = {"codes": index._codes.nbytes / n, "ids": index._ids.nbytes / n,
-             "list_numbers": index._lists.nbytes / n, "faiss_fast_scan_codes": interleaved / n}
+        parts["faiss_fast_scan_codes"] = sum(
+            -(-lists.list_size(i) // lists.n_per_block) * lists.block_size
+            for i in range(ivf.nlist)) / n
+        parts["faiss_ids"] = 8.0
     parts["total"] = sum(parts.values())
     return {name: round(value, 2) for name, value in parts.items()}
 

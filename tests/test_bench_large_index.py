@@ -65,7 +65,7 @@ def test_the_large_index_bench_builds_searches_and_reloads_identically(clustered
     for entry in layouts.values():
         assert entry["items"] == 3000 and entry["identical_after_save_and_load"]
         assert entry["build"]["peak_rss_mib"] > 0 and entry["bytes_per_item_on_disk"] > 2
-        assert entry["bytes_per_item_in_memory"]["codes"] == 2.0  # 16 bits
+        assert entry["bytes_per_item_in_memory"]["code"] == 2.0  # 16 bits
         for search in entry["searches"]:
             assert 0 < search["recall10@100"] <= 1 and search["queries_per_second"] > 0
     assert [search["nprobe"] for search in layouts["IVF8"]["searches"]] == [2, 8]

@@ -199,13 +199,14 @@ class SGHIndex:
             ["the byte decoder's tables (hard EM)"] if fits_tables else [])
         with progress_on_stderr(self.verbose, "sgh.search"):
             started = time.perf_counter()
-            logger.info(f"training on {len(x):,} rows: {' and '.join(steps) or 'nothing to learn'}")
+            self._progress(f"training on {len(x):,} rows: "
+                           f"{' and '.join(steps) or 'nothing to learn'}")
             if self.nlist is not None:
                 self._centroids = learned_centroids(x, self.nlist, seed)
             if fits_tables:
                 self.byte_decoder = ByteDecoder.fit(self._residuals(x, self._lists_of(x)),
                                                     self._codes_of(x), self.bits, seed=seed)
-            logger.info(f"trained in {time.perf_counter() - started:,.1f} s")
+            self._progress(f"trained in {time.perf_counter() - started:,.1f} s")
 
     def add(self, x: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Encode features ``x`` and add them (``ids``: int64 per row; default ``ntotal ..``)."""
@@ -219,7 +220,7 @@ class SGHIndex:
                 lists.append(self._lists_of(block))
                 codes.append(self._stored_codes(block, lists[-1]))
                 done = start + len(block)
-                logger.info(f"indexed {done:,}/{len(features):,} vectors, "
+                self._progress(f"indexed {done:,}/{len(features):,} vectors, "
                             f"{done / max(time.perf_counter() - started, 1e-9):,.0f}/s")
         self._items.append(np.concatenate(codes) if codes else self._items.codes[:0], ids,
                            None if self.nlist is None else np.concatenate(lists or [[]]))
@@ -438,6 +439,11 @@ class SGHIndex:
         if "coarse" not in self._engines:
             self._engines["coarse"] = CoarseQuantizer(self._centroids)
         return self._engines["coarse"].nearest(x, nearest)
+
+    def _progress(self, message: str) -> None:
+        """A progress line, with ``verbose`` only (a run's own progress shows none of them)."""
+        if self.verbose:
+            logger.info(message)
 
     def _require_training(self) -> None:
         if not self.is_trained and self.decoder == "bytes":
