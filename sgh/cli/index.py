@@ -26,14 +26,16 @@ from sgh.cli.input_scale import (
     training_scale,
 )
 from sgh.config import INPUT_SCALES
+from sgh.data.neighbours import exact_neighbours
 from sgh.data.npz_file import groundtruth as groundtruth_ids
 from sgh.data.npz_file import read_npz_arrays
+from sgh.data.streamed_features import evenly_spaced
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError, check_choice, check_int
 from sgh.metrics.neighbour_recall import recall_of_results, results_recall_convention
 from sgh.search.byte_decoder import FIT_ROWS
 from sgh.search.score_set import ScoreSet
-from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, SGHIndex
+from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, VALIDATION_QUERIES, SGHIndex
 
 USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] "
          "[mode=M] [decoder=model|bytes] [encoding=encoder|flipT|icmN|local_search] "
@@ -131,12 +133,17 @@ def build(settings: dict) -> SGHIndex:
         except ValueError as error:
             raise UserInputError(str(error)) from None
         try:  # the vectors' values (off scale, overflowing float32): one line
-            if not index.is_trained:
-                index.train(_training_sample(settings, index))  # its progress lines
+            sample = None if index.is_trained else _training_sample(settings, index)
+            if sample is not None:
+                index.train(sample)  # its progress lines
             started = time.perf_counter()
             for start, total, rows in _batches(settings, index, f"run={run.path}"):
                 index.add(rows)  # ids: the rows of the input
                 _progress("added", start + len(rows), total, started)
+            if index.nlist:  # rows of the input it was trained on, and their neighbours in it
+                queries = sample[evenly_spaced(len(sample), VALIDATION_QUERIES)]
+                index.choose_nprobe(queries, exact_neighbours(
+                    queries, _InputRows(settings, index, f"run={run.path}"), 10))
         except UserInputError:
             raise
         except ValueError as error:
@@ -144,6 +151,20 @@ def build(settings: dict) -> SGHIndex:
     index.save(out)
     print(f"[sgh] wrote {out}: {index!r}")
     return index
+
+
+class _InputRows:
+    """The input's rows as the model takes them, streamed (`exact_neighbours`' chunks)."""
+
+    def __init__(self, settings: dict, index: SGHIndex, where: str) -> None:
+        self.settings, self.index, self.where = settings, index, where
+
+    def __len__(self) -> int:
+        return self.index.ntotal
+
+    def chunks(self, chunk_rows: int):  # the input's own batches (batch_size)
+        for start, _, rows in _batches(self.settings, self.index, self.where):
+            yield start, rows
 
 
 def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
@@ -157,7 +178,7 @@ def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
                                  f"{index.nlist} lists; accepted: nlist <= {total} (at least "
                                  "one vector per list)")
         stride = max(1, total // wanted)
-        sample.append(rows[(-start) % stride :: stride])
+        sample.append(rows[(-start) % stride :: stride].copy())  # a view would keep the batch
     return np.concatenate(sample)[:wanted]
 
 

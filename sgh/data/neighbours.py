@@ -291,7 +291,8 @@ def _merged(best_ids, best_keys, candidate_queries, candidate_ids, candidate_key
 def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euclidean",
                      chunk_rows: int | None = None, block_size: int | None = None,
                      workers: int | None = None) -> np.ndarray:
-    """Each query's exact ``k`` best items of ``database`` (an array or `StreamedFeatures`) by
+    """Each query's exact ``k`` best items of ``database`` (an array, `StreamedFeatures`, or any
+    sized source of ``(first row, rows)`` from ``database.chunks(chunk_rows)``) by
     ``similarity``, ties by database index: ``(n_queries, k)`` int64 ids, best first, the same
     whatever ``chunk_rows`` (database rows per chunk), ``block_size`` (queries per matrix
     product) and ``workers`` (threads, each scanning its share of the queries)."""
@@ -307,8 +308,8 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
         return np.zeros((0, k), np.int64)
     if chunk_rows is None:
         chunk_rows = max(1, _DATABASE_CHUNK_BYTES // (8 * query.shape[1]))
-    if isinstance(database, StreamedFeatures):
-        chunks = database.chunks(chunk_rows)
+    if isinstance(database, StreamedFeatures) or hasattr(database, "chunks"):
+        chunks = database.chunks(chunk_rows)  # or another source of (first row, rows) chunks
     else:  # in memory: slices in the given dtype
         database = np.asarray(database)
         chunks = ((start, database[start:start + chunk_rows])

@@ -165,6 +165,11 @@ def take_rows(features: Features, ids: np.ndarray) -> np.ndarray:
     return np.asarray(features[np.asarray(ids, np.int64)], np.float32)
 
 
+def evenly_spaced(n: int, count: int) -> np.ndarray:
+    """``count`` row indices spread evenly over ``n`` rows (all of them where ``n <= count``)."""
+    return np.arange(n) if n <= count else np.linspace(0, n - 1, count).astype(np.int64)
+
+
 def without_rows(features: Features, rows: np.ndarray) -> Features:
     """`features` minus the items at indices `rows`, in order (`np.delete` in memory)."""
     if isinstance(features, StreamedFeatures):

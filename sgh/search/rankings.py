@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sgh.codes import as_words, popcount
-from sgh.data.streamed_features import Features, iter_chunks, take_rows
+from sgh.data.streamed_features import Features, evenly_spaced, iter_chunks, take_rows
 from sgh.errors import UserInputError
 from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
 from sgh.search.asymmetric_index import AsymmetricIndex
@@ -133,16 +133,11 @@ def byte_decoder_ranking(scores: ScoreSet | None, database: Features, queries: n
         return None
     index = SGHIndex(scores, decoder="bytes", encoding=encoding)
     if not index.is_trained:
-        index.train(np.asarray(take_rows(train, _fitting_sample(len(train))), np.float32))
+        index.train(np.asarray(take_rows(train, evenly_spaced(len(train), FIT_ROWS)), np.float32))
     for _, rows in iter_chunks(database):  # in memory or streamed; ids: the rows
         index.add(rows)
     return IndexRanking(index, queries, "byte decoder: SGHIndex(decoder='bytes', encoding="
                         f"{index.encoding!r}), its flat scan of every code, ties by id")
-
-
-def _fitting_sample(n: int) -> np.ndarray:
-    """The rows a byte decoder is fitted on: all, or `FIT_ROWS` spread evenly."""
-    return np.arange(n) if n <= FIT_ROWS else np.linspace(0, n - 1, FIT_ROWS).astype(np.int64)
 
 
 def _score_order(index: AsymmetricIndex, queries: np.ndarray, depth: int) -> np.ndarray:

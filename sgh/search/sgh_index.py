@@ -19,8 +19,8 @@ index.npz that is not as `save` wrote it (`sgh.search.saved_index_checks`).
 
 from __future__ import annotations
 
-import logging
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -29,9 +29,11 @@ import numpy as np
 from sgh.artifacts.atomic import DirectoryKind, atomic_directory
 from sgh.artifacts.codes_file import encoded_codes, load_codes, refuse_another_models_scores
 from sgh.codes import pack_bits, validate_codes
+from sgh.data.neighbours import exact_neighbours
 from sgh.data.npz_file import read_npz_arrays
+from sgh.data.streamed_features import evenly_spaced, take_rows
 from sgh.errors import UserInputError, check_int
-from sgh.progress import progress_on_stderr
+from sgh.metrics.neighbour_recall import recall_of_results
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import ByteDecoder
@@ -57,7 +59,9 @@ SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CO
                             marker=".sgh-index")
 _ADD_ROWS = 1 << 16  # features encoded (and assigned to lists) at a time by `add`
 _BYTE_DECODER = "byte_decoder."  # the key prefix of a byte decoder's arrays in index.npz
-logger = logging.getLogger(__name__)
+# `choose_nprobe`: nprobe's recall within this of the best (as a run chooses its encoding), on
+# this many training rows.
+NPROBE_TOLERANCE, VALIDATION_QUERIES = 0.005, 1000
 
 
 class SGHIndex:
@@ -197,16 +201,14 @@ class SGHIndex:
                                                    or self.byte_decoder is None)
         steps = ([f"k-means of {self.nlist} lists"] if self.nlist else []) + (
             ["the byte decoder's tables (hard EM)"] if fits_tables else [])
-        with progress_on_stderr(self.verbose, "sgh.search"):
-            started = time.perf_counter()
-            self._progress(f"training on {len(x):,} rows: "
-                           f"{' and '.join(steps) or 'nothing to learn'}")
-            if self.nlist is not None:
-                self._centroids = learned_centroids(x, self.nlist, seed)
-            if fits_tables:
-                self.byte_decoder = ByteDecoder.fit(self._residuals(x, self._lists_of(x)),
-                                                    self._codes_of(x), self.bits, seed=seed)
-            self._progress(f"trained in {time.perf_counter() - started:,.1f} s")
+        started = time.perf_counter()
+        self._progress(f"training on {len(x):,} rows: {' and '.join(steps) or 'nothing to learn'}")
+        if self.nlist is not None:
+            self._centroids = learned_centroids(x, self.nlist, seed)
+        if fits_tables:
+            self.byte_decoder = ByteDecoder.fit(self._residuals(x, self._lists_of(x)),
+                                                self._codes_of(x), self.bits, seed=seed)
+        self._progress(f"trained in {time.perf_counter() - started:,.1f} s")
 
     def add(self, x: np.ndarray, ids: np.ndarray | None = None) -> None:
         """Encode features ``x`` and add them (``ids``: int64 per row; default ``ntotal ..``)."""
@@ -214,14 +216,14 @@ class SGHIndex:
         self._require_training()
         ids = self._items.new_ids(len(features), ids)
         codes, lists, started = [], [], time.perf_counter()
-        with progress_on_stderr(self.verbose and len(features) > _ADD_ROWS, "sgh.search"):
-            for start in range(0, len(features), _ADD_ROWS):
-                block = features[start : start + _ADD_ROWS]
-                lists.append(self._lists_of(block))
-                codes.append(self._stored_codes(block, lists[-1]))
-                done = start + len(block)
+        for start in range(0, len(features), _ADD_ROWS):
+            block = features[start : start + _ADD_ROWS]
+            lists.append(self._lists_of(block))
+            codes.append(self._stored_codes(block, lists[-1]))
+            done = start + len(block)
+            if len(features) > _ADD_ROWS:  # one block is said by the caller's own progress
                 self._progress(f"indexed {done:,}/{len(features):,} vectors, "
-                            f"{done / max(time.perf_counter() - started, 1e-9):,.0f}/s")
+                               f"{done / max(time.perf_counter() - started, 1e-9):,.0f}/s")
         self._items.append(np.concatenate(codes) if codes else self._items.codes[:0], ids,
                            None if self.nlist is None else np.concatenate(lists or [[]]))
         self._engines = {}
@@ -291,6 +293,33 @@ class SGHIndex:
         if D.dtype != np.float32:  # one convention for every mode: Hamming, decoded scores too
             D = np.where(rows >= 0, D, np.inf).astype(np.float32)
         return D, self._items.ids_of(rows)
+
+    def choose_nprobe(self, queries: np.ndarray, neighbours: np.ndarray, n: int = 100,
+                      tolerance: float = NPROBE_TOLERANCE) -> dict[int, float]:
+        """Set ``nprobe`` to the fewest lists (1, 2, 4, ..., ``nlist``) whose RecallK@``n`` of
+        validation ``queries`` (training features, never the test queries; ``neighbours``:
+        their exact ``(nq, K)`` nearest items' ids) is within ``tolerance`` of the best, as
+        faiss's autotune picks an operating point; the recall measured at each ``nprobe``."""
+        if self.nlist is None:
+            raise ValueError("choose_nprobe: the index has no inverted lists (nlist)")
+        neighbours = np.asarray(neighbours)
+        if neighbours.ndim != 2 or len(neighbours) != len(queries) or not self.ntotal:
+            raise ValueError(f"choose_nprobe: neighbours of shape {neighbours.shape} for "
+                             f"{len(queries)} queries on {self.ntotal} items; accepted: "
+                             "(n_queries, K) ids, and at least one item")
+        recalls = {}
+        for nprobe in sorted({min(1 << power, self.nlist)
+                              for power in range(self.nlist.bit_length() + 1)}):
+            self.nprobe = nprobe
+            recalls[nprobe] = round(recall_of_results(
+                self.search(queries, min(n, self.ntotal))[1], neighbours, neighbours.shape[1]), 4)
+        best = max(recalls.values())
+        self.nprobe = min(p for p, recall in recalls.items() if recall >= best - tolerance)
+        self._progress(f"nprobe={self.nprobe} of {self.nlist} lists, chosen on "
+                       f"{len(queries):,} validation queries (the fewest within {tolerance} of "
+                       f"the best Recall{neighbours.shape[1]}@{n}; " + ", ".join(
+                           f"nprobe {p}: {recall:.4f}" for p, recall in recalls.items()) + ")")
+        return recalls
 
     def _engine(self, name: str):
         """The structure a mode searches with, built on first use after a change."""
@@ -410,7 +439,9 @@ class SGHIndex:
                  encoding: str | None = None, verbose: bool = False) -> SGHIndex:
         """The database codes and scores of a finished `sgh-train` run (ids: database rows);
         with ``nlist`` or ``decoder="bytes"`` its dataset's features are read again (to learn
-        the lists, or the byte decoder where the run has none, and to encode the database)."""
+        the lists, or the byte decoder where the run has none, and to encode the database); with
+        ``nlist``, ``nprobe`` is chosen on 1,000 of its training rows (`choose_nprobe`; each
+        finds itself where the training rows are items of the database, as in MNIST's)."""
         from sgh.artifacts.run_directory import RunDirectory
         from sgh.artifacts.run_split import recorded_split
 
@@ -428,11 +459,15 @@ class SGHIndex:
             if not index.is_trained:
                 index.train(np.asarray(split.train, np.float32))
             index.add(database)  # ids: the database rows
-            return index
-        index.train(database)
-        lists = np.concatenate([index._lists_of(database[start : start + _ADD_ROWS])
-                                for start in range(0, len(database), _ADD_ROWS)])
-        index._items.append(codes.database, np.arange(len(database), dtype=np.int64), lists)
+        else:
+            index.train(database)
+            lists = np.concatenate([index._lists_of(database[start : start + _ADD_ROWS])
+                                    for start in range(0, len(database), _ADD_ROWS)])
+            index._items.append(codes.database, np.arange(len(database), dtype=np.int64), lists)
+        if nlist is not None:
+            queries = take_rows(split.train, evenly_spaced(len(split.train), VALIDATION_QUERIES))
+            index.choose_nprobe(queries, exact_neighbours(queries, database, 10,
+                                                          split.similarity))
         return index
 
     def _coarse(self, x: np.ndarray, nearest: int) -> tuple[np.ndarray, np.ndarray]:
@@ -441,9 +476,11 @@ class SGHIndex:
         return self._engines["coarse"].nearest(x, nearest)
 
     def _progress(self, message: str) -> None:
-        """A progress line, with ``verbose`` only (a run's own progress shows none of them)."""
+        """With ``verbose``, a progress line on stderr as `sgh-index` writes its own: one write
+        with its newline, which an interruption cannot split from its end."""
         if self.verbose:
-            logger.info(message)
+            sys.stderr.write(f"[sgh] {message}\n")
+            sys.stderr.flush()
 
     def _require_training(self) -> None:
         if not self.is_trained and self.decoder == "bytes":

@@ -34,13 +34,13 @@ from sgh.errors import TrainingDiverged, UserInputError
 from sgh.hasher import BinaryHasher
 from sgh.model.encoding import encode_bit_matrix, encode_packed
 from sgh.model.sgh_model import SGH
-from sgh.progress import progress_on_stderr
 from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore
 from sgh.search.score_set import ScoreSet
 from sgh.training.holdout import MAX_HELD_OUT_SHARE
 from sgh.training.recipe_choice import fit_and_score
 from sgh.training.score_selection import with_joint
 from sgh.training.train_sgh import fit_in_memory, hold_out
+from sgh.training.verbose import progress_on_stderr
 
 # (parameter, configuration section, key in it): every parameter but n_bits and random_state.
 _KEYS = {
@@ -162,7 +162,7 @@ class SGHHasher(BinaryHasher):
         self._config = self.training_config()
         self._labels = None if y is None else np.asarray(y)
         try:
-            with progress_on_stderr(self.verbose, "sgh.training"):
+            with progress_on_stderr(self.verbose):
                 return super().fit(X)
         except (UserInputError, TrainingDiverged) as error:  # sgh-train's keys, from training
             renamed = _python_names(str(error))

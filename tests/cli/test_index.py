@@ -2,6 +2,8 @@
 with the results of `SGHIndex` in Python; every mistake one line and exit status 2."""
 
 
+import re
+
 import numpy as np
 import pytest
 
@@ -220,4 +222,9 @@ def test_a_build_says_what_it_is_doing_before_each_long_step(command_here, run_a
     training = next(n for n, line in enumerate(lines) if line.startswith("[sgh] training on"))
     assert "k-means of 4 lists and the byte decoder's tables" in lines[training]
     assert lines[training + 1].startswith("[sgh] trained in ")
-    assert lines[-1].startswith("[sgh] added 700/700 vectors")
+    assert lines[-2].startswith("[sgh] added 700/700 vectors")
+    # nprobe chosen on rows of the input (its training sample) and their exact neighbours in it.
+    assert re.fullmatch(r"\[sgh\] nprobe=(\d) of 4 lists, chosen on 700 validation queries \(the "
+                        r"fewest within 0.005 of the best Recall10@100; nprobe 1: 0\.\d{4}, "
+                        r"nprobe 2: 0\.\d{4}, nprobe 4: 0\.\d{4}\)", lines[-1])
+    assert SGHIndex.load(tmp_path / "lists").nprobe == int(lines[-1].split("=")[1].split()[0])

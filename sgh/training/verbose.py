@@ -1,5 +1,4 @@
-"""``verbose=True`` in Python (`SGHHasher`, `SGHIndex`): progress lines on stderr, in the shape of
-the command line's (`sgh-train`, `sgh-index`)."""
+"""`SGHHasher(verbose=True)`: training's progress lines on stderr, in `sgh-train`'s shape."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ import contextlib
 import logging
 import sys
 
-_CHATTER = ("tensorflow", "absl")
+_PROGRESS_LOGGER, _CHATTER = "sgh.training", ("tensorflow", "absl")
 
 
 class ProgressFormatter(logging.Formatter):
@@ -20,13 +19,12 @@ class ProgressFormatter(logging.Formatter):
 
 
 @contextlib.contextmanager
-def progress_on_stderr(verbose: object, logger: str):
-    """If `verbose`: the records of ``logger`` (and below) go to stderr only, TensorFlow's
-    chatter is held back; a block already inside one for the same logger adds nothing."""
-    progress = logging.getLogger(logger)
-    if not verbose or any(isinstance(h.formatter, ProgressFormatter) for h in progress.handlers):
+def progress_on_stderr(verbose: object):
+    """If `verbose`: the training's records go to stderr only, TensorFlow's chatter is held back."""
+    if not verbose:
         yield
         return
+    progress = logging.getLogger(_PROGRESS_LOGGER)
     chatter = {name: logging.getLogger(name).level for name in _CHATTER}
     level, propagate = progress.level, progress.propagate
     handler = logging.StreamHandler(sys.stderr)  # the stderr of now (pytest's, a notebook's)
