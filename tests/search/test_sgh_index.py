@@ -302,3 +302,51 @@ def test_verbose_says_what_train_and_a_long_add_do_on_stderr(itq_data, capsys):
         "[sgh] indexed 65,536/70,000", "[sgh] indexed 70,000/70,000"]
     quiet.add(many)
     np.testing.assert_array_equal(index.search(x[:5], 3), quiet.search(x[:5], 3))
+
+
+def test_nprobe_is_the_fewest_lists_within_tolerance_of_the_best_validation_recall(
+        itq_data, capsys, tmp_path):
+    from sgh.data.neighbours import exact_neighbours
+
+    hasher, x, _ = itq_data
+    index = SGHIndex(hasher, nlist=16, verbose=True)
+    index.train(x)
+    index.add(x)
+    queries = x[::10]  # training rows (items too: each finds itself)
+    truth = exact_neighbours(queries, x, 10)
+    recalls = index.choose_nprobe(queries, truth)
+    assert list(recalls) == [1, 2, 4, 8, 16]
+
+    def recall(nprobe):  # counted here, as the share of true neighbours among the first 100
+        index.nprobe = nprobe
+        found = index.search(queries, 100)[1]
+        return (found[:, :, None] == truth[:, None, :]).any(axis=1).mean()
+
+    chosen = index.nprobe
+    for nprobe, measured in recalls.items():
+        assert measured == pytest.approx(recall(nprobe), abs=5e-5)
+    best = max(recalls.values())
+    assert recalls[chosen] >= best - 0.005
+    assert all(recalls[p] < best - 0.005 for p in recalls if p < chosen)
+    assert recalls[1] < recalls[chosen]  # one list misses neighbours here: the choice matters
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.startswith(f"[sgh] nprobe={chosen} of 16 lists, chosen on 300 validation queries")
+    flat = SGHIndex(hasher)
+    flat.add(x)
+    with pytest.raises(ValueError, match="choose_nprobe: the index has no inverted lists"):
+        flat.choose_nprobe(queries, truth)
+    with pytest.raises(ValueError, match=r"neighbours of shape \(10,\) for 300 queries"):
+        index.choose_nprobe(queries, truth[0])
+
+
+def test_an_index_from_a_run_with_lists_has_its_nprobe_chosen(tmp_path):
+    from sgh.config import SyntheticDatasetConfig
+
+    # One Gaussian (no clusters for the lists to follow): neighbours lie across lists.
+    config = Config(dataset=SyntheticDatasetConfig(dim=16, n_classes=1), model=BaselineConfig(
+        name="itq", bits=16), trainer=TrainerConfig(seed=0), eval=EvalConfig())
+    run_dir, _ = trained(tmp_path / "run", config)
+    index = SGHIndex.from_run(run_dir, nlist=32)
+    quiet = SGHIndex(index.scores, nlist=32)
+    assert index.nprobe > 1 and quiet.nprobe == 1  # the choice was made, and kept by save
+    assert SGHIndex.load(index.save(tmp_path / "index")).nprobe == index.nprobe
