@@ -7,24 +7,23 @@ twice, and report a mistake in several lines after making the run directory). A 
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import itertools
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 from hydra import compose, initialize_config_dir
-
-# Private, but what `@hydra.main` uses: the overrides read here are those Hydra reads.
-from hydra._internal.callbacks import Callbacks
-from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.core.utils import run_job
 from hydra.errors import HydraException, OverrideParseException
 from hydra.types import HydraContext, RunMode
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
@@ -44,8 +43,8 @@ def run_hydra_command(program: str, config_name: str, hydra_main: Callable[[], o
         args = _arguments(sys.argv[1:])
         quoted = {text: _quoted_beyond_ascii(text) for text in args.overrides}
         sys.argv[1:] = [quoted.get(argument, argument) for argument in sys.argv[1:]]
-        if not (args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
-                or args.config_path or args.config_dir):
+        if not (args.help or args.hydra_help or args.version or args.cfg or args.info
+                or args.shell_completion or args.config_path or args.config_dir):
             overrides = [_parsed(quoted[text]) for text in args.overrides]
             with initialize_config_dir(config_dir=CONFIG_PATH, job_name=config_name,
                                        version_base="1.3"):
@@ -60,7 +59,7 @@ def run_hydra_command(program: str, config_name: str, hydra_main: Callable[[], o
 
 def _arguments(arguments: list[str]):
     """The command line read by Hydra's own parser, what it refuses (or should) in one line."""
-    parser = get_args_parser()
+    parser = _hydra_arguments()
 
     def refuse(message: str):  # argparse would print the usage and this in two lines
         raise UserInputError(f"{message} (--help lists the options)")
@@ -79,6 +78,23 @@ def _arguments(arguments: list[str]):
     if args.resolve and not (args.cfg or args.help):
         raise UserInputError("--resolve applies to --cfg only (e.g. --cfg job --resolve)")
     return args
+
+
+def _hydra_arguments() -> argparse.ArgumentParser:
+    """The options `@hydra.main` reads (its parser is private): the overrides read here are those
+    Hydra reads; what is not a run (`--help`, `--version`, `--cfg` ...) goes to `@hydra.main`."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("overrides", nargs="*")
+    for flags in (["--help", "-h"], ["--hydra-help"], ["--version"], ["--resolve"],
+                  ["--run", "-r"], ["--multirun", "-m"], ["--shell-completion", "-sc"]):
+        parser.add_argument(*flags, action="store_true")
+    for flags in (["--package", "-p"], ["--config-path", "-cp"], ["--config-name", "-cn"],
+                  ["--config-dir", "-cd"], ["--experimental-rerun"]):
+        parser.add_argument(*flags)
+    parser.add_argument("--cfg", "-c", choices=["job", "hydra", "all"])
+    parser.add_argument("--info", "-i", const="all", nargs="?", choices=[
+        "all", "config", "defaults", "defaults-tree", "plugins", "searchpath"])
+    return parser
 
 
 def _quoted_beyond_ascii(text: str) -> str:
@@ -166,7 +182,7 @@ def _run(config: DictConfig, typed, prepare) -> None:
     """One run as `@hydra.main` runs it (`Hydra.run`), on the configuration composed here."""
     config.hydra.mode = RunMode.RUN
     task = prepare(config, typed)
-    callbacks = Callbacks(config)
+    callbacks = _Callbacks(config)
     callbacks.on_run_start(config=config, config_name=config.hydra.job.config_name)
     done = run_job(task_function=lambda _: task(), config=config, job_dir_key="hydra.run.dir",
                    job_subdir_key=None, hydra_context=HydraContext(
@@ -175,3 +191,26 @@ def _run(config: DictConfig, typed, prepare) -> None:
     callbacks.on_run_end(config=config, config_name=config.hydra.job.config_name,
                          job_return=done)
     done.return_value  # noqa: B018  raises the task's exception (a bug: it reports the user's)
+
+
+class _Callbacks:
+    """The run's `hydra.callbacks`, told of the run and its job as `@hydra.main` tells them (its
+    own notifier is private): `on_run_start`, `on_job_start` in order, the `_end`s in reverse; a
+    callback's failure is a warning, not the run's."""
+
+    def __init__(self, config: DictConfig) -> None:
+        self._callbacks = [instantiate(spec) for spec in
+                           (OmegaConf.select(config, "hydra.callbacks") or {}).values()]
+
+    def __getattr__(self, event: str):
+        if not event.startswith("on_"):
+            raise AttributeError(event)
+
+        def notify(**arguments) -> None:
+            for callback in self._callbacks[::-1 if event.endswith("_end") else 1]:
+                try:
+                    getattr(callback, event)(**arguments)
+                except Exception as error:  # noqa: BLE001  as Hydra does
+                    warnings.warn(f"Callback {type(callback).__name__}.{event} raised "
+                                  f"{type(error).__name__}: {error}", stacklevel=2)
+        return notify

@@ -18,24 +18,24 @@ def learned_centroids(x: np.ndarray, nlist: int, seed: int) -> np.ndarray:
     return kmeans.centroids
 
 
-class CoarseQuantizer:
-    """The lists nearest a vector, by its squared distance to each list's centroid."""
+def coarse_quantizer(centroids: np.ndarray):
+    """faiss's flat L2 index of the lists' centroids, which `nearest_lists` searches."""
+    import faiss
 
-    def __init__(self, centroids: np.ndarray) -> None:
-        import faiss
+    quantizer = faiss.IndexFlatL2(centroids.shape[1])
+    quantizer.add(np.ascontiguousarray(centroids, np.float32))
+    return quantizer
 
-        self._flat = faiss.IndexFlatL2(centroids.shape[1])
-        self._flat.add(np.ascontiguousarray(centroids, np.float32))
 
-    def nearest(self, x: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(n, count)`` squared distances (float32) to the nearest centroids, their lists;
-        ValueError naming the row where no distance is finite (faiss answers -1 there)."""
-        distances, lists = self._flat.search(np.ascontiguousarray(x, np.float32),
-                                             min(count, self._flat.ntotal))
-        unplaced = (lists < 0) | ~np.isfinite(distances)
-        if unplaced.any():
-            row = int(np.argmax(unplaced.any(axis=1)))
-            raise ValueError(f"row {row} of the features: its distances to the lists' centroids "
-                             "overflow float32 (features far beyond the scale the model was "
-                             "trained on); scale them as its training features were")
-        return distances, lists
+def nearest_lists(quantizer, x: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(n, count)`` squared distances (float32) to the nearest centroids, their lists;
+    ValueError naming the row where no distance is finite (faiss answers -1 there)."""
+    distances, lists = quantizer.search(np.ascontiguousarray(x, np.float32),
+                                        min(count, quantizer.ntotal))
+    unplaced = (lists < 0) | ~np.isfinite(distances)
+    if unplaced.any():
+        row = int(np.argmax(unplaced.any(axis=1)))
+        raise ValueError(f"row {row} of the features: its distances to the lists' centroids "
+                         "overflow float32 (features far beyond the scale the model was "
+                         "trained on); scale them as its training features were")
+    return distances, lists

@@ -191,12 +191,8 @@ class HammingIndex:
         (``faiss.read_index_binary`` opens it)."""
         import faiss
 
-        codes = self.codes()
-        flat = faiss.IndexBinaryFlat(8 * self.code_size)
+        flat = faiss.IndexBinaryFlat(8 * self.code_size)  # referenced until written
         index = faiss.IndexBinaryIDMap(flat) if self._has_ids else flat
-        if self._has_ids:
-            index.add_with_ids(codes, self.ids())
-        else:
-            index.add(codes)
+        index.add_with_ids(self.codes(), self.ids()) if self._has_ids else index.add(self.codes())
         with atomic_file(path) as temporary:
             faiss.write_index_binary(index, str(temporary))

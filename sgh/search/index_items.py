@@ -1,13 +1,9 @@
-"""The items an `SGHIndex` holds: their packed codes, their ids, and with inverted lists their
-list numbers, in the order its engines read them.
-
-Ids are held only where they are not the rows: a flat index given no ids numbers its items
-0 .. n - 1, so an int64 array of them would cost 8 bytes an item for nothing. Items in inverted
-lists are held in list order, each list's in the order they were added (a list is one run of the
-codes, which the byte decoder's scan reads in place); items added in batches (a streamed build)
-wait as batches and are put in that order once, on first use, by one stable sort (inserting
-each batch into the sorted arrays would copy all of them once per batch).
-"""
+"""The items an `SGHIndex` holds, in the order its engines read them: packed codes, ids (only
+where they are not the rows 0 .. n - 1: 8 bytes an item for nothing), and with inverted lists
+list numbers. Items in lists are in list order, each list's in the order added (a list is one
+run of the codes, which the byte decoder's scan reads in place); batches added (a streamed
+build) wait, and are put in that order on first use by one stable sort, not inserted one by one
+into the sorted arrays (which copies all of them once per batch)."""
 
 from __future__ import annotations
 

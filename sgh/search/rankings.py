@@ -49,22 +49,6 @@ def order_of_distances(distances: np.ndarray, depth: int) -> np.ndarray:
 
 
 @dataclass
-class AsymmetricRanking:
-    """Every database item by its asymmetric score against the query's features, ties by id."""
-
-    index: AsymmetricIndex
-    queries: np.ndarray
-    description: str = "asymmetric"  # the results file's `ranking`
-
-    def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
-        depth = min(depth, self.index.ntotal)
-        step = block_queries(0, depth)
-        for q0 in range(0, len(self.queries), step):
-            q1 = min(q0 + step, len(self.queries))
-            yield q0, q1, _score_order(self.index, self.queries[q0:q1], depth)
-
-
-@dataclass
 class RerankRanking:
     """The shortlist (the Hamming top S or radius, or the encoder score's top S) rescored, then
     the rest of the database in the first stage's order, ties by id: what a two-stage search
@@ -108,19 +92,22 @@ class RerankRanking:
 
 @dataclass
 class IndexRanking:
-    """The database ranked by an index's own search (`SGHIndex.search`) of the query features:
-    what the index serves is what is scored. Ids are database rows."""
+    """The database ranked by an index's search of the query features, ties by id: an
+    `AsymmetricIndex`'s exact scan, or an `SGHIndex`'s own search (what the index serves is what
+    is scored). Ids are database rows."""
 
-    index: SGHIndex
+    index: AsymmetricIndex | SGHIndex
     queries: np.ndarray
-    description: str
+    description: str  # the results file's `ranking`
 
     def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
         depth = min(depth, self.index.ntotal)
         step = block_queries(0, depth)
         for q0 in range(0, len(self.queries), step):
-            q1 = min(q0 + step, len(self.queries))
-            yield q0, q1, self.index.search(self.queries[q0:q1], depth)[1]
+            q1, queries = min(q0 + step, len(self.queries)), self.queries[q0 : q0 + step]
+            yield q0, q1, (_score_order(self.index, queries, depth)
+                           if isinstance(self.index, AsymmetricIndex)
+                           else self.index.search(queries, depth)[1])
 
 
 def byte_decoder_ranking(scores: ScoreSet | None, database: Features, queries: np.ndarray,
@@ -209,7 +196,7 @@ def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarr
         score = scores.scores[kind]
         index = AsymmetricIndex(score)
         index.add(database_codes)
-        return AsymmetricRanking(index, queries, description=f"asymmetric: {score.form}")
+        return IndexRanking(index, queries, f"asymmetric: {score.form}")
     rescorer = scores.rescorer(kind, database_codes) if kind is not None else None
     search = TwoStageSearch(database_codes, rescorer, database_vectors, similarity,
                             shortlist_score=scores.scores["encoder"] if by_encoder else None,

@@ -37,7 +37,7 @@ from sgh.metrics.neighbour_recall import recall_of_results
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.asymmetric_index import AsymmetricIndex
 from sgh.search.byte_decoder import ByteDecoder
-from sgh.search.coarse_lists import CoarseQuantizer, learned_centroids
+from sgh.search.coarse_lists import coarse_quantizer, learned_centroids, nearest_lists
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.hamming_index import HammingIndex, check_ids
 from sgh.search.index_features import refuse_overflow, served_features
@@ -59,17 +59,15 @@ SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CO
                             marker=".sgh-index")
 _ADD_ROWS = 1 << 16  # features encoded (and assigned to lists) at a time by `add`
 _BYTE_DECODER = "byte_decoder."  # the key prefix of a byte decoder's arrays in index.npz
-# `choose_nprobe`: nprobe's recall within this of the best (as a run chooses its encoding), on
-# this many training rows.
-NPROBE_TOLERANCE, VALIDATION_QUERIES = 0.005, 1000
+NPROBE_TOLERANCE, VALIDATION_QUERIES = 0.005, 1000  # `choose_nprobe`'s, as a run's encoding
 
 
 class SGHIndex:
     """A model's codes and their search (module doc). ``model``: a fitted hasher with an
     asymmetric score (`SGHHasher`, ITQ, PCAH, LSH) or a `ScoreSet` (a run's asymmetric.npz);
     ``nlist``: inverted lists (None: a flat scan of every code); ``encoding``: how far the byte
-    decoder's codes go (None: the model's validated choice); ``verbose``: progress lines of
-    `train` and of an `add` of more than 65,536 rows on stderr."""
+    decoder's codes go (None: the model's validated choice); ``verbose``: progress lines on
+    stderr (what `train` learns, an `add` of more than 65,536 rows, `choose_nprobe`)."""
 
     def __init__(self, model, mode: str = "scan", nlist: int | None = None,
                  decoder: str = "model", encoding: str | None = None,
@@ -300,13 +298,11 @@ class SGHIndex:
         validation ``queries`` (training features, never the test queries; ``neighbours``:
         their exact ``(nq, K)`` nearest items' ids) is within ``tolerance`` of the best, as
         faiss's autotune picks an operating point; the recall measured at each ``nprobe``."""
-        if self.nlist is None:
-            raise ValueError("choose_nprobe: the index has no inverted lists (nlist)")
         neighbours = np.asarray(neighbours)
-        if neighbours.ndim != 2 or len(neighbours) != len(queries) or not self.ntotal:
-            raise ValueError(f"choose_nprobe: neighbours of shape {neighbours.shape} for "
-                             f"{len(queries)} queries on {self.ntotal} items; accepted: "
-                             "(n_queries, K) ids, and at least one item")
+        if self.nlist is None or neighbours.ndim != 2 or len(neighbours) != len(queries):
+            raise ValueError(f"choose_nprobe: nlist={self.nlist}, neighbours of shape "
+                             f"{neighbours.shape} for {len(queries)} queries; accepted: an "
+                             "index with inverted lists, (n_queries, K) ids")
         recalls = {}
         for nprobe in sorted({min(1 << power, self.nlist)
                               for power in range(self.nlist.bit_length() + 1)}):
@@ -472,8 +468,8 @@ class SGHIndex:
 
     def _coarse(self, x: np.ndarray, nearest: int) -> tuple[np.ndarray, np.ndarray]:
         if "coarse" not in self._engines:
-            self._engines["coarse"] = CoarseQuantizer(self._centroids)
-        return self._engines["coarse"].nearest(x, nearest)
+            self._engines["coarse"] = coarse_quantizer(self._centroids)
+        return nearest_lists(self._engines["coarse"], x, nearest)
 
     def _progress(self, message: str) -> None:
         """With ``verbose``, a progress line on stderr as `sgh-index` writes its own: one write

@@ -55,3 +55,38 @@ def test_a_sweep_composes_each_job_once_before_hydra(tmp_path, command_here, cro
     assert len(list((tmp_path / "sweep").glob("*/metrics.json"))) == 2
     assert crossings["composed"] <= 2 + 3 * 2
     assert crossings["converted"] == crossings["validated"] == 2 * 2  # checked, then run
+
+
+class Recorder:
+    """A user's Hydra callback: the events of a run it is told, in order."""
+
+    events: list = []
+
+    def on_run_start(self, config, **kwargs):
+        Recorder.events.append("run start")
+
+    def on_job_start(self, config, task_function, **kwargs):
+        Recorder.events.append("job start")
+
+    def on_job_end(self, config, job_return, **kwargs):
+        Recorder.events.append(f"job end {job_return.status.name}")
+
+    def on_run_end(self, config, **kwargs):
+        Recorder.events.append("run end")
+
+
+def test_a_runs_hydra_callbacks_are_told_of_the_run_and_its_job(tmp_path, command_here):
+    Recorder.events.clear()
+    result = command_here("train", [*QUICK, "model=lsh", f"hydra.run.dir={tmp_path / 'run'}",
+                                    f"+hydra.callbacks.record._target_={__name__}.Recorder"],
+                          cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert Recorder.events == ["run start", "job start", "job end COMPLETED", "run end"]
+
+
+def test_version_is_hydras_and_runs_nothing(tmp_path, command_here):
+    import hydra
+
+    result = command_here("train", ["--version"], cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == f"Hydra {hydra.__version__}"
+    assert list(tmp_path.iterdir()) == []
