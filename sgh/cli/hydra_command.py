@@ -58,7 +58,7 @@ def run_hydra_command(program: str, config_name: str, hydra_main: Callable[[], o
 
 
 def _arguments(arguments: list[str]):
-    """The command line read by Hydra's own parser, what it refuses (or should) in one line."""
+    """The command line read as Hydra reads it, what it refuses (or should) in one line."""
     parser = _hydra_arguments()
 
     def refuse(message: str):  # argparse would print the usage and this in two lines
