@@ -134,9 +134,8 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
     }
     # What an index of the run serves, scored beside the codes' own ranking.
     if config.eval.ranking != "bytes" and (
-            searched := byte_decoder_ranking(
-                encoded.scores, split.database, split.query,
-                None if config.eval.encoding == "auto" else config.eval.encoding)):
+            searched := byte_decoder_ranking(encoded.scores, split.database, split.query,
+                                             config.eval.encoding)):
         metrics.update(score_search(searched, "byte_decoder_", config.eval, len(split.database),
                                     split.database_labels, split.query_labels, groundtruth),
                        byte_decoder_index_encoding=searched.index.encoding)

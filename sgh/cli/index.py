@@ -33,6 +33,7 @@ from sgh.data.streamed_features import evenly_spaced
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError, check_choice, check_int
 from sgh.metrics.neighbour_recall import recall_of_results, results_recall_convention
+from sgh.search import sgh_index
 from sgh.search.byte_decoder import FIT_ROWS
 from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, VALIDATION_QUERIES, SGHIndex
@@ -105,14 +106,6 @@ def _batches(settings: dict, index: SGHIndex, where: str):
         yield start, len(vectors), features
 
 
-def _progress(verb: str, done: int, total: int, started: float) -> None:
-    """A progress line on stderr, as one write with its newline: an interruption between
-    print's text and its end would leave the next line (the command's last) glued to this one."""
-    rate = done / max(time.perf_counter() - started, 1e-9)
-    sys.stderr.write(f"[sgh] {verb} {done:,}/{total:,} vectors, {rate:,.0f}/s\n")
-    sys.stderr.flush()
-
-
 def build(settings: dict) -> SGHIndex:
     """The index of `build` (module doc), saved at ``out``."""
     out = Path(settings["out"])  # checked before minutes of work, and again by `save`
@@ -136,14 +129,13 @@ def build(settings: dict) -> SGHIndex:
             sample = None if index.is_trained else _training_sample(settings, index)
             if sample is not None:
                 index.train(sample)  # its progress lines
-            started = time.perf_counter()
-            for start, total, rows in _batches(settings, index, f"run={run.path}"):
-                index.add(rows)  # ids: the rows of the input
-                _progress("added", start + len(rows), total, started)
-            if index.nlist:  # rows of the input it was trained on, and their neighbours in it
-                queries = sample[evenly_spaced(len(sample), VALIDATION_QUERIES)]
-                index.choose_nprobe(queries, exact_neighbours(
-                    queries, _InputRows(settings, index, f"run={run.path}"), 10))
+            added = _AddedRows(settings, index, f"run={run.path}")
+            if index.nlist:  # rows of the input it was trained on, and their neighbours in it,
+                queries = sample[evenly_spaced(len(sample), VALIDATION_QUERIES)]  # in one pass
+                index.choose_nprobe(queries, exact_neighbours(queries, added, min(10, len(added))))
+            else:
+                for _ in added.chunks():  # the pass that adds them
+                    pass
         except UserInputError:
             raise
         except ValueError as error:
@@ -153,17 +145,23 @@ def build(settings: dict) -> SGHIndex:
     return index
 
 
-class _InputRows:
-    """The input's rows as the model takes them, streamed (`exact_neighbours`' chunks)."""
+class _AddedRows:
+    """The input's batches as the model takes them, each added to the index (ids: the rows) as
+    it streams past: a build's one pass over the file, which `exact_neighbours` may read too."""
 
     def __init__(self, settings: dict, index: SGHIndex, where: str) -> None:
         self.settings, self.index, self.where = settings, index, where
+        self.total = len(open_vectors(settings["input"], settings["key"]))
 
     def __len__(self) -> int:
-        return self.index.ntotal
+        return self.total
 
-    def chunks(self, chunk_rows: int):  # the input's own batches (batch_size)
-        for start, _, rows in _batches(self.settings, self.index, self.where):
+    def chunks(self, chunk_rows: int | None = None):  # the input's own batches (batch_size)
+        started = time.perf_counter()
+        for start, total, rows in _batches(self.settings, self.index, self.where):
+            self.index.add(rows)
+            sgh_index.say_progress(
+                sgh_index.vectors_done("added", start + len(rows), total, started))
             yield start, rows
 
 
@@ -201,7 +199,8 @@ def search(settings: dict) -> tuple[np.ndarray, np.ndarray]:
             results.append(index.search(rows, settings["k"]))
         except ValueError as error:  # e.g. nprobe on an index without lists
             raise UserInputError(str(error)) from None
-        _progress("searched", start + len(rows), total, started)
+        sgh_index.say_progress(
+            sgh_index.vectors_done("searched", start + len(rows), total, started))
     D = np.concatenate([d for d, _ in results])
     I = np.concatenate([i for _, i in results])  # noqa: E741  (faiss's name)
     recalls = {}

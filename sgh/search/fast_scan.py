@@ -17,6 +17,7 @@ import numpy as np
 from sgh.codes import validate_codes
 from sgh.errors import check_int
 from sgh.search.asymmetric import AsymmetricScore
+from sgh.search.index_items import joined
 from sgh.search.lookup_kernels import QUERY_BLOCK, rescore_top_k, run_query_blocks
 
 # Candidates per result rescored exactly: raise `FastScanIndex.refine_factor` for a result nearer
@@ -62,9 +63,9 @@ class FastScanIndex:
                     lists.min() < 0 or lists.max() >= self.nlist)):
                 raise ValueError(f"lists must give each of the {len(codes)} codes a list in "
                                  f"0 .. {self.nlist - 1}")
-            self.lists = _joined(self.lists, lists)
-        self.codes = _joined(self.codes, codes)
-        self.norms = _joined(self.norms, self.score.item_norms(codes))
+            self.lists = joined(self.lists, lists)
+        self.codes = joined(self.codes, codes)
+        self.norms = joined(self.norms, self.score.item_norms(codes))
         self._faiss_index = None
 
     def search(self, queries: np.ndarray, k: int, probes: np.ndarray | None = None,
@@ -175,9 +176,3 @@ def _append_nibbles(pq_codes: np.ndarray, groups: int, nibbles: list[np.ndarray]
         shift = 4 * (position % 2)
         out[:, position // 2] |= (values.astype(np.uint8) << shift).astype(np.uint8)
     return out
-
-
-def _joined(held: np.ndarray, new: np.ndarray) -> np.ndarray:
-    """``held`` and ``new`` in one array: ``new`` itself when nothing is held yet (an index
-    built in one call, as `SGHIndex` builds it, keeps its caller's codes, not a copy)."""
-    return np.concatenate([held, new]) if len(held) else new

@@ -77,7 +77,7 @@ class IndexItems:
         """Add items at the end (``ids`` None: the next rows, `new_ids`); with lists each
         after the last item of its list."""
         if ids is None:
-            self._codes = _joined(self._codes, codes)
+            self._codes = joined(self._codes, codes)
             self.next_id = len(self)
             return
         if len(ids):
@@ -85,8 +85,8 @@ class IndexItems:
         if self.listed:
             self._batches.append((codes, ids, np.asarray(lists, LIST_NUMBER)))
             return
-        self._ids = _joined(self.ids, ids)
-        self._codes = _joined(self._codes, codes)
+        self._ids = joined(self.ids, ids)
+        self._codes = joined(self._codes, codes)
 
     def remove(self, ids) -> int:
         """Remove every item with one of ``ids``; the number removed."""
@@ -110,7 +110,7 @@ class IndexItems:
         return self
 
 
-def _joined(held: np.ndarray, new: np.ndarray) -> np.ndarray:
+def joined(held: np.ndarray, new: np.ndarray) -> np.ndarray:
     """``new`` after ``held``; ``new`` itself, not a copy, after nothing (an index built in one
-    call holds one array per field, not two)."""
+    call, and its engines, hold one array per field, not two or three)."""
     return new if not len(held) else np.concatenate([held, new])

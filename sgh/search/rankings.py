@@ -111,14 +111,15 @@ class IndexRanking:
 
 
 def byte_decoder_ranking(scores: ScoreSet | None, database: Features, queries: np.ndarray,
-                         encoding: str | None = None,
+                         encoding: str = "auto",
                          train: Features | None = None) -> IndexRanking | None:
-    """The ranking of ``SGHIndex(scores, decoder="bytes", encoding=encoding)`` holding
+    """The ranking of ``SGHIndex(scores, decoder="bytes", encoding=encoding)`` (``auto``: the
+    validated one, `eval.encoding`'s default) holding
     ``database`` (features, ids = rows); where the scores bring no byte decoder, one fitted on
     ``train`` (None: no ranking)."""
     if scores is None or (scores.byte_decoder is None and train is None):
         return None
-    index = SGHIndex(scores, decoder="bytes", encoding=encoding)
+    index = SGHIndex(scores, decoder="bytes", encoding=None if encoding == "auto" else encoding)
     if not index.is_trained:
         index.train(np.asarray(take_rows(train, evenly_spaced(len(train), FIT_ROWS)), np.float32))
     for _, rows in iter_chunks(database):  # in memory or streamed; ids: the rows
@@ -163,8 +164,7 @@ def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarr
                 f"(SGHIndex(decoder='bytes')), and {missing}; accepted: sgh-eval run=DIR of a "
                 "run of SGH, ITQ, PCAH or LSH, or eval.ranking=hamming")
         try:
-            return byte_decoder_ranking(scores, database_vectors, queries,
-                                        None if config.encoding == "auto" else config.encoding,
+            return byte_decoder_ranking(scores, database_vectors, queries, config.encoding,
                                         train_vectors)
         except ValueError as error:
             raise UserInputError(str(error)) from None

@@ -62,6 +62,18 @@ _BYTE_DECODER = "byte_decoder."  # the key prefix of a byte decoder's arrays in 
 NPROBE_TOLERANCE, VALIDATION_QUERIES = 0.005, 1000  # `choose_nprobe`'s, as a run's encoding
 
 
+def say_progress(message: str) -> None:
+    """A progress line on stderr in one write with its newline (an interruption cannot split)."""
+    sys.stderr.write(f"[sgh] {message}\n")
+    sys.stderr.flush()
+
+
+def vectors_done(verb: str, done: int, total: int, started: float) -> str:
+    """How far a pass over vectors is: ``verb done/total vectors, rate/s``."""
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    return f"{verb} {done:,}/{total:,} vectors, {rate:,.0f}/s"
+
+
 class SGHIndex:
     """A model's codes and their search (module doc). ``model``: a fitted hasher with an
     asymmetric score (`SGHHasher`, ITQ, PCAH, LSH) or a `ScoreSet` (a run's asymmetric.npz);
@@ -220,8 +232,7 @@ class SGHIndex:
             codes.append(self._stored_codes(block, lists[-1]))
             done = start + len(block)
             if len(features) > _ADD_ROWS:  # one block is said by the caller's own progress
-                self._progress(f"indexed {done:,}/{len(features):,} vectors, "
-                               f"{done / max(time.perf_counter() - started, 1e-9):,.0f}/s")
+                self._progress(vectors_done("indexed", done, len(features), started))
         self._items.append(np.concatenate(codes) if codes else self._items.codes[:0], ids,
                            None if self.nlist is None else np.concatenate(lists or [[]]))
         self._engines = {}
@@ -462,8 +473,8 @@ class SGHIndex:
             index._items.append(codes.database, np.arange(len(database), dtype=np.int64), lists)
         if nlist is not None:
             queries = take_rows(split.train, evenly_spaced(len(split.train), VALIDATION_QUERIES))
-            index.choose_nprobe(queries, exact_neighbours(queries, database, 10,
-                                                          split.similarity))
+            truth = exact_neighbours(queries, database, min(10, len(database)), split.similarity)
+            index.choose_nprobe(queries, truth)
         return index
 
     def _coarse(self, x: np.ndarray, nearest: int) -> tuple[np.ndarray, np.ndarray]:
@@ -472,11 +483,8 @@ class SGHIndex:
         return nearest_lists(self._engines["coarse"], x, nearest)
 
     def _progress(self, message: str) -> None:
-        """With ``verbose``, a progress line on stderr as `sgh-index` writes its own: one write
-        with its newline, which an interruption cannot split from its end."""
         if self.verbose:
-            sys.stderr.write(f"[sgh] {message}\n")
-            sys.stderr.flush()
+            say_progress(message)
 
     def _require_training(self) -> None:
         if not self.is_trained and self.decoder == "bytes":

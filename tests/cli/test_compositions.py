@@ -1,15 +1,17 @@
 """A run's configuration crosses the Hydra boundary once: composed once, converted once to the
 typed dataclasses, validated once (`sgh.cli.hydra_command`). Counted where every composition
-goes, Hydra's Compose API's and `@hydra.main`'s alike: `ConfigLoaderImpl.load_configuration`."""
+goes, Hydra's Compose API's and `@hydra.main`'s alike: its config loader's `load_configuration`."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 import pytest
-from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from sgh.cli.schemas import CONFIG_PATH
 from sgh.config import Config
 from tests.helpers import QUICK
 
@@ -25,8 +27,12 @@ def crossings(monkeypatch):
             return function(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration",
-                        counted("composed", ConfigLoaderImpl.load_configuration))
+    # Hydra's config loader, found through its public API: `load_configuration` is its public
+    # interface's (`hydra.core.config_loader.ConfigLoader`), which every composition goes through.
+    with initialize_config_dir(config_dir=CONFIG_PATH, version_base="1.3"):
+        loader = type(GlobalHydra.instance().config_loader())
+    monkeypatch.setattr(loader, "load_configuration",
+                        counted("composed", loader.load_configuration))
     monkeypatch.setattr(OmegaConf, "to_object", counted(
         "converted", OmegaConf.to_object, lambda config: OmegaConf.get_type(config) is Config))
     import sgh.cli.train
