@@ -1,7 +1,8 @@
 """scripts/make_clustered_vectors.py, bench_large_index.py and bench_threads.py end to end on a
 small clustered set: the files and their exact ground truth, an SGH run on them, the index built
 and searched from the command line (flat and with lists), its recall, bytes per item and
-identity after save and load, and every mode's search alike on one thread and two."""
+identity after save and load, faiss's anchors on the same files, and every mode's search alike
+on one thread and two."""
 
 import json
 import subprocess
@@ -69,6 +70,19 @@ def test_the_large_index_bench_builds_searches_and_reloads_identically(clustered
         for search in entry["searches"]:
             assert 0 < search["recall10@100"] <= 1 and search["queries_per_second"] > 0
     assert [search["nprobe"] for search in layouts["IVF8"]["searches"]] == [2, 8]
+
+
+def test_faiss_anchors_are_measured_on_the_same_files(clustered, tmp_path):
+    data, _ = clustered
+    out = tmp_path / "faiss.json"
+    _script("bench_faiss_large.py", "--data", str(data), "--nlist", "8", "--nprobes", "2", "8",
+            "--json", str(out))
+    rows = json.loads(out.read_text())
+    assert [(row["index"], row["nprobe"]) for row in rows] == [
+        ("PQ8x4fs", None), ("IVF8,PQ8x4fs", 2), ("IVF8,PQ8x4fs", 8)]
+    for row in rows:
+        assert row["items"] == 3000 and 0 < row["recall10@100"] <= 1
+        assert row["queries_per_second"] > 0 and row["add_items_per_second"] > 0
 
 
 def test_every_mode_searches_alike_on_one_thread_and_two(clustered, tmp_path):
