@@ -139,11 +139,7 @@ def code_health(database_packed: np.ndarray, bits: int, rows_per_chunk: int = 1 
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = -(mean * np.log2(mean) + (1.0 - mean) * np.log2(1.0 - mean))
     bit_entropy = np.where((mean > 0) & (mean < 1), terms, 0.0)  # 0 log 0 = 0
-    return {
-        "distinct_codes": int(multiplicity.size),
-        "dead_bits": int(bits - live.sum()),
-        "bit_balance": [float(value) for value in mean],
-        "mean_abs_bit_correlation": mean_abs_correlation,
-        "bit_entropy": [float(value) for value in bit_entropy],
-        "code_entropy": float(-(frequency * np.log2(frequency)).sum()),
-    }
+    return {"distinct_codes": int(multiplicity.size), "dead_bits": int(bits - live.sum()),
+            "bit_balance": mean.tolist(), "mean_abs_bit_correlation": mean_abs_correlation,
+            "bit_entropy": bit_entropy.tolist(),
+            "code_entropy": float(-(frequency * np.log2(frequency)).sum())}

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,13 +136,11 @@ def lock_or_none(path: Path, blocking: bool) -> int | None:
 
 def delete_path(path: Path) -> None:
     """Delete a file or directory (not what a link points to); one already gone is fine."""
-    try:
+    with suppress(FileNotFoundError):
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def remove_abandoned_staging(path: str | os.PathLike) -> list[Path]:
@@ -175,11 +173,9 @@ def _new_locked_temporary(path: Path, suffix: str, directory: bool) -> tuple[int
             temporary = Path(name)
             os.chmod(temporary, _umask_mode(0o666))
         fcntl.flock(descriptor, fcntl.LOCK_EX)
-        try:
+        with suppress(FileNotFoundError):
             if os.path.samestat(os.fstat(descriptor), os.lstat(temporary)):
                 return descriptor, temporary
-        except FileNotFoundError:
-            pass
         os.close(descriptor)
 
 

@@ -87,13 +87,8 @@ def with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
         filled["dataset"] = absolute_file_settings(previous["dataset"])
     for section, value in vars(config).items():
         if dataclasses.is_dataclass(value) and isinstance(previous.get(section), dict):
-            defaults = {}
-            for field in dataclasses.fields(value):
-                if field.default is not dataclasses.MISSING:
-                    defaults[field.name] = field.default
-                elif field.default_factory is not dataclasses.MISSING:
-                    defaults[field.name] = field.default_factory()
-            filled[section] = {**defaults, **filled[section]}
+            # Every section's field has a default: a fresh section holds them all.
+            filled[section] = {**dataclasses.asdict(type(value)()), **filled[section]}
     return filled
 
 

@@ -55,13 +55,12 @@ def run_lock(run_dir: str | os.PathLike, program: str = "sgh-train",
         os.close(descriptor)
 
 
-def take_before_hydra(run_dir: str | os.PathLike, program: str = "sgh-train",
-                      if_busy: str = TRAIN_IF_BUSY, if_read_only: str = TRAIN_IF_READ_ONLY) -> None:
+def take_before_hydra(run_dir: str | os.PathLike) -> None:
     """Take `run_dir`'s lock before Hydra writes `.hydra/` and its log there, for this process's
     `run_lock` to go on holding: of two commands started at once, the refused one writes nothing."""
     run_dir = Path(run_dir)
-    descriptor = _taken(run_dir, program, if_busy, if_read_only)
-    _taken_before_hydra[file_identity(run_dir)] = descriptor
+    descriptor = _taken(run_dir, "sgh-train", TRAIN_IF_BUSY, TRAIN_IF_READ_ONLY)
+    _taken_before_hydra[file_identity(run_dir)] = descriptor  # the directory exists now
 
 
 def _taken(run_dir: Path, program: str, if_busy: str, if_read_only: str) -> int:
@@ -188,8 +187,7 @@ def _take_or_refuse(descriptor: int, run_dir: Path, if_busy: str) -> None:
         raise UserInputError(f"{run_dir} is in use by {_holder(descriptor)}; {if_busy}") from None
 
 
-def refuse_a_run_being_written(run_dir: str | os.PathLike, missing: str,
-                               key: str = "run") -> None:
+def refuse_a_run_being_written(run_dir: str | os.PathLike, missing: str) -> None:
     """UserInputError when `run_dir` lacks `missing` (a file its run writes at the end) because
     a process holds its lock (a run still training): say so and who, not that the run is not
     one. Looked at only where the file is missing: a look takes the lock for an instant."""
@@ -208,6 +206,6 @@ def refuse_a_run_being_written(run_dir: str | os.PathLike, missing: str,
             holder = _holder(descriptor)
     finally:
         os.close(descriptor)
-    raise UserInputError(f"{key}={run_dir} is still being written by {holder}, which writes its "
+    raise UserInputError(f"run={run_dir} is still being written by {holder}, which writes its "
                          f"{missing} when it finishes (a run still training); wait for it to "
                          "finish, then run this command again")

@@ -55,9 +55,6 @@ class ITQ(ProjectionHasher):
         # losses[t] = loss(B_t, R_t) with B_t = sign(V R_t). Non-increasing:
         # loss(B_t+1, R_t+1) <= loss(B_t, R_t+1) (B_t+1 is optimal for R_t+1)
         #                    <= loss(B_t, R_t)   (R_t+1 is optimal for B_t).
-        self.mean_ = mean
-        self.components_ = components
-        self.rotation_ = rotation
+        self.mean_, self.components_, self.rotation_ = mean, components, rotation
         self.projection_ = components @ rotation
-        self.loss_history_ = np.asarray(losses)
-        self.n_iter_ = n_iter
+        self.loss_history_, self.n_iter_ = np.asarray(losses), n_iter

@@ -18,6 +18,7 @@ dimension); data whose projections all have zero range raise ValueError.
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import block_diag
 
 from sgh.baselines._base import principal_components
 from sgh.hasher import BinaryHasher
@@ -45,20 +46,15 @@ class SH(BinaryHasher):
                              "same point")
 
         # Enumerate modes as trainSH.m: row 0 is the constant mode; dimension i contributes the
-        # rows with modes 1 .. maxMode_i - 1 along i (zero elsewhere).
+        # rows with modes 1 .. maxMode_i - 1 along i (zero elsewhere), block-diagonally.
         max_mode = np.maximum(np.ceil((n_bits + 1) * spread / spread.max()).astype(int), 1)
-        modes = np.zeros((1 + int((max_mode - 1).sum()), n_pca), dtype=np.int64)
-        row = 1
-        for i in range(n_pca):
-            modes[row : row + max_mode[i] - 1, i] = np.arange(1, max_mode[i])
-            row += max_mode[i] - 1
+        modes = np.vstack([np.zeros((1, n_pca), np.int64),
+                           block_diag(*(np.arange(1, m)[:, None] for m in max_mode))])
         omega0 = np.divide(np.pi, spread, out=np.zeros(n_pca), where=spread > 0)
         eigenvalues = ((modes * omega0) ** 2).sum(axis=1)
         order = np.argsort(eigenvalues, kind="stable")
         # order[0] is the constant mode (eigenvalue 0): skip it, as MATLAB's ii(2:nbits+1).
-        self.components_ = components
-        self.mn_ = mn
-        self.mx_ = mx
+        self.components_, self.mn_, self.mx_ = components, mn, mx
         self.modes_ = modes[order[1 : n_bits + 1]]
 
     def _encode(self, block: np.ndarray) -> np.ndarray:

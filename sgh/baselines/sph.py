@@ -88,13 +88,10 @@ class SpH(BinaryHasher):
             radii_squared, overlaps, mean_error, std = statistics(pivots)
             converged = mean_error <= epsilon_mean and std <= epsilon_stddev
 
-        self.pivots_ = pivots
-        self.radii_ = np.sqrt(radii_squared)
+        self.pivots_, self.radii_ = pivots, np.sqrt(radii_squared)
         self._radii_squared = radii_squared
-        self.n_iter_ = moves
-        self.converged_ = converged
-        self.overlap_mean_error_ = mean_error
-        self.overlap_std_ = std
+        self.n_iter_, self.converged_ = moves, converged
+        self.overlap_mean_error_, self.overlap_std_ = mean_error, std
 
     def _encode(self, block: np.ndarray) -> np.ndarray:
         return _squared_distances(block, self.pivots_) <= self._radii_squared

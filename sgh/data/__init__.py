@@ -29,7 +29,7 @@ from sgh.data.split import (
 )
 from sgh.data.streamed_features import StreamedFeatures
 from sgh.data.synthetic import gaussian_clusters
-from sgh.data.vector_files import list_keys, refuse_special_file
+from sgh.data.vector_files import list_keys, read_mat_arrays, refuse_special_file
 from sgh.errors import UserInputError
 
 __all__ = ["RetrievalSplit", "input_files", "load_split"]
@@ -117,7 +117,8 @@ def _load_file(dataset) -> RetrievalSplit:
 
 
 def _load_named_arrays(dataset, path: Path, layout: str, similarity: str) -> RetrievalSplit:
-    arrays = npz_file.open_container(path)
+    # Read eagerly, but a v7.3 .mat's arrays each when first used (`hdf5_files.Mat73Arrays`).
+    arrays = read_mat_arrays(path) if path.suffix.lower() == ".mat" else npz_file.open_npz(path)
 
     def features(key: str, reference: str | None = None):
         dim = None

@@ -296,20 +296,17 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
     ``similarity``, ties by database index: ``(n_queries, k)`` int64 ids, best first, the same
     whatever ``chunk_rows`` (database rows per chunk), ``block_size`` (queries per matrix
     product) and ``workers`` (threads, each scanning its share of the queries)."""
-    from sgh.data.streamed_features import StreamedFeatures
-
     check_choice("similarity", similarity, SIMILARITIES)
     query = _as_features(query, "query")
-    n_database = len(database)
-    check_int("k", k, 1, n_database, maximum_is="the database size")
+    check_int("k", k, 1, len(database), maximum_is="the database size")
     if block_size is not None:
         check_int("block_size", block_size, 1)
     if not len(query):
         return np.zeros((0, k), np.int64)
     if chunk_rows is None:
         chunk_rows = max(1, _DATABASE_CHUNK_BYTES // (8 * query.shape[1]))
-    if isinstance(database, StreamedFeatures) or hasattr(database, "chunks"):
-        chunks = database.chunks(chunk_rows)  # or another source of (first row, rows) chunks
+    if hasattr(database, "chunks"):  # StreamedFeatures, or another source of (first row, rows)
+        chunks = database.chunks(chunk_rows)
     else:  # in memory: slices in the given dtype
         database = np.asarray(database)
         chunks = ((start, database[start:start + chunk_rows])

@@ -6,7 +6,6 @@ or (n, 1) matrices of whole-valued doubles.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ import numpy as np
 from sgh.data.feature_conversion import as_float32_features
 from sgh.data.ground_truth import checked_ids
 from sgh.data.vector_file import _where
-from sgh.data.vector_files import MALFORMED_FILE_ERRORS, read_mat_arrays, refuse_special_file
+from sgh.data.vector_files import MALFORMED_FILE_ERRORS, refuse_special_file
 from sgh.errors import UserInputError, one_line
 
 logger = logging.getLogger(__name__)
@@ -70,20 +69,10 @@ def read_npz_arrays(path: Path) -> dict[str, np.ndarray]:
             from None
 
 
-def open_container(path: Path) -> Mapping[str, np.ndarray]:
-    """Every array of a `.npz` or `.mat` file by name: read eagerly, except a v7.3 `.mat`'s,
-    each read when first used (`sgh.data.hdf5_files.Mat73Arrays`)."""
-    if path.suffix.lower() == ".mat":
-        return read_mat_arrays(path)
-    return open_npz(path)
-
-
 def match_layout(keys) -> str | None:
     """The layout whose required keys are all present (`LAYOUTS` order), or None."""
-    for layout, required in LAYOUTS.items():
-        if all(key in keys for key in required):
-            return layout
-    return None
+    return next((layout for layout, required in LAYOUTS.items()
+                 if all(key in keys for key in required)), None)
 
 
 def _spelling(key: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 
@@ -45,7 +44,7 @@ class StreamedFeatures:
             raise ValueError(f"{vectors.where}: .npz and v4/v5 .mat files cannot be read by rows")
         if reader not in STREAM_READERS:
             raise ValueError(f"reader={reader!r}; accepted: {', '.join(STREAM_READERS)}")
-        self.vectors = vectors
+        self.vectors, self.path = vectors, vectors.path
         self.dtype = np.dtype(np.float32)
         self.unit_normalise = unit_normalise
         # None: positioned reads (reader=pread, or a format without a row stride to map).
@@ -66,10 +65,6 @@ class StreamedFeatures:
         hidden = f", {len(self.hidden)} rows hidden" if len(self.hidden) else ""
         normalised = ", unit-normalised" if self.unit_normalise else ""
         return f"StreamedFeatures({self.vectors.where}, shape={self.shape}{hidden}{normalised})"
-
-    @property
-    def path(self) -> Path:
-        return self.vectors.path
 
     @property
     def nbytes(self) -> int:
@@ -98,8 +93,7 @@ class StreamedFeatures:
         # Positioned reads take sorted, distinct rows (one read per run of consecutive rows).
         unique, inverse = np.unique(ids, return_inverse=True)
         rows = self.file_rows(unique)
-        features = self._convert(self.vectors.take(rows), rows)
-        return features[inverse.reshape(-1)]
+        return self._convert(self.vectors.take(rows), rows)[inverse.reshape(-1)]
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Visible rows [start, stop) as float32."""
@@ -174,8 +168,7 @@ def without_rows(features: Features, rows: np.ndarray) -> Features:
     """`features` minus the items at indices `rows`, in order (`np.delete` in memory)."""
     if isinstance(features, StreamedFeatures):
         return features.without(rows)
-    kept = np.setdiff1d(np.arange(len(features)), rows)
-    return aligned_rows(features, kept)
+    return aligned_rows(features, np.setdiff1d(np.arange(len(features)), rows))
 
 
 def choose_streaming(setting: str, files: list[VectorFile]) -> bool:

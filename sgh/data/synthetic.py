@@ -15,6 +15,4 @@ def gaussian_clusters(n_train: int, n_test: int, dim: int, n_classes: int, seed:
         y = rng.integers(0, n_classes, size=n)
         return (centres[y] + rng.normal(size=(n, dim))).astype(np.float32), y
 
-    x_train, y_train = draw(n_train)
-    x_test, y_test = draw(n_test)
-    return x_train, y_train, x_test, y_test
+    return (*draw(n_train), *draw(n_test))  # the training set drawn first

@@ -24,12 +24,9 @@ class VectorFile:
 
     def __init__(self, path: Path, key: str | None, shape: tuple[int, ...], dtype: np.dtype):
         self.path, self.key, self.dtype = path, key, np.dtype(dtype)
+        self.where = _where(path, key)  # how every message names the file
         _check_layout(self.where, tuple(shape), self.dtype)
         self.shape = (int(shape[0]), int(shape[1]))
-
-    @property
-    def where(self) -> str:
-        return _where(self.path, self.key)
 
     def __len__(self) -> int:
         return self.shape[0]

@@ -37,11 +37,9 @@ QUERY_BLOCK = 4  # queries sharing each database word load (relevance_histograms
 def code_words(packed: np.ndarray) -> np.ndarray:
     """Packed codes ``(n, n_bytes)`` uint8 as ``(n, ceil(n_bytes / 8))`` uint64 words, each row
     zero-padded (zero padding never adds to a distance)."""
-    n, n_bytes = packed.shape
+    n_bytes = packed.shape[1]
     n_words = max(1, -(-n_bytes // 8))
-    padded = np.zeros((n, 8 * n_words), dtype=np.uint8)
-    padded[:, :n_bytes] = packed
-    return padded.view(np.uint64)
+    return np.pad(packed, ((0, 0), (0, 8 * n_words - n_bytes))).view(np.uint64)
 
 
 def word_count(words: np.ndarray) -> tuple:
@@ -141,10 +139,7 @@ def relevance_histograms(query_words, database_words, segment_starts, segment_re
                             tile_counts[offset, relevant, level] += 1
                 start = stop
                 segment += 1
-            for offset in range(in_block):
-                for relevant in range(2):
-                    for level in range(levels):
-                        out[block + offset, relevant, level] += tile_counts[offset, relevant, level]
+            out[block : block + in_block] += tile_counts[:in_block]
 
 
 def initial_ranks(histograms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -63,14 +63,9 @@ def hash_lookup(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
     result = pr_curve_of_histograms(histograms, no_relevant)
     del result["radius"]
     precision, recall = result.pop("precision")[at], result.pop("recall")[at]
-    return {
-        "radius": int(radius),
-        "precision": precision,
-        "recall": recall,
-        "f1": f1_of_means(precision, recall),
-        "n_retrieved_nothing": result.pop("n_retrieved_nothing")[at],
-        **result,
-    }
+    return {"radius": int(radius), "precision": precision, "recall": recall,
+            "f1": f1_of_means(precision, recall),
+            "n_retrieved_nothing": result.pop("n_retrieved_nothing")[at], **result}
 
 
 # The same leading parameters as every label metric, on purpose (see `average_precisions`).
@@ -91,10 +86,7 @@ def pr_curve_of_histograms(histograms: DistanceHistograms, no_relevant: str = "s
     result = average_over_queries(per_query, histograms.relevant.sum(axis=1), no_relevant)
     # The mean of a 0/1 indicator times the number of scored queries: the count, exact after rint.
     nothing = np.nan_to_num(np.rint(result.pop("retrieved_nothing") * result["n_scored"]))
-    curve = {
-        "radius": list(range(histograms.counts.shape[1])),
-        "precision": [float(value) for value in result.pop("precision")],
-        "recall": [float(value) for value in result.pop("recall")],
-        "n_retrieved_nothing": [int(value) for value in nothing],
-    }
+    curve = {"radius": list(range(histograms.counts.shape[1])),
+             "precision": result.pop("precision").tolist(), "recall": result.pop("recall").tolist(),
+             "n_retrieved_nothing": [int(value) for value in nothing]}
     return {**curve, **result}

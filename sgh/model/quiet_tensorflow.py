@@ -129,8 +129,7 @@ def _not_retraced_per_model(record: logging.LogRecord) -> bool:
 
 def traced_once_per_model(function):
     """Mark a `tf.function` (or its method) that each model or trainer traces once; returns it."""
-    python_function = getattr(function, "python_function", function)
-    _TRACED_ONCE_PER_MODEL.add(python_function.__qualname__)
+    _TRACED_ONCE_PER_MODEL.add(getattr(function, "python_function", function).__qualname__)
     # TensorFlow's Python logger; adding the same filter again is a no-op.
     logging.getLogger("tensorflow").addFilter(_not_retraced_per_model)
     return function

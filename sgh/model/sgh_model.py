@@ -90,14 +90,15 @@ class SGH(tf.Module):
         statistics = feature_statistics(x_train)
         basis = None
         if config.decoder == "bytes":  # directions of x, which normalising only scales
-            basis = principal_directions(x_train, statistics.mean, _subspace_dims(config))
+            basis = principal_directions(x_train, statistics.mean,
+                                         SUBSPACE_DIMS_PER_BIT * config.bits)
         return cls.from_statistics(config, statistics, seed, basis)
 
     @classmethod
     def skeleton(cls, config: ModelConfig, dim: int) -> SGH:
         """A model of the right shapes with placeholder values, for weights restored next."""
         zeros = np.zeros(dim, np.float32)
-        r = _subspace_dims(config)
+        r = SUBSPACE_DIMS_PER_BIT * config.bits
         basis = np.eye(dim, r, dtype=np.float32) if config.decoder == "bytes" and r < dim \
             else None
         return cls(config, dim, zeros, 1.0, initial_weights(config, dim, zeros, zeros + 1, 0,
@@ -344,10 +345,6 @@ def unbiased_correction(h: tf.Tensor, column_norms: tf.Tensor) -> tf.Tensor:
     c||^2 / rho^2, or ||x - x^(h)||^2 / (2 rho^2) with a_k the item's Delta_k (byte tables)."""
     slope = tf.stop_gradient(-(h - 0.5) * column_norms)
     return tf.reduce_sum(slope * h - tf.stop_gradient(slope * h))
-
-
-def _subspace_dims(config: ModelConfig) -> int:
-    return SUBSPACE_DIMS_PER_BIT * config.bits
 
 
 def initial_weights(config: ModelConfig, dim: int, mean: np.ndarray, variance: np.ndarray,

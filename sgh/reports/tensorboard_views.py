@@ -125,8 +125,7 @@ def infer_image_shape(dim: int) -> tuple[int, int, int] | None:
 
 
 def write_images(model: SGH, x_sample: np.ndarray, step: int,
-                 image_shape: tuple[int, ...] | None = None,
-                 max_items: int = IMAGES_SHOWN) -> bool:
+                 image_shape: tuple[int, ...] | None = None) -> bool:
     """Inputs over their reconstructions (``images/inputs_and_reconstructions``) and the
     decoder's templates (``images/decoder_templates``). ``image_shape``: ``(height, width[, 1 or
     3])``, row-major; None infers a square grey image. Returns whether images were written.
@@ -138,7 +137,7 @@ def write_images(model: SGH, x_sample: np.ndarray, step: int,
     shape = _image_shape(x_sample.shape[1], image_shape)
     if shape is None or not events.recording():
         return False
-    shown = x_sample[:max_items]
+    shown = x_sample[:IMAGES_SHOWN]
     reconstructions = np.asarray(model.reconstruct(shown))
     low, high = float(x_sample.min()), float(x_sample.max())
     scale = high - low if high > low else 1.0
@@ -187,8 +186,7 @@ def _grid(tiles: np.ndarray, columns: int) -> np.ndarray:
 
 
 def write_pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
-                   query_labels: np.ndarray, database_labels: np.ndarray, step: int,
-                   tag: str = PR_CURVE_TAG) -> dict:
+                   query_labels: np.ndarray, database_labels: np.ndarray, step: int) -> dict:
     """Hash-lookup precision and recall at every Hamming radius, in TensorBoard's PR Curves tab;
     returns :func:`sgh.metrics.pr_curve`'s dict (empty when nothing is recorded).
 
@@ -215,7 +213,7 @@ def write_pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: in
         description=("precision / recall of lookup within Hamming radius r = bits - i at "
                      f"threshold i/bits (bits = {bits}); means over queries"),
         num_thresholds=bits + 1)
-    events.tensor(tag, np.ascontiguousarray(by_threshold), step, plugin_metadata)
+    events.tensor(PR_CURVE_TAG, np.ascontiguousarray(by_threshold), step, plugin_metadata)
     return curve
 
 

@@ -232,8 +232,7 @@ class AsymmetricScore:
             arrays["network_projection"] = self.network.projection
             for layer, (kernel, bias) in enumerate(zip(self.network.kernels,
                                                        self.network.biases, strict=True)):
-                arrays[f"network_kernel_{layer}"] = kernel
-                arrays[f"network_bias_{layer}"] = bias
+                arrays[f"network_kernel_{layer}"], arrays[f"network_bias_{layer}"] = kernel, bias
         return {prefix + key: value for key, value in arrays.items()}
 
     @classmethod

@@ -46,9 +46,10 @@ _FORMAT, _SCORE = "sgh-asymmetric-index 1", "score."
 
 
 class AsymmetricIndex:
-    """Packed codes scored against real-valued queries by one `AsymmetricScore` (module doc)."""
+    """Packed codes scored against real-valued queries by one `AsymmetricScore` (module doc);
+    ``codes``: the first to `add`."""
 
-    def __init__(self, score: AsymmetricScore) -> None:
+    def __init__(self, score: AsymmetricScore, codes: np.ndarray | None = None) -> None:
         self.score = score
         self.bits = score.bits
         # Pair tables (the byte decoder's) give the kernels the item terms; else the held norms.
@@ -57,6 +58,8 @@ class AsymmetricIndex:
         self._pair_tables = (pair_tables if self._terms_from_codes
                              else np.zeros((0, 256 * 256), np.float32))
         self.reset()
+        if codes is not None:
+            self.add(codes)
 
     def reset(self) -> None:
         self._codes: list[np.ndarray] = []
@@ -86,9 +89,8 @@ class AsymmetricIndex:
             raise UserInputError(f"{path}: not a saved AsymmetricIndex (no 'format' key "
                                  f"{_FORMAT!r} and 'codes'); expected a file "
                                  "AsymmetricIndex.save wrote")
-        index = cls(AsymmetricScore.from_arrays(arrays, str(path), prefix=_SCORE))
-        index.add(validate_codes(arrays["codes"], index.bits, f"{path}: codes"))
-        return index
+        score = AsymmetricScore.from_arrays(arrays, str(path), prefix=_SCORE)
+        return cls(score, validate_codes(arrays["codes"], score.bits, f"{path}: codes"))
 
     @property
     def ntotal(self) -> int:

@@ -138,10 +138,8 @@ class DecodedRescorer:
         self.network, self.similarity, self.kind = network, similarity, kind
         self.encoder, self.weight, self.bits = encoder, float(weight), network.bits
         self.database_codes = validate_codes(database_codes, self.bits, "database codes")
-        self._encoder_index = None
-        if encoder is not None:
-            self._encoder_index = AsymmetricIndex(encoder)
-            self._encoder_index.add(self.database_codes)
+        self._encoder_index = (None if encoder is None
+                               else AsymmetricIndex(encoder, self.database_codes))
         self._distinct, code_of_item = np.unique(self.database_codes, axis=0, return_inverse=True)
         self._code_of_item = code_of_item.reshape(-1)
         hidden = network.hidden(self._distinct)

@@ -194,9 +194,8 @@ def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarr
             raise UserInputError(str(error) + why) from None
     if scan:
         score = scores.scores[kind]
-        index = AsymmetricIndex(score)
-        index.add(database_codes)
-        return IndexRanking(index, queries, f"asymmetric: {score.form}")
+        return IndexRanking(AsymmetricIndex(score, database_codes), queries,
+                            f"asymmetric: {score.form}")
     rescorer = scores.rescorer(kind, database_codes) if kind is not None else None
     search = TwoStageSearch(database_codes, rescorer, database_vectors, similarity,
                             shortlist_score=scores.scores["encoder"] if by_encoder else None,

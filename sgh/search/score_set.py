@@ -202,9 +202,8 @@ class ScoreSet:
         if similarity not in SIMILARITIES:
             raise ValueError(f"{path}: key 'similarity' is {similarity!r}; accepted: "
                              f"{', '.join(SIMILARITIES)}")
-        decoder = None
-        if any(key.startswith("decoder_network.") for key in arrays):
-            decoder = DecoderNetwork.from_arrays(arrays, str(path), prefix="decoder_network.")
+        decoder = (DecoderNetwork.from_arrays(arrays, str(path), prefix="decoder_network.")
+                   if any(key.startswith("decoder_network.") for key in arrays) else None)
         conversion = arrays.get("feature_conversion")
         byte_decoder, encoding, encodings = None, "local_search", {}
         if any(key.startswith(_BYTE_DECODER) for key in arrays):

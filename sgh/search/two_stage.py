@@ -45,12 +45,10 @@ class TwoStageSearch:
         self.hamming.add(database_codes)
         self.asymmetric = score  # what rescores for the `score` rule: `.rescore(...)`
         if isinstance(score, AsymmetricScore):
-            self.asymmetric = AsymmetricIndex(score)
-            self.asymmetric.add(database_codes)
-        self.shortlist_index = None  # stage 1 by a score's scan instead of Hamming distance
-        if shortlist_score is not None:
-            self.shortlist_index = AsymmetricIndex(shortlist_score)
-            self.shortlist_index.add(database_codes)
+            self.asymmetric = AsymmetricIndex(score, database_codes)
+        # Stage 1 by a score's scan instead of Hamming distance.
+        self.shortlist_index = (None if shortlist_score is None
+                                else AsymmetricIndex(shortlist_score, database_codes))
         if vectors is not None:
             _check_vectors(vectors, self.hamming.ntotal)
         warn_if_one_score(shortlist_score, score, stacklevel=2)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -123,11 +122,9 @@ def writable_run_dir(run_dir: str | os.PathLike, strategy: tf.distribute.Strateg
         yield Path(run_dir)
         return
     resolver = strategy.cluster_resolver
-    scratch = tempfile.mkdtemp(prefix=f"sgh-{resolver.task_type}{resolver.task_id}-")
-    try:
+    with tempfile.TemporaryDirectory(prefix=f"sgh-{resolver.task_type}{resolver.task_id}-",
+                                     ignore_cleanup_errors=True) as scratch:
         yield Path(scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def tf_config(workers: list[str], index: int) -> str:

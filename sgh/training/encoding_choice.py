@@ -77,10 +77,9 @@ def _validated_choice(decoder: ByteDecoder, database: np.ndarray, weights: np.nd
     model's."""
     figures, start_codes, certainty = {}, pack_bits(weights <= 0), np.abs(weights)
     for encoding in VALIDATED_ENCODINGS:
-        index = AsymmetricIndex(decoder)
-        index.add(decoder.encode(database, start_codes, encoding, certainty))
-        figures[encoding] = recall_of_results(index.search(queries, CUTOFF)[1], groundtruth,
-                                              recall_k)
+        codes = decoder.encode(database, start_codes, encoding, certainty)
+        found = AsymmetricIndex(decoder, codes).search(queries, CUTOFF)[1]
+        figures[encoding] = recall_of_results(found, groundtruth, recall_k)
     encoding = default_encoding(figures)
     logger.info("byte decoder (%s): encoding %s (validation recall%d@%d: %s)",
                 "trained, refitted" if trained else "fitted after training", encoding, recall_k,

@@ -23,6 +23,7 @@ from sgh.data.similarity import NEIGHBOUR_LABELS
 from sgh.data.streamed_features import Features, take_rows, without_rows
 from sgh.errors import UserInputError
 from sgh.metrics import mean_average_precision, recall_at_n
+from sgh.metrics.neighbour_recall import recall_of_results
 from sgh.search.asymmetric import AsymmetricScore
 from sgh.search.asymmetric_index import AsymmetricIndex
 
@@ -53,11 +54,8 @@ class ValidationSet:
             return mean_average_precision(query_codes, database_codes, bits, self.query_labels,
                                           self.database_labels)["map"]
         if self.by_encoder:
-            index = AsymmetricIndex(encoder)
-            index.add(database_codes)
-            found = index.search(self.query, RECALL_CUTOFF)[1]  # ties by id
-            truth = self.groundtruth[:, : self.k]
-            return float((found[:, :, None] == truth[:, None, :]).any(axis=1).sum() / truth.size)
+            found = AsymmetricIndex(encoder, database_codes).search(self.query, RECALL_CUTOFF)[1]
+            return recall_of_results(found, self.groundtruth, self.k)  # ties by id
         return recall_at_n(query_codes, database_codes, bits, self.groundtruth, RECALL_CUTOFF,
                            k=self.k)[RECALL_CUTOFF]
 

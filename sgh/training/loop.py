@@ -212,9 +212,8 @@ class Trainer:
     def _replica_step(self, step: tf.Tensor, x_global: tf.Tensor | None = None) -> None:
         replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group, tf.int32)
         gradients, terms = self._replica_gradients(step, replica, x_global)
-        variables = self.model.trainable_variables
         # Keras all-reduces (sums) the replicas' gradients before the update.
-        self.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables, strict=True))
         self._term_sums.assign_add(terms)
 
     @traced_once_per_model

@@ -15,7 +15,7 @@ import logging
 
 import numpy as np
 
-from sgh.config import SCORE_KINDS
+from sgh.config import RECALL_CUTOFF, SCORE_KINDS
 from sgh.data.neighbours import exact_neighbours
 from sgh.data.similarity import NEIGHBOUR_LABELS
 from sgh.data.streamed_features import Features, take_rows
@@ -34,8 +34,6 @@ logger = logging.getLogger(__name__)
 SELECTION_DATABASE = 100_000
 # The weights lambda of the decoder's likelihood tried in the joint score.
 JOINT_WEIGHTS = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0, 2.0)
-# The rank cut-off of the validation figure: Recall K@100, the paper's.
-CUTOFF = 100
 # Queries scored at a time (three float64 score matrices of this many rows by the database).
 _QUERY_BLOCK = 128
 _SAMPLE_SEED = 4
@@ -69,7 +67,7 @@ def select_scores(model: SGH, validation: ValidationSet | None, train_items: Fea
     # Ties go to the earlier kind of SCORE_KINDS: the encoder, which needs the least.
     chosen = max(scannable, key=lambda kind: (by_kind[kind], -SCORE_KINDS.index(kind)))
     rescore = max(SCORE_KINDS, key=lambda kind: (by_kind[kind], -SCORE_KINDS.index(kind)))
-    label = f"recall{recall_k}@{CUTOFF}"
+    label = f"recall{recall_k}@{RECALL_CUTOFF}"
     weights = ", ".join(f"{w:g}" for w in JOINT_WEIGHTS)
     selection = (f"validation {label.capitalize()} of the whole validation database ranked by "
                  f"each score (ties by id), exact {NEIGHBOUR_LABELS[similarity]} neighbours; "
@@ -121,11 +119,9 @@ def _validation_recalls(model: SGH, per_bit: dict, network, codes: np.ndarray,
     is the model's one per-bit score."""
     if network is None and "decoder" not in per_bit:
         return None
-    encoder = AsymmetricIndex(per_bit["encoder"])
-    encoder.add(codes)
+    encoder = AsymmetricIndex(per_bit["encoder"], codes)
     if network is None:
-        decoder = AsymmetricIndex(per_bit["decoder"])
-        decoder.add(codes)
+        decoder = AsymmetricIndex(per_bit["decoder"], codes)
         # The per-bit decoder score omits a per-query constant and is stored / unit: in input
         # units it is D * unit, and its likelihood divides by 2 sigma^2 in the same units.
         unit, variance = per_bit["decoder"].unit, model.noise_variance()
@@ -148,7 +144,7 @@ def _validation_recalls(model: SGH, per_bit: dict, network, codes: np.ndarray,
         for kind, weight in candidates:
             scores = (encoder_scores if kind == "encoder" else decoder_scores if kind == "decoder"
                       else encoder_scores + weight / (2.0 * variance) * decoder_scores)
-            _, top = smallest_by_score_then_id(scores, CUTOFF)
+            _, top = smallest_by_score_then_id(scores, RECALL_CUTOFF)
             hits[kind, weight] = hits.get((kind, weight), 0) + int(
                 (top[:, :, None] == truth[:, None, :]).any(axis=1).sum())
     return {key: value / (len(queries) * recall_k) for key, value in hits.items()}
