@@ -121,7 +121,7 @@ from sgh.artifacts.codes_file import load_codes
 from sgh.config import dataset_config_from
 from sgh.data import load_split
 from sgh.data.streamed_features import iter_chunks
-from sgh.search.byte_decoder import FIT_ROWS
+from sgh.scores.byte_decoder import FIT_ROWS
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR
 from sgh.search.sgh_index import SGHIndex
 

@@ -16,7 +16,7 @@ distance (glove: of unit vectors, the cosine order), ties by row.
 Methods, B = bits / 8 bytes per item:
 - SGH with its byte decoder (`SGHHasher(n_bits, decoder="bytes")`, the default training
   otherwise), searched by `SGHIndex(..., decoder="bytes", encoding=E)` for each encoding E
-  (`sgh.search.posterior_modes`): its B code bytes.
+  (`sgh.scores.posterior_modes`): its B code bytes.
 - The default recipe's linear SGH with the byte decoder fitted after training, local search: the
   product before the byte decoder was trained (B bytes).
 - Ablation, what the encoder adds: the same decoder fitted by hard EM from random codes (LSQ's
@@ -57,7 +57,7 @@ from sgh.config import FileDatasetConfig  # noqa: E402
 from sgh.data import load_split  # noqa: E402
 from sgh.data.neighbours import exact_neighbours  # noqa: E402
 from sgh.metrics.neighbour_recall import recall_of_results  # noqa: E402
-from sgh.search.byte_decoder import ByteDecoder  # noqa: E402
+from sgh.scores.byte_decoder import ByteDecoder  # noqa: E402
 from sgh.search.sgh_index import SGHIndex  # noqa: E402
 from sgh.training.sgh_hasher import SGHHasher  # noqa: E402
 
@@ -120,7 +120,7 @@ def random_start_method(fit: np.ndarray, bits: int) -> Method:
         return decoder.encode(rows, random_codes(len(rows), 1), "local_search")
 
     def make(database):
-        from sgh.search.asymmetric_index import AsymmetricIndex
+        from sgh.scores.asymmetric_index import AsymmetricIndex
 
         index = AsymmetricIndex(decoder)
         index.add(encode(database))

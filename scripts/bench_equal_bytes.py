@@ -44,7 +44,7 @@ from sgh.config import dataset_config_from  # noqa: E402
 from sgh.data import load_split  # noqa: E402
 from sgh.data.neighbours import exact_neighbours  # noqa: E402
 from sgh.data.similarity import unit_normalised  # noqa: E402
-from sgh.search.score_set import ScoreSet  # noqa: E402
+from sgh.scores.score_set import ScoreSet  # noqa: E402
 from sgh.search.sgh_index import SGHIndex  # noqa: E402
 
 QUERIES, MAX_DATABASE, MAX_FIT, SEED, K, ROUNDS = 2_000, 100_000, 100_000, 1, 100, 3

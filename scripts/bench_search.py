@@ -69,10 +69,10 @@ from sgh.data import load_split  # noqa: E402
 from sgh.data.ground_truth import split_ground_truth  # noqa: E402
 from sgh.metrics.ordered import ordered_metrics  # noqa: E402
 from sgh.pipeline import run  # noqa: E402
-from sgh.search.asymmetric import decoder_score  # noqa: E402
-from sgh.search.asymmetric_index import AsymmetricIndex  # noqa: E402
+from sgh.scores.asymmetric import decoder_score  # noqa: E402
+from sgh.scores.asymmetric_index import AsymmetricIndex  # noqa: E402
+from sgh.scores.score_set import ScoreSet  # noqa: E402
 from sgh.search.hamming_index import HammingIndex  # noqa: E402
-from sgh.search.score_set import ScoreSet  # noqa: E402
 from sgh.search.two_stage import TwoStageSearch, default_shortlist  # noqa: E402
 
 register_configs()

@@ -128,13 +128,13 @@ class EvalConfig:
     map_k_denominator: str = "retrieved"  # of mAP@K: retrieved (relevant in top K) | min_rk | r
     radius: int = 2  # hash lookup within this Hamming radius (inclusive)
     ranking: str = "hamming"  # how the database is ranked (sgh/search/rankings.py)
-    score: str = "auto"  # a query's score against a code (sgh/search/asymmetric.py)
+    score: str = "auto"  # a query's score against a code (sgh/scores/asymmetric.py)
     shortlist_by: str = "auto"  # rerank's first stage
     shortlist: int = 1000  # rerank: the top S that is rescored...
     shortlist_radius: int | None = None  # ...or, if set, every item within this Hamming radius
     rescore: str = "score"  # rerank: by eval.score | exact (on the original vectors)
     # bytes: the byte decoder index's encoding (auto: validation's); checked by
-    # sgh.search.posterior_modes.check_encoding_setting, which owns the names
+    # sgh.scores.posterior_modes.check_encoding_setting, which owns the names
     encoding: str = "auto"
 
 

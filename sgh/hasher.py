@@ -15,7 +15,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from sgh.codes import pack_bits
 from sgh.errors import check_int
-from sgh.search.asymmetric import AsymmetricScore
+from sgh.scores.asymmetric import AsymmetricScore
 
 BLOCK_BYTES = 1 << 25
 

@@ -19,7 +19,7 @@ class EncodedSplit:
     database: np.ndarray  # (n_database, ceil(bits / 8)) packed uint8
     query: np.ndarray  # (n_query, ceil(bits / 8)) packed uint8
     fields: dict = field(default_factory=dict)  # method-specific keys of metrics.json
-    scores: object | None = None  # its asymmetric scores (sgh.search.score_set.ScoreSet), or None
+    scores: object | None = None  # its asymmetric scores (sgh.scores.score_set.ScoreSet), or None
     without_scores: str = ""  # ...and why
 
 

@@ -35,8 +35,8 @@ from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score, score_search
 from sgh.model.quiet_tensorflow import import_tensorflow
 from sgh.reports.results_table import collapse_warning, results_table, run_title
-from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
-from sgh.search.posterior_modes import check_encoding_setting
+from sgh.scores.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
+from sgh.scores.posterior_modes import check_encoding_setting
 from sgh.search.rankings import byte_decoder_ranking, evaluation_ranking
 
 logger = logging.getLogger(__name__)

@@ -149,8 +149,8 @@ def test_code_entropy_and_bit_entropy():
 def test_every_file_with_a_code_length_reads_it_with_the_same_check(tmp_path, stored):
     # codes.npz, a saved HammingIndex and a saved asymmetric score: one rule, one message.
     from sgh.artifacts.codes_file import load_codes
+    from sgh.scores.score_set import ScoreSet
     from sgh.search import HammingIndex
-    from sgh.search.score_set import ScoreSet
 
     codes = np.zeros((2, 2), np.uint8)
     files = {

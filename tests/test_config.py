@@ -111,7 +111,7 @@ def test_what_acts_on_a_setting_knows_every_value_it_may_name():
     # exactly those, so that a value added in one place cannot be accepted and then fail.
     from sgh import config
     from sgh.model import sgh_model
-    from sgh.search import asymmetric
+    from sgh.scores import asymmetric
 
     assert tuple(sgh_model.ACTIVATIONS) == config.ACTIVATIONS
     assert tuple(asymmetric.ACTIVATIONS) == config.ACTIVATIONS

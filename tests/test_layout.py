@@ -98,7 +98,7 @@ def test_the_numpy_rooms_import_neither_the_config_stack_nor_tensorflow():
     # `from sgh import HammingIndex` and the metrics are for numpy users: no omegaconf, Hydra or
     # TensorFlow behind them (seconds of imports, and heavy dependencies, for nothing).
     assert modules_loaded_by(
-        "import sgh.search, sgh.metrics, sgh.codes, sgh.data\n"
+        "import sgh.search, sgh.scores, sgh.metrics, sgh.codes, sgh.data\n"
         "from sgh import HammingIndex, mean_average_precision",
         ("omegaconf", "hydra", "tensorflow", "keras")) == []
 

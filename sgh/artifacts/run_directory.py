@@ -12,7 +12,7 @@
                                   validation.candidates: each candidate recipe's (metrics.json)
     <run_dir>/encoder/            the trained encoder as a SavedModel (sgh.model.export)
     <run_dir>/codes.npz           packed codes + relevance data (sgh.artifacts.codes_file)
-    <run_dir>/asymmetric.npz      the method's asymmetric score, if any (sgh.search.asymmetric)
+    <run_dir>/asymmetric.npz      the method's asymmetric score, if any (sgh.scores.asymmetric)
     <run_dir>/metrics.json        one flat JSON object of results and their conventions
     <run_dir>/eval.json           `sgh-eval run=<run_dir>`: the codes re-scored
 
@@ -313,7 +313,7 @@ class RunDirectory:
         write_codes(self.codes, **arrays)
 
     def write_asymmetric_score(self, score) -> None:
-        """`score.save(path)` (an `sgh.search.asymmetric.AsymmetricScore`), atomically."""
+        """`score.save(path)` (an `sgh.scores.asymmetric.AsymmetricScore`), atomically."""
         self._mark()
         with atomic_file(self.asymmetric_score, suffix=".npz") as temporary:
             score.save(temporary)

@@ -15,7 +15,7 @@ from sgh.data import RetrievalSplit
 from sgh.data.streamed_features import StreamedFeatures, iter_chunks
 from sgh.errors import UserInputError
 from sgh.methods import METHODS, EncodedSplit
-from sgh.search.score_set import ScoreSet
+from sgh.scores.score_set import ScoreSet
 
 
 def baseline_class(name: str) -> type:

@@ -7,7 +7,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from sgh.hasher import BinaryHasher
-from sgh.search.asymmetric import AsymmetricScore, projection_score
+from sgh.scores.asymmetric import AsymmetricScore, projection_score
 
 
 class ProjectionHasher(BinaryHasher):
@@ -26,6 +26,6 @@ class ProjectionHasher(BinaryHasher):
 
     def asymmetric_score(self) -> AsymmetricScore:
         """``-<(x - mean_) P, 2h - 1>``: the query's projection against the code's signs
-        (:func:`sgh.search.asymmetric.projection_score`)."""
+        (:func:`sgh.scores.asymmetric.projection_score`)."""
         check_is_fitted(self)
         return projection_score(self.mean_, self._projection, type(self).__name__)

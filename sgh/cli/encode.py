@@ -141,7 +141,7 @@ def encode_file(config: EncodeCommandConfig) -> dict:
 
 def _model_fingerprint(config: EncodeCommandConfig) -> str | None:
     """The run's model fingerprint, as its codes.npz carries it; None without a run's score."""
-    from sgh.search.score_set import ScoreSet
+    from sgh.scores.score_set import ScoreSet
 
     scores = RunDirectory(_run_dir(config), create=False).asymmetric_score
     try:

@@ -27,9 +27,9 @@ from sgh.errors import UserInputError
 from sgh.metrics.conventions import RESULT_CONVENTIONS
 from sgh.metrics.scoring import score
 from sgh.reports.results_table import results_table
-from sgh.search.posterior_modes import check_encoding_setting
+from sgh.scores.posterior_modes import check_encoding_setting
+from sgh.scores.score_set import ScoreSet
 from sgh.search.rankings import evaluation_ranking
-from sgh.search.score_set import ScoreSet
 
 register_configs()
 

@@ -33,9 +33,9 @@ from sgh.data.streamed_features import evenly_spaced
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError, check_choice, check_int
 from sgh.metrics.neighbour_recall import recall_of_results, results_recall_convention
+from sgh.scores.byte_decoder import FIT_ROWS
+from sgh.scores.score_set import ScoreSet
 from sgh.search import sgh_index
-from sgh.search.byte_decoder import FIT_ROWS
-from sgh.search.score_set import ScoreSet
 from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, VALIDATION_QUERIES, SGHIndex
 
 USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] "

@@ -5,7 +5,7 @@ Its mean is one table of 256 reconstructions per code byte, summed over the byte
     x~^(h) = U sum_j C_j[h_j]        (h_j: byte j of the code as `sgh.codes.pack_bits` packs it)
 
 in the model's normalised units, ``U`` the training features' top ``r`` principal directions
-(`sgh.search.byte_decoder`'s subspace: the part of ``x~`` outside it costs every code the same).
+(`sgh.scores.byte_decoder`'s subspace: the part of ``x~`` outside it costs every code the same).
 A table is the multilinear polynomial of its byte's 8 bits that takes the value ``C_j[v]`` at
 each corner ``v``, so it is differentiable in relaxed bits, and at a binary code its derivative
 in bit ``k`` is exactly the difference of two entries,

@@ -34,9 +34,9 @@ from sgh.data.streamed_features import Features
 from sgh.model.byte_tables import ByteTables
 from sgh.model.layers import DoublySN
 from sgh.model.quiet_tensorflow import traced_once_per_model
-from sgh.search.asymmetric import AsymmetricScore, decoder_score, encoder_score
-from sgh.search.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder
-from sgh.search.decoded import DecoderNetwork
+from sgh.scores.asymmetric import AsymmetricScore, decoder_score, encoder_score
+from sgh.scores.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder
+from sgh.scores.decoded import DecoderNetwork
 
 # The stateless RNG of the neuron's noise and the batches: named, so the stream cannot change
 # under us (XLA draws with its own kernel: runs are reproducible per trainer.jit_compile).
@@ -198,7 +198,7 @@ class SGH(tf.Module):
                              float(self.scale.numpy()))
 
     def decoder_network(self) -> DecoderNetwork | None:
-        """An mlp decoder as NumPy arrays, to rescore shortlists (`sgh.search.decoded`), or None."""
+        """An mlp decoder as NumPy arrays, to rescore shortlists (`sgh.scores.decoded`), or None."""
         if self.config.decoder != "mlp":
             return None
         kernels = [kernel.numpy() for kernel in self.decoder.kernels]
@@ -209,7 +209,7 @@ class SGH(tf.Module):
                               float(np.exp(2.0 * self.log_rho.numpy())))
 
     def byte_decoder(self) -> ByteDecoder | None:
-        """A byte decoder's tables in input units, for search (`sgh.search.byte_decoder`), or
+        """A byte decoder's tables in input units, for search (`sgh.scores.byte_decoder`), or
         None: x^ = mean + scale U sum_j C_j[h_j]."""
         if self.config.decoder != "bytes":
             return None

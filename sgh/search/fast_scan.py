@@ -19,9 +19,10 @@ import numpy as np
 
 from sgh.codes import validate_codes
 from sgh.errors import check_int
-from sgh.search.asymmetric import AsymmetricScore
+from sgh.scores.asymmetric import AsymmetricScore
+from sgh.scores.lookup_kernels import QUERY_BLOCK, rescore_top_k, run_query_blocks
+from sgh.search.faiss_codes import add_listed_codes
 from sgh.search.index_items import joined
-from sgh.search.lookup_kernels import QUERY_BLOCK, rescore_top_k, run_query_blocks
 
 # Candidates per result rescored exactly: raise `FastScanIndex.refine_factor` for a result nearer
 # the float scan's, or for a small k.
@@ -167,13 +168,6 @@ class FastScanIndex:
             return faiss.IndexPQFastScan(staging, _BLOCK)
         add_listed_codes(staging, self.lists, pq_codes)
         return faiss.IndexIVFPQFastScan(staging, _BLOCK)
-
-
-def add_listed_codes(index, lists: np.ndarray, codes: np.ndarray) -> None:
-    """Add codes to a faiss IVF ``index`` by ``add_sa_codes``, each item's list number first
-    (little-endian), its ids continuing ``index.ntotal``."""
-    prefix = np.asarray(lists, np.int64)[:, None] >> (8 * np.arange(index.coarse_code_size()))
-    index.add_sa_codes(np.ascontiguousarray(np.concatenate([prefix.astype(np.uint8), codes], 1)))
 
 
 def swap_nibbles(codes: np.ndarray) -> np.ndarray:

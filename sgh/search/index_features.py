@@ -8,7 +8,7 @@ import numpy as np
 
 from sgh.data.feature_conversion import UINT8_CONVERSION, refuse_outside_unit_range
 from sgh.data.similarity import unit_normalised
-from sgh.search.asymmetric import check_queries
+from sgh.scores.asymmetric import check_queries
 
 
 def served_features(x: np.ndarray, scores, name: str = "x") -> np.ndarray:

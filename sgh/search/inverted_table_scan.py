@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.search.asymmetric_index import BOUNDED_QUERIES_PER_PAIR, ROUNDING
-from sgh.search.byte_decoder import one_byte_terms
-from sgh.search.lookup_kernels import (
+from sgh.scores.asymmetric_index import BOUNDED_QUERIES_PER_PAIR, ROUNDING
+from sgh.scores.byte_decoder import one_byte_terms
+from sgh.scores.lookup_kernels import (
     QUERY_BLOCK,
     bounded_scan_lists_top_k,
     list_pair_terms,

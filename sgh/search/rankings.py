@@ -15,10 +15,10 @@ import numpy as np
 from sgh.codes import as_words, popcount
 from sgh.data.streamed_features import Features, evenly_spaced, iter_chunks, take_rows
 from sgh.errors import UserInputError
-from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
-from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.byte_decoder import FIT_ROWS
-from sgh.search.score_set import ScoreSet
+from sgh.scores.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.byte_decoder import FIT_ROWS
+from sgh.scores.score_set import ScoreSet
 from sgh.search.sgh_index import SGHIndex
 from sgh.search.two_stage import TwoStageSearch
 

@@ -4,9 +4,9 @@ faiss indexes are (usage, modes, ``nlist`` and ``decoder="bytes"``: docs/guide/s
 Modes (`index.mode`): ``"scan"``, every code by the validated score on faiss's fast-scan kernels
 (:mod:`sgh.search.fast_scan`); ``"two_stage"``, the encoder score's shortlist reordered by the
 validated rescoring score; ``"hamming"``, the query's own code by Hamming distance. With the byte
-decoder (:mod:`sgh.search.byte_decoder`: the model's own, or one fitted by `train`) an item's
+decoder (:mod:`sgh.scores.byte_decoder`: the model's own, or one fitted by `train`) an item's
 code moves from the encoder's toward its posterior mode as far as ``encoding`` says
-(`sgh.search.posterior_modes`; default: the one the model's validation chose); with ``nlist``,
+(`sgh.scores.posterior_modes`; default: the one the model's validation chose); with ``nlist``,
 as in faiss's IVF-PQ, it is coded as its residual to its list's centroid.
 
 Features are encoded by the encoder's own score: a bit is 1 where its encoder weight is <= 0, in
@@ -34,18 +34,19 @@ from sgh.data.npz_file import read_npz_arrays
 from sgh.data.streamed_features import evenly_spaced, take_rows
 from sgh.errors import UserInputError, check_choice, check_int
 from sgh.metrics.neighbour_recall import recall_of_results
-from sgh.search.asymmetric import AsymmetricScore
-from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.byte_decoder import ByteDecoder
+from sgh.scores.asymmetric import AsymmetricScore
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.byte_decoder import ByteDecoder
+from sgh.scores.posterior_modes import index_encoding
+from sgh.scores.score_set import ScoreSet
 from sgh.search.coarse_lists import coarse_quantizer, learned_centroids, nearest_lists
+from sgh.search.faiss_codes import additive_quantizer
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.hamming_index import HammingIndex, check_ids
 from sgh.search.index_features import refuse_overflow, served_features
 from sgh.search.index_items import IndexItems
 from sgh.search.inverted_table_scan import InvertedTableScan
-from sgh.search.posterior_modes import index_encoding
 from sgh.search.saved_index_checks import check_saved_arrays
-from sgh.search.score_set import ScoreSet
 from sgh.search.two_stage import default_shortlist, padded, rescored, warn_if_one_score
 
 MODES = ("hamming", "scan", "two_stage")
@@ -386,8 +387,8 @@ class SGHIndex:
         if self.byte_decoder is not None:
             arrays.update(self.byte_decoder.arrays(_BYTE_DECODER))
         if self.decoder == "bytes":  # codes.faiss: faiss's additive quantizer of the same tables
-            faiss_codes = self.byte_decoder.faiss_index(
-                self._items.codes,
+            faiss_codes = additive_quantizer(
+                self.byte_decoder, self._items.codes,
                 *(() if self.nlist is None else (self._items.lists, self._centroids)))
         else:  # the index the mode searches
             faiss_codes = self._engine("scan" if self.mode == "scan" else "shortlist")._index()

@@ -3,8 +3,8 @@
 Stage 1 keeps a shortlist: by Hamming distance of the queries' codes (`HammingIndex`), the top
 ``shortlist`` or every item within ``radius`` (inclusive); or the top ``shortlist`` by the scan
 of a ``shortlist_score`` (the encoder's per-bit score) of the queries themselves. Stage 2
-reorders it by the method's score (``rescore="score"``: :mod:`sgh.search.asymmetric`, or an mlp
-decoder's, :mod:`sgh.search.decoded`) or by the exact distance to each shortlisted item's
+reorders it by the method's score (``rescore="score"``: :mod:`sgh.scores.asymmetric`, or an mlp
+decoder's, :mod:`sgh.scores.decoded`) or by the exact distance to each shortlisted item's
 original vector (``"exact"``: float64 ``||x - q||^2``, or ``-<q, x>`` for inner product). Results
 ``(D, I)``: stage-2 scores (smaller = nearer) and ids by (score, id), padded ``inf`` / ``-1``.
 """
@@ -21,10 +21,10 @@ from sgh.config import RESCORE_RULES
 from sgh.data.similarity import SIMILARITIES, nearness
 from sgh.data.streamed_features import StreamedFeatures, take_rows
 from sgh.errors import check_choice, check_int, one_line
-from sgh.search.asymmetric import AsymmetricScore, check_queries
-from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.scores.asymmetric import AsymmetricScore, check_queries
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.lookup_kernels import QUERY_BLOCK, run_query_blocks, sorted_heaps
 from sgh.search.hamming_index import HammingIndex
-from sgh.search.lookup_kernels import QUERY_BLOCK, run_query_blocks, sorted_heaps
 
 _EXACT_BLOCK_VALUES = 1 << 20  # vector values read and scored at a time by the exact rule
 

@@ -3,7 +3,7 @@
 A model with byte tables (`model.decoder=bytes`) brings its own decoder, refitted by least
 squares to the codes its index stores (`ByteDecoder.refitted`); any other gets one fitted after
 training from its encoder's codes (`ByteDecoder.fit`). Each encoding of `VALIDATED_ENCODINGS`
-(`sgh.search.posterior_modes`) then codes the validation database from the encoder's codes as
+(`sgh.scores.posterior_modes`) then codes the validation database from the encoder's codes as
 `SGHIndex` makes them (the signs of its score's bit weights), and the held-out queries are
 ranked by the decoder against it: the figure is Recall K@100, ties by id. The default encoding
 is the fastest within `ENCODING_TOLERANCE` of the best figure: beyond the encoder's own codes,
@@ -19,9 +19,9 @@ import numpy as np
 
 from sgh.codes import pack_bits
 from sgh.metrics.neighbour_recall import recall_of_results
-from sgh.search.asymmetric import AsymmetricScore
-from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.byte_decoder import ByteDecoder
+from sgh.scores.asymmetric import AsymmetricScore
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.byte_decoder import ByteDecoder
 
 logger = logging.getLogger(__name__)
 

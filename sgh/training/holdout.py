@@ -24,8 +24,8 @@ from sgh.data.streamed_features import Features, take_rows, without_rows
 from sgh.errors import UserInputError
 from sgh.metrics import mean_average_precision, recall_at_n
 from sgh.metrics.neighbour_recall import recall_of_results
-from sgh.search.asymmetric import AsymmetricScore
-from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.scores.asymmetric import AsymmetricScore
+from sgh.scores.asymmetric_index import AsymmetricIndex
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from sgh.config import Config, candidate_config
 from sgh.data.streamed_features import Features
 from sgh.errors import UserInputError
 from sgh.model.sgh_model import SGH
-from sgh.search.score_set import ScoreSet
+from sgh.scores.score_set import ScoreSet
 from sgh.training.holdout import ValidationSet
 from sgh.training.score_selection import select_scores
 

@@ -21,10 +21,10 @@ from sgh.data.similarity import NEIGHBOUR_LABELS
 from sgh.data.streamed_features import Features, take_rows
 from sgh.model.encoding import encode_packed
 from sgh.model.sgh_model import SGH
-from sgh.search.asymmetric import joint_score
-from sgh.search.asymmetric_index import AsymmetricIndex, smallest_by_score_then_id
-from sgh.search.decoded import DecodedRescorer
-from sgh.search.score_set import ScoreSet
+from sgh.scores.asymmetric import joint_score
+from sgh.scores.asymmetric_index import AsymmetricIndex, smallest_by_score_then_id
+from sgh.scores.decoded import DecodedRescorer
+from sgh.scores.score_set import ScoreSet
 from sgh.training.encoding_choice import EncodingChoice, byte_decoder_choice
 from sgh.training.holdout import ValidationSet
 

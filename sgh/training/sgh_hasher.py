@@ -34,8 +34,8 @@ from sgh.errors import TrainingDiverged, UserInputError
 from sgh.hasher import BinaryHasher
 from sgh.model.encoding import encode_bit_matrix, encode_packed
 from sgh.model.sgh_model import SGH
-from sgh.search.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore
-from sgh.search.score_set import ScoreSet
+from sgh.scores.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER, AsymmetricScore
+from sgh.scores.score_set import ScoreSet
 from sgh.training.holdout import MAX_HELD_OUT_SHARE
 from sgh.training.recipe_choice import fit_and_score
 from sgh.training.score_selection import with_joint

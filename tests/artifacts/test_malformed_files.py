@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from sgh.artifacts.codes_file import load_codes
 from sgh.errors import UserInputError
+from sgh.scores.asymmetric import decoder_score
+from sgh.scores.score_set import ScoreSet
 from sgh.search import HammingIndex
-from sgh.search.asymmetric import decoder_score
-from sgh.search.score_set import ScoreSet
 
 # SGH_FUZZ_EXAMPLES=N runs more examples (a longer hunt); CI runs the default.
 FUZZ = settings(max_examples=int(os.environ.get("SGH_FUZZ_EXAMPLES", 30)), deadline=None,

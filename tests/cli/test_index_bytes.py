@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from sgh.search.score_set import ScoreSet
+from sgh.scores.score_set import ScoreSet
 from sgh.search.sgh_index import SGHIndex
 from tests.cli.test_index import run_and_vectors  # noqa: F401  (the ITQ run and its vectors)
 from tests.helpers import one_error_line

@@ -14,9 +14,9 @@ import pytest
 from sgh import ITQ
 from sgh.data.feature_conversion import UINT8_CONVERSION
 from sgh.errors import UserInputError
-from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.decoded import DecoderNetwork
-from sgh.search.score_set import ScoreSet
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.decoded import DecoderNetwork
+from sgh.scores.score_set import ScoreSet
 from sgh.search.sgh_index import SGHIndex
 
 

@@ -161,7 +161,7 @@ def test_decoder_templates_are_what_each_bit_adds(objective):
 def test_the_asymmetric_score_is_the_decoders_reconstruction_distance(objective, similarity):
     """Search ranks codes by ||x - x^(h)||^2 (or -<x, x^(h)>), x^ the objective's decoder."""
     from sgh.codes import pack_bits
-    from sgh.search.asymmetric_index import AsymmetricIndex
+    from sgh.scores.asymmetric_index import AsymmetricIndex
 
     model, x = _tiny_model(objective)
     h = np.random.default_rng(1).integers(0, 2, (40, model.bits)).astype(np.float32)

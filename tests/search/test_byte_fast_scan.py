@@ -12,10 +12,10 @@ from threadpoolctl import threadpool_limits
 from sgh import ITQ
 from sgh.cli.index import parse_arguments
 from sgh.errors import UserInputError
-from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.byte_decoder import ByteDecoder, half_bytes
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.byte_decoder import ByteDecoder, half_bytes
+from sgh.scores.posterior_modes import reconstruct
 from sgh.search.fast_scan import FastScanIndex
-from sgh.search.posterior_modes import reconstruct
 from sgh.search.sgh_index import SGHIndex
 
 

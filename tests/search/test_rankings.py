@@ -8,11 +8,11 @@ import pytest
 from sgh.codes import pack_bits
 from sgh.config import EvalConfig, validate_eval
 from sgh.errors import UserInputError
-from sgh.search.asymmetric import decoder_score, projection_score
-from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.scores.asymmetric import decoder_score, projection_score
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.score_set import ScoreSet
 from sgh.search.rankings import evaluation_ranking, order_of_distances
 from sgh.search.rankings import hamming_distances as packed_hamming_distances
-from sgh.search.score_set import ScoreSet
 from tests.helpers import hamming_distances
 
 

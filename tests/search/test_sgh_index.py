@@ -22,8 +22,8 @@ from sgh.config import (
     TrainerConfig,
 )
 from sgh.errors import UserInputError
-from sgh.search.asymmetric import make_score
-from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.scores.asymmetric import make_score
+from sgh.scores.asymmetric_index import AsymmetricIndex
 from sgh.search.fast_scan import FastScanIndex
 from sgh.search.hamming_index import HammingIndex
 from sgh.search.sgh_index import SGHIndex

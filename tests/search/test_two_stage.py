@@ -9,8 +9,8 @@ import pytest
 from sgh.codes import pack_bits
 from sgh.data.streamed_features import StreamedFeatures
 from sgh.data.vector_files import open_vectors
-from sgh.search.asymmetric import decoder_score
-from sgh.search.asymmetric_index import AsymmetricIndex
+from sgh.scores.asymmetric import decoder_score
+from sgh.scores.asymmetric_index import AsymmetricIndex
 from sgh.search.two_stage import TwoStageSearch, default_shortlist
 from tests.helpers import hamming_distances
 from tests.helpers_vector_files import write_texmex

@@ -10,7 +10,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from sgh import SGHHasher, SGHIndex
-from sgh.search.score_set import ScoreSet
+from sgh.scores.score_set import ScoreSet
 from sgh.training import encoding_choice
 from sgh.training.encoding_choice import VALIDATED_ENCODINGS, default_encoding
 

@@ -12,7 +12,7 @@ import pytest
 from sgh.config import candidate_config, validate
 from sgh.errors import UserInputError
 from sgh.pipeline import run
-from sgh.search.score_set import ScoreSet
+from sgh.scores.score_set import ScoreSet
 from sgh.training.recipe_choice import search_figure, search_of
 from tests.helpers import compose_config, quick
 

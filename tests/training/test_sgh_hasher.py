@@ -136,7 +136,7 @@ def test_on_mnist_the_estimators_defaults_encode_the_queries_as_sgh_train_does(
 
 
 def test_the_hasher_hands_its_scores_to_search():
-    from sgh.search.asymmetric_index import AsymmetricIndex
+    from sgh.scores.asymmetric_index import AsymmetricIndex
 
     x = _blobs()
     hasher = SGHHasher(**TINY).fit(x)

@@ -1,7 +1,7 @@
 """Coding items by a byte decoder: each item's code moved from its encoder's code toward the
 decoder's posterior mode, as far as an index's ``encoding`` says.
 
-The decoder ``x^(h) = sum_j C_j[h_j]`` (in the tables' coordinates, `sgh.search.byte_decoder`)
+The decoder ``x^(h) = sum_j C_j[h_j]`` (in the tables' coordinates, `sgh.scores.byte_decoder`)
 gives each code an error ``||x - x^(h)||^2``; the encodings, cheapest first:
 
 * ``encoder``: the encoder's code as it is (amortised inference: one forward pass).

@@ -3,7 +3,7 @@
 ``AsymmetricIndex(score)`` holds packed database codes and each item's code term
 (`AsymmetricScore.item_norms`), or for a score with ``pair_tables`` (the byte decoder) the codes
 alone: the scans compute the term per tile, or for a call of a few queries read a one-byte bound
-of it (`_term_bounds`). A search scans with the kernels of :mod:`sgh.search.lookup_kernels`, in
+of it (`_term_bounds`). A search scans with the kernels of :mod:`sgh.scores.lookup_kernels`, in
 bounded memory: queries in blocks, the database in tiles, only the running top k kept.
 
 Conventions: ``D`` holds the scores (float32, smaller = nearer; the score omits a per-query
@@ -22,9 +22,9 @@ from sgh.codes import validate_codes
 from sgh.compiled import resolved_workers
 from sgh.data.npz_file import read_npz_arrays
 from sgh.errors import UserInputError, check_int
-from sgh.search.asymmetric import AsymmetricScore
-from sgh.search.byte_decoder import one_byte_terms
-from sgh.search.lookup_kernels import (
+from sgh.scores.asymmetric import AsymmetricScore
+from sgh.scores.byte_decoder import one_byte_terms
+from sgh.scores.lookup_kernels import (
     QUERY_BLOCK,
     bounded_scan_top_k,
     run_query_blocks,

@@ -8,8 +8,8 @@ import tensorflow as tf
 from sgh.codes import pack_bits
 from sgh.config import ModelConfig
 from sgh.model.sgh_model import SGH
-from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.decoded import DecodedRescorer, DecoderNetwork
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.decoded import DecodedRescorer, DecoderNetwork
 
 
 def _model(seed=0):
@@ -36,11 +36,11 @@ def test_each_candidate_scores_as_its_decoded_code_against_its_query(similarity,
     candidates = rng.integers(0, 300, (7, 25))
     candidates[:, -2:] = -1  # padding
     # Blocks of two queries, and no cache of the hidden layers: the scores must not change.
-    monkeypatch.setattr("sgh.search.decoded.BLOCK_VALUES", 2 * 25 * 4)
+    monkeypatch.setattr("sgh.scores.decoded.BLOCK_VALUES", 2 * 25 * 4)
     if not cached:
-        monkeypatch.setattr("sgh.search.decoded.CACHE_BYTES", 0)
+        monkeypatch.setattr("sgh.scores.decoded.CACHE_BYTES", 0)
     # Products with every distinct code (long shortlists), or one dot per pair (short ones).
-    monkeypatch.setattr("sgh.search.decoded.DENSE_SHARE", 10**9 if dense else 0)
+    monkeypatch.setattr("sgh.scores.decoded.DENSE_SHARE", 10**9 if dense else 0)
     rescorer = DecodedRescorer(model.decoder_network(), pack_bits(bits), similarity)
     D, I = rescorer.rescore(queries, candidates)
     decoded = _decoded(model, bits)

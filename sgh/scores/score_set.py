@@ -1,6 +1,6 @@
 """A method's asymmetric scores, by kind, and which one validation chose: a run's asymmetric.npz.
 
-SGH has up to three per-bit scores (`sgh.search.asymmetric`: encoder, decoder, joint), a
+SGH has up to three per-bit scores (`sgh.scores.asymmetric`: encoder, decoder, joint), a
 projection baseline one (its encoder form). `eval.score=auto` uses the kind the validation split
 favoured (`sgh.training.score_selection`) for each use of a score: ``chosen`` for a scan of the
 whole database, ``rescore_chosen`` for rescoring a shortlist (which may name an mlp decoder's
@@ -23,10 +23,10 @@ from sgh.config import SCORE_KINDS, SCORE_SETTINGS
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.similarity import SIMILARITIES
 from sgh.errors import UserInputError, check_choice, one_line
-from sgh.search.asymmetric import AsymmetricScore
-from sgh.search.byte_decoder import ByteDecoder
-from sgh.search.decoded import DecodedRescorer, DecoderNetwork
-from sgh.search.posterior_modes import Encoding
+from sgh.scores.asymmetric import AsymmetricScore
+from sgh.scores.byte_decoder import ByteDecoder
+from sgh.scores.decoded import DecodedRescorer, DecoderNetwork
+from sgh.scores.posterior_modes import Encoding
 
 _BYTE_DECODER = "byte_decoder."  # the key prefix of the byte decoder's arrays
 

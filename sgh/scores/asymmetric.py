@@ -9,7 +9,7 @@ per-query constant that no ranking depends on,
 one lookup table per code byte and query, and one number per database item (``||h B||^2``).
 ``phi`` is an mlp encoder's hidden layers (`QueryNetwork`): only the code must enter linearly. SH
 and SpH have no such form (their bits are thresholds of non-linear functions of the data), nor has
-an mlp decoder (it rescores a shortlist by decoding it, `sgh.search.decoded`).
+an mlp decoder (it rescores a shortlist by decoding it, `sgh.scores.decoded`).
 
 * **encoder**: ``-log q(h|x) = -<z(x), h> + sum_k log(1 + e^z_k)`` for the encoder's logits
   ``z(x)``: ``w(x) = -z(x)``, no ``B``. A projection hasher (ITQ, PCAH, LSH: bits =

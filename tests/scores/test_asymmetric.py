@@ -7,15 +7,15 @@ import pytest
 
 from sgh.baselines import ITQ, LSH, PCAH, SH, SpH
 from sgh.codes import pack_bits, unpack_bits
-from sgh.search.asymmetric import (
+from sgh.scores.asymmetric import (
     decoder_score,
     encoder_score,
     joint_score,
     projection_score,
 )
-from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.lookup_kernels import scan_top_k, sort_heaps, sorted_heaps
-from sgh.search.score_set import ScoreSet
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.lookup_kernels import scan_top_k, sort_heaps, sorted_heaps
+from sgh.scores.score_set import ScoreSet
 
 
 def _decoder(bits, dim, seed=0):
@@ -206,7 +206,7 @@ def test_a_long_top_k_from_every_score_is_the_heap_scans_result(monkeypatch):
     queries = rng.normal(size=(9, 5))
     results = {}
     for share in (0, 10**9):  # the heap always; every score always
-        monkeypatch.setattr("sgh.search.asymmetric_index.DENSE_TOP_SHARE", share)
+        monkeypatch.setattr("sgh.scores.asymmetric_index.DENSE_TOP_SHARE", share)
         results[share] = [index.search(queries, k) for k in (7, 333, 2000, 2004)]
     for heap, dense in zip(results[0], results[10**9], strict=True):
         for a, b in zip(heap, dense, strict=True):
@@ -253,7 +253,7 @@ def test_coding_weights_give_the_float64_codes_with_float32_products(with_networ
     # Features built to put some weights within float32 rounding of zero (a tie in float64 is
     # what bit_weights decides): code_weights' signs are bit_weights', its values within
     # rounding, and the rows near a tie are the ones computed in float64.
-    from sgh.search.asymmetric import QueryNetwork
+    from sgh.scores.asymmetric import QueryNetwork
 
     rng = np.random.default_rng(6)
     dim, bits = 64, 24

@@ -1,7 +1,7 @@
 """Compiled scans of asymmetric scores: per-query lookup tables over the code bytes.
 
 A query's score of a packed code is ``norm[i] + sum_j table[j, code[i, j]]`` (see
-:mod:`sgh.search.asymmetric`), the scan of faiss's ``IndexPQ`` with 8-bit sub-quantizers. The
+:mod:`sgh.scores.asymmetric`), the scan of faiss's ``IndexPQ`` with 8-bit sub-quantizers. The
 database is walked in tiles of :data:`TILE_ITEMS` codes that every query of a block passes over
 while they are in cache. The per-item term comes from an array beside the codes or, for the byte
 decoder, from the codes' byte pairs (`pair_terms`), computed once per tile for all the queries.

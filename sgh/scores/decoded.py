@@ -23,15 +23,15 @@ import numpy as np
 
 from sgh.codes import unpack_bits, validate_codes
 from sgh.compiled import compiled
-from sgh.search.asymmetric import (
+from sgh.scores.asymmetric import (
     ACTIVATIONS,
     AsymmetricScore,
     chained_width,
     check_queries,
     hidden_layers,
 )
-from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.lookup_kernels import sorted_heaps
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.lookup_kernels import sorted_heaps
 
 CACHE_BYTES = 1 << 30  # phi of the distinct database codes is kept while it takes at most this
 DECODE_ROWS = 8192  # codes run through the hidden layers at a time

@@ -12,10 +12,11 @@ from sklearn.datasets import load_digits
 from threadpoolctl import threadpool_limits
 
 from sgh.codes import pack_bits
-from sgh.search.asymmetric_index import AsymmetricIndex
-from sgh.search.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder, norm_levels
-from sgh.search.lookup_kernels import scan_top_k, sort_heaps
-from sgh.search.posterior_modes import Encoding, posterior_modes, valid_values
+from sgh.scores.asymmetric_index import AsymmetricIndex
+from sgh.scores.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder, norm_levels
+from sgh.scores.lookup_kernels import scan_top_k, sort_heaps
+from sgh.scores.posterior_modes import Encoding, posterior_modes, valid_values
+from sgh.search.faiss_codes import additive_quantizer
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -149,7 +150,7 @@ def test_flips_need_the_encoders_certainty(digits):
 
 def test_norm_levels_are_faiss_own_8_bit_norm_codes(digits):
     x, codes, fitted = digits
-    index = fitted.faiss_index(fitted.encode(x, codes))
+    index = additive_quantizer(fitted, fitted.encode(x, codes))
     low, high = index.aq.norm_min, index.aq.norm_max
     assert low < high
     norms = fitted.squared_norms(fitted.encode(x, codes))
@@ -176,7 +177,7 @@ def test_the_faiss_scan_gives_squared_distances_to_the_reconstructions(digits):
     database = fitted.encode(x, codes)
     queries = x[rng.choice(len(x), 40, replace=False)] + rng.normal(0, 0.5, (40, 64))
     queries = queries.astype(np.float32)
-    index = fitted.faiss_index(database)
+    index = additive_quantizer(fitted, database)
     step = (index.aq.norm_max - index.aq.norm_min) / 256
     reconstructions = fitted.decode(database).astype(np.float64)
     exact = ((queries[:, None, :].astype(np.float64) - reconstructions[None]) ** 2).sum(-1)
@@ -265,7 +266,7 @@ def test_a_query_that_is_a_reconstruction_finds_its_own_code_first():
     rng = np.random.default_rng(2)
     codes = np.unique(rng.integers(0, 256, (3000, 2), dtype=np.uint8), axis=0)
     codes = codes[rng.permutation(len(codes))]
-    index = decoder.faiss_index(codes)
+    index = additive_quantizer(decoder, codes)
     step = (index.aq.norm_max - index.aq.norm_min) / 256
     reconstructions = decoder.decode(codes).astype(np.float64)
     rows = rng.choice(len(codes), 100, replace=False)

@@ -3,7 +3,7 @@
 ``x^(h) = t + sum_j C_j[h_j]`` (``h_j`` the code's byte j, as `sgh.codes.pack_bits` packs it): a
 Gaussian decoder holding the linear one as the case where each table sums its bits' templates.
 An item's code moves from its encoder's code toward the posterior's mode as far as an index's
-``encoding`` says (`sgh.search.posterior_modes`: iterated conditional modes, ICM, each byte in
+``encoding`` says (`sgh.scores.posterior_modes`: iterated conditional modes, ICM, each byte in
 turn set to the entry that best reconstructs the item, the others fixed; then local search as
 faiss's LSQ encodes). Fitting is hard EM: codes by ICM, tables by least squares; a decoder trained
 inside SGH (`sgh.model.byte_tables`) is refitted the same way (`refitted`). The tables live in
@@ -30,9 +30,8 @@ import numpy as np
 
 from sgh.codes import stored_bits, validate_codes
 from sgh.data.feature_statistics import principal_directions
-from sgh.search.fast_scan import add_listed_codes
-from sgh.search.lookup_kernels import pair_terms
-from sgh.search.posterior_modes import (
+from sgh.scores.lookup_kernels import pair_terms
+from sgh.scores.posterior_modes import (
     Encoding,
     encoded,
     posterior_modes,
@@ -117,7 +116,7 @@ class ByteDecoder:
     def encode(self, features: np.ndarray, start_codes: np.ndarray,
                encoding: str = "local_search", certainty: np.ndarray | None = None
                ) -> np.ndarray:
-        """Each item's code by ``encoding`` (`sgh.search.posterior_modes`) from its encoder code
+        """Each item's code by ``encoding`` (`sgh.scores.posterior_modes`) from its encoder code
         ``start_codes`` (``certainty``: the encoder's bit weight magnitudes ``(n, bits)``, for
         ``flip<T>``): the same in any batches."""
         start_codes = validate_codes(start_codes, self.bits, "start_codes")
@@ -185,7 +184,7 @@ class ByteDecoder:
     def pair_tables(self) -> np.ndarray:
         """``(pairs, 65536)`` float32: for each byte pair ``a < b`` in `pair_terms`' order,
         ``2 <C'_a[u], C'_b[v]>`` at ``256 u + v`` (256 KB per pair), built once."""
-        books = self._books().astype(np.float64)
+        books = self.books().astype(np.float64)
         pairs = [2.0 * books[a] @ books[b].T for a in range(len(books))
                  for b in range(a + 1, len(books))]
         return np.ascontiguousarray(np.reshape(pairs, (len(pairs), 256 * 256)), np.float32)
@@ -193,7 +192,7 @@ class ByteDecoder:
     @functools.cached_property
     def _books_squared(self) -> np.ndarray:
         """``(bytes * 256,)`` float64 ``||C'_j[v]||^2``: the per-byte part of the norm."""
-        books = self._books().astype(np.float64)
+        books = self.books().astype(np.float64)
         return np.einsum("jvd,jvd->jv", books, books).ravel()
 
     def squared_norms(self, codes: np.ndarray) -> np.ndarray:
@@ -206,7 +205,7 @@ class ByteDecoder:
     def _in_features(self, coordinates: np.ndarray) -> np.ndarray:
         return coordinates if self.basis is None else coordinates @ self.basis.T
 
-    def _books(self) -> np.ndarray:
+    def books(self) -> np.ndarray:
         """The tables in the features' coordinates, the offset in the first: ``C'`` (module doc)."""
         books = self._in_features(self.tables).astype(np.float32)
         books[0] += self.offset
@@ -219,40 +218,6 @@ class ByteDecoder:
     @functools.cached_property
     def _basis64(self) -> np.ndarray:
         return self.basis.astype(np.float64)
-
-    def faiss_index(self, codes: np.ndarray, lists: np.ndarray | None = None,
-                    centroids: np.ndarray | None = None):
-        """faiss's `IndexLocalSearchQuantizer` of ``codes`` with these tables as its codebooks,
-        or with ``lists`` and their ``centroids`` (codes of residuals) its IVF version."""
-        import faiss  # on first use: `import sgh.search` stays light
-
-        codes = validate_codes(codes, self.bits, "codes")
-        books = self._books()
-        norm_type = faiss.AdditiveQuantizer.ST_norm_qint8
-        if lists is None:
-            index = faiss.IndexLocalSearchQuantizer(self.dim, len(books), 8, faiss.METRIC_L2,
-                                                    norm_type)
-        else:
-            quantizer = faiss.IndexFlatL2(self.dim)
-            quantizer.add(np.ascontiguousarray(centroids, np.float32))
-            index = faiss.IndexIVFLocalSearchQuantizer(quantizer, self.dim, len(centroids),
-                                                       len(books), 8, faiss.METRIC_L2,
-                                                       norm_type)
-            index.own_fields = True
-            quantizer.this.disown()
-        faiss.copy_array_to_vector(np.ascontiguousarray(books).ravel(), index.aq.codebooks)
-        index.aq.is_trained = index.is_trained = True
-        if len(codes) == 0:
-            return index
-        norms = self.squared_norms(codes)
-        index.aq.train_norm(len(norms), faiss.swig_ptr(norms))
-        stored = np.concatenate(
-            [codes, norm_levels(norms, index.aq.norm_min, index.aq.norm_max)[:, None]], axis=1)
-        if lists is None:
-            index.add_sa_codes(np.ascontiguousarray(stored))
-        else:
-            add_listed_codes(index, lists, stored)
-        return index
 
     def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
         arrays = {prefix + "bits": np.int64(self.bits), prefix + "offset": self.offset,
