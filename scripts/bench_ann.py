@@ -22,10 +22,8 @@ it, its dominated settings drawn as crosses):
   database features. And the byte decoder,
   `from_run(run, decoder="bytes")`: one 256-entry table per code byte fitted on the run's
   training features, the database encoded by its posterior mode, scanned exactly by SGH's
-  lookup-table kernel (refine_factor 0; the reconstruction's norm computed from the code: B
-  bytes), and on faiss's fast-scan kernel by its 4-bit books, the refine_factor x k best
-  rescored by the byte tables, at refine_factor 1, 2, 4, 8 (B bytes: the kernel's item term is
-  computed from the codes as the index is built); and the byte decoder in inverted lists of the
+  lookup-table kernel (the reconstruction's norm computed from the code: B bytes); and the byte
+  decoder in inverted lists of the
   same sizes, `from_run(run, decoder="bytes", nlist=N)` (its decoder fitted on, and the items
   coded as, residuals to their list's centroid; the norm's cross terms computed from the codes:
   B bytes), over nprobe.
@@ -140,7 +138,6 @@ class Settings:
     """What one invocation sweeps and how long it measures (module doc)."""
 
     refine_factors: tuple[int, ...]
-    byte_refine_factors: tuple[int, ...]  # 0: the byte decoder's exact scan
     shortlists: tuple[int, ...]
     nprobes: tuple[int, ...]
     rounds: int
@@ -151,11 +148,11 @@ class Settings:
     opq_iterations: int | None  # None: faiss's default (50)
 
 
-FULL = Settings(refine_factors=(1, 2, 4), byte_refine_factors=(0, 1, 2, 4, 8),
+FULL = Settings(refine_factors=(1, 2, 4),
                 shortlists=(200, 500, 1000, 2000, 5000), nprobes=(1, 2, 4, 8, 16, 32, 64),
                 rounds=3, queries=None, lists_per_sqrt_n=4, sgh_lists_per_sqrt_n=(1, 4),
                 training_rows=None, opq_iterations=None)
-QUICK = Settings(refine_factors=(1, 4), byte_refine_factors=(0, 4), shortlists=(500, 2000),
+QUICK = Settings(refine_factors=(1, 4), shortlists=(500, 2000),
                  nprobes=(1, 8, 64), rounds=1, queries=200, lists_per_sqrt_n=1,
                  sgh_lists_per_sqrt_n=(1,), training_rows=10_000, opq_iterations=2)
 
@@ -283,10 +280,8 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, lists: list[int],
             shortlist=shortlist))
     decoded = SGHIndex.from_run(run_dir, decoder="bytes")
     size = saved_bytes(decoded)
-    for factor in settings.byte_refine_factors:
-        points.append(point("byte decoder scan", decoded, size,
-                            {"decoder": "bytes", "norm": "from the code",
-                             "refine_factor": factor}, refine_factor=factor))
+    points.append(point("byte decoder scan", decoded, size,
+                        {"decoder": "bytes", "norm": "from the code"}))
     for nlist in lists:
         inverted = SGHIndex.from_run(run_dir, mode="scan", nlist=nlist)
         size = saved_bytes(inverted)
@@ -516,10 +511,9 @@ def inverted_lists_verdicts(sgh: list[Point]) -> dict[str, dict]:
     verdicts = {}
     for decoder in ("model", "bytes"):
         ours = [point for point in sgh if point.params.get("decoder", "model") == decoder]
-        # The flat point: the byte decoder's exact scan, or the model's at the default refine
-        # factor.
+        # The flat point: the byte decoder's scan, or the model's at the default refine factor.
         (flat,) = [point for point in ours if "nprobe" not in point.params and (
-            point.params.get("refine_factor") == 0
+            decoder == "bytes"
             or (point.method.startswith("SGH scan")
                 and point.params["refine_factor"] == DEFAULT_REFINE_FACTOR))]
         verdicts[decoder] = inverted_lists_verdict(

@@ -75,13 +75,12 @@ def parse_arguments(argv: list[str]) -> tuple[str, dict]:
         raise UserInputError(f"{', '.join(f'{name}=' for name in missing)} missing\n{USAGE}")
     for name in ("nlist", "k", "nprobe", "shortlist", "refine_factor", "batch_size"):
         if settings.get(name) is not None:
-            least = 0 if name == "refine_factor" else 1  # 0: the byte decoder's exact scan
             try:
                 value = int(settings[name])
             except ValueError:
                 raise UserInputError(f"{name}={settings[name]} is impossible; accepted: an "
-                                     f"integer >= {least}") from None
-            settings[name] = check_int(name, value, least)
+                                     "integer >= 1") from None
+            settings[name] = check_int(name, value, 1)
     for name, accepted in (("mode", MODES), ("decoder", DECODERS)):
         if settings.get(name) not in (None, *accepted):
             raise UserInputError(f"{name}={settings[name]} is not known; accepted: "

@@ -14,10 +14,7 @@ query tables work in ``r`` coordinates.
 Search: ``||x - x^(h)||^2 = ||x||^2 + sum_j (||C'_j[h_j]||^2 - 2 <x, C'_j[h_j]>)
 + 2 sum_{a<b} <C'_a[h_a], C'_b[h_b]>`` (``C'_0`` holding ``t``): a lookup table per byte and
 query (`lookup_tables`) and a per-item term from tables of byte pairs (`pair_tables`), the form
-`AsymmetricIndex` scans. Its fast form (`nibble_form`, `nibble_tables`) is the same for 4-bit
-codes: one 16-entry book per half byte, whose sums best reconstruct (least squares) what the byte
-tables decode an index's codes to, for faiss's fast-scan kernel (`sgh.search.fast_scan`) to
-shortlist the codes the byte tables then rank.
+`AsymmetricIndex` scans.
 """
 
 from __future__ import annotations
@@ -159,27 +156,6 @@ class ByteDecoder:
         pair_terms(self.pair_tables, codes, 0, len(codes), terms)
         return terms
 
-    def nibble_form(self, codes: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """``(books, norms)``: ``books`` ``(2 * bytes, 16, r)`` float32, a 16-entry table per
-        half byte (high first), fitted on `FIT_ROWS` of ``codes`` at most (module doc); ``norms``
-        ``(n,)`` float32 ``||sum_s books_s[v_s]||^2`` of every code."""
-        codes = validate_codes(codes, self.bits, "codes")
-        _, sample = _fitting_rows(codes, codes, seed)
-        books = _least_squares(reconstruct(sample, self.tables), half_bytes(sample),
-                               np.ones((2 * len(self.tables), 16), bool))
-        norms = np.empty(len(codes), np.float32)
-        for start in range(0, len(codes), FIT_ROWS):
-            rows = reconstruct(half_bytes(codes[start : start + FIT_ROWS]), books)
-            norms[start : start + len(rows)] = np.einsum("ij,ij->i", rows, rows)
-        return books, norms
-
-    def nibble_tables(self, queries: np.ndarray, books: np.ndarray) -> np.ndarray:
-        """``(nq, 2 * bytes, 16)`` float32 ``-2 <U^T (x - t), books_s[v]>``: with `nibble_form`'s
-        norms, ``||x - x^(h)||^2`` by the 4-bit books, less a term of the query alone."""
-        within = _coordinates(queries, self.offset, self.basis)
-        return (-2.0 * within @ books.reshape(-1, books.shape[2]).T).reshape(
-            len(within), len(books), 16)
-
     @functools.cached_property
     def pair_tables(self) -> np.ndarray:
         """``(pairs, 65536)`` float32: for each byte pair ``a < b`` in `pair_terms`' order,
@@ -275,11 +251,6 @@ def norm_levels(norms: np.ndarray, low: float, high: float) -> np.ndarray:
     return np.clip(np.floor((norms - low) / span * 256.0), 0, 255).astype(np.uint8)
 
 
-def half_bytes(codes: np.ndarray) -> np.ndarray:
-    """``(n, 2 * bytes)`` the 4-bit values of packed codes, each byte's high half first."""
-    return np.stack([codes >> 4, codes & 15], axis=2).reshape(len(codes), -1)
-
-
 def _fitting_rows(features, codes: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows a fit uses: all, or a random `FIT_ROWS` of them (in their order)."""
     if len(features) <= FIT_ROWS:
@@ -296,26 +267,24 @@ def _coordinates(features: np.ndarray, offset: np.ndarray, basis: np.ndarray | N
 
 def _least_squares(centred: np.ndarray, codes: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """The tables minimising ``sum ||x - sum_j C_j[h_j]||^2`` over the items (a small ridge):
-    the normal equations of the one-hot design, assembled from counts; ``valid`` ``(columns,
-    values)``: the values a column may take (256 for bytes, 16 for half bytes)."""
+    the normal equations of the one-hot design, assembled from counts."""
     from scipy.linalg import solve
     from scipy.sparse import csr_matrix
 
-    n, width = codes.shape
-    values = valid.shape[1]
-    size = values * width
-    columns = codes.astype(np.int64) + values * np.arange(width)
+    n, n_bytes = codes.shape
+    size = 256 * n_bytes
+    columns = codes.astype(np.int64) + 256 * np.arange(n_bytes)
     gram = np.zeros((size, size), np.float64)
-    for a in range(width):
-        for b in range(a, width):
-            pairs = np.bincount(codes[:, a].astype(np.int64) * values + codes[:, b],
-                                minlength=values * values).reshape(values, values)
-            gram[values * a : values * (a + 1), values * b : values * (b + 1)] = pairs
-            gram[values * b : values * (b + 1), values * a : values * (a + 1)] = pairs.T
+    for a in range(n_bytes):
+        for b in range(a, n_bytes):
+            pairs = np.bincount(codes[:, a].astype(np.int64) * 256 + codes[:, b],
+                                minlength=256 * 256).reshape(256, 256)
+            gram[256 * a : 256 * a + 256, 256 * b : 256 * b + 256] = pairs
+            gram[256 * b : 256 * b + 256, 256 * a : 256 * a + 256] = pairs.T
     design = csr_matrix((np.ones(columns.size, np.float32),
-                         (np.repeat(np.arange(n), width), columns.ravel())), shape=(n, size))
+                         (np.repeat(np.arange(n), n_bytes), columns.ravel())), shape=(n, size))
     right = np.asarray(design.T @ centred, np.float64)
-    gram[np.diag_indices(size)] += _RIDGE * n / values
-    tables = solve(gram, right, assume_a="pos").reshape(width, values, -1)
+    gram[np.diag_indices(size)] += _RIDGE * n / 256
+    tables = solve(gram, right, assume_a="pos").reshape(n_bytes, 256, -1)
     tables[~valid] = 0.0
     return tables.astype(np.float32)

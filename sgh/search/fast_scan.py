@@ -1,16 +1,13 @@
 """The asymmetric scan on faiss's fast-scan kernels, flat or over inverted lists.
 
-The kernel sums one 16-entry table per 4-bit code, the query's, which we compute and hand faiss
-as the query itself: an inner-product PQ whose every sub-quantizer has the 16 unit vectors as
-centroids. For the model's per-bit score (`AsymmetricScore`) a code's bits, grouped in fours,
-name one of the 16 corners of ``{0,1}^4``, and a group's entry is its four weights' inner product
-with that corner; for a byte decoder (`ByteDecoder`) the entries are its 4-bit books'
-(`ByteDecoder.nibble_form`, fitted to the items' codes). The per-item term (``||h B||^2``; the
-books' ``||x^(h)||^2``) rides along as two more 4-bit codes (8 bits). Both quantisations make the
-scan approximate: a search rescores its ``refine_factor * k`` best by the exact float32 score
-(`rescore_top_k`: the byte tables, for a byte decoder). With ``nlist`` (the model's score) the
-codes live in ``IndexIVFPQFastScan`` lists (not residual: the bit weights do not depend on the
-list), which `SGHIndex` chooses on the features and hands to ``search_preassigned``.
+Grouped in fours, a code's bits name one of the 16 corners of ``{0,1}^4``, and a per-bit score's
+share of a group is the inner product of the query's four weights with that corner: faiss's
+inner-product PQ with 4-bit sub-quantizers whose centroids are the corners, whose codes are the
+packed codes' nibbles as they are. The per-item term ``||h B||^2`` rides along as two more
+sub-quantizers (8 bits). Both quantisations make the scan approximate: a search rescores its
+``refine_factor * k`` best by the exact float32 score (`rescore_top_k`). With ``nlist`` the codes
+live in ``IndexIVFPQFastScan`` lists (not residual: the bit weights do not depend on the list),
+which `SGHIndex` chooses on the features and hands to ``search_preassigned``.
 """
 
 from __future__ import annotations
@@ -33,20 +30,17 @@ _CORNERS = ((np.arange(16)[:, None] >> (3 - np.arange(4))) & 1).astype(np.float3
 
 
 class FastScanIndex:
-    """Packed codes searched by one `AsymmetricScore` or flat by a `ByteDecoder` on faiss's
-    fast-scan kernels (module doc). Items are rows ``0 .. ntotal - 1`` in the order they were
-    added; ``lists`` (with ``nlist``) says which inverted list each row is in."""
+    """Packed codes searched by one `AsymmetricScore` on faiss's fast-scan kernels (module doc).
+    Items are rows ``0 .. ntotal - 1`` in the order they were added; ``lists`` (with ``nlist``)
+    says which inverted list each row is in."""
 
-    def __init__(self, score, nlist: int | None = None) -> None:
+    def __init__(self, score: AsymmetricScore, nlist: int | None = None) -> None:
         self.score = score
         self.bits = score.bits
         self.nlist = None if nlist is None else check_int("nlist", nlist, 1)
         self.refine_factor = DEFAULT_REFINE_FACTOR
         self._groups = -(-self.bits // 4)
-        # A byte decoder's 4-bit books, fitted to the codes as the scan is built (`_build`).
-        self._books = None if isinstance(score, AsymmetricScore) else np.zeros(0)
-        self._has_norms = self._books is not None or score.code_templates is not None
-        self._step = 1.0  # the item term's 8-bit step (`_build`)
+        self._has_norms = score.code_templates is not None
         self.codes = np.zeros((0, -(-self.bits // 8)), np.uint8)
         self.norms = np.zeros(0, np.float32)
         self.lists = np.zeros(0, np.int64)
@@ -82,15 +76,16 @@ class FastScanIndex:
         ``-1``. ``probes``: ``(nq, nprobe)`` the lists each query scans (with ``nlist``);
         ``workers``: threads of the rescoring (faiss's scan takes faiss's)."""
         k = check_int("k", k, 1)
-        nq = len(queries)
+        weights = self.score.bit_weights(queries)
+        tables = self.score.tables_of(weights)
+        nq = len(tables)
         D = np.full((nq, k), np.inf, np.float32)
         I = np.full((nq, k), -1, np.int64)
         if self.ntotal == 0 or nq == 0:
             return D, I
-        index = self._index()  # first: a byte decoder's tables need its books
-        fast_tables, tables = self._query_tables(queries)
         depth = min(self.ntotal, max(k, int(self.refine_factor) * k))
-        targets = self._targets(fast_tables)
+        targets = self._targets(weights)
+        index = self._index()
         if self.nlist is None:
             _, candidates = index.search(targets, depth)
         else:
@@ -108,27 +103,14 @@ class FastScanIndex:
         run_query_blocks(rescore, nq, workers)
         return D, I
 
-    def _query_tables(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The fast scan's 4-bit tables ``(nq, groups, 16)`` and the exact score's byte tables
-        ``(nq, bytes, 256)`` of each query (module doc)."""
-        if self._books is not None:
-            return (self.score.nibble_tables(queries, self._books),
-                    self.score.lookup_tables(queries))
-        weights = self.score.bit_weights(queries)
-        grouped = np.zeros((len(weights), 4 * self._groups), np.float32)
-        grouped[:, : self.bits] = weights
-        return (grouped.reshape(len(weights), self._groups, 4) @ _CORNERS.T,
-                self.score.tables_of(weights))
-
-    def _targets(self, fast_tables: np.ndarray) -> np.ndarray:
-        """The queries as faiss sees them (module doc): minus their tables (inner product:
-        larger is nearer), then minus the item term's levels (steps of 16 and 1)."""
-        targets = np.zeros((len(fast_tables), 16 * self.subquantizers), np.float32)
-        targets[:, : 16 * self._groups] = -fast_tables.reshape(len(fast_tables), -1)
+    def _targets(self, weights: np.ndarray) -> np.ndarray:
+        """The queries as faiss sees them: minus their bit weights (inner product: larger is
+        nearer), then -1 on each nibble of the item constant (weights 16 and 1 of its step)."""
+        targets = np.zeros((len(weights), 4 * self.subquantizers), np.float32)
+        targets[:, : self.bits] = -weights
         if self._has_norms:
-            # Levels above the minimum: a per-query constant (the minimum) changes no ranking.
-            levels = np.arange(16) * self._step
-            targets[:, 16 * self._groups :] = -np.concatenate([16 * levels, levels])
+            targets[:, 4 * self._groups] = -1.0
+            targets[:, 4 * self._groups + 4] = -1.0
         return targets
 
     def _index(self):
@@ -139,16 +121,17 @@ class FastScanIndex:
     def _build(self):
         import faiss  # on first use: `import sgh.search` stays light
 
-        m, d = self.subquantizers, 16 * self.subquantizers
-        centroids = np.tile(np.eye(16, dtype=np.float32), (m, 1, 1))
+        m, d = self.subquantizers, 4 * self.subquantizers
+        centroids = np.zeros((m, 16, 4), np.float32)
+        centroids[: self._groups] = _CORNERS
         pq_codes = swap_nibbles(self.codes)
-        item_terms = self.norms
-        if self._books is not None:
-            self._books, item_terms = self.score.nibble_form(self.codes)
         if self._has_norms:
-            low, high = float(item_terms.min()), float(item_terms.max())
-            self._step = (high - low) / 255.0 if high > low else 1.0
-            levels = np.clip(np.rint((item_terms - low) / self._step), 0, 255).astype(np.uint8)
+            low, high = float(self.norms.min()), float(self.norms.max())
+            step = (high - low) / 255.0 if high > low else 1.0
+            # Levels above the minimum: a per-query constant (the minimum) changes no ranking.
+            centroids[self._groups, :, 0] = np.arange(16) * 16 * step
+            centroids[self._groups + 1, :, 0] = np.arange(16) * step
+            levels = np.clip(np.rint((self.norms - low) / step), 0, 255).astype(np.uint8)
             pq_codes = _append_nibbles(pq_codes, self._groups, [levels >> 4, levels & 15])
         # Filled as an IndexPQ or IndexIVFPQ, then converted: the conversion interleaves the
         # codes as faiss's fast-scan kernels take them.

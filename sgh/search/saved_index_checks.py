@@ -15,7 +15,7 @@ _KEYS = {"format": ("U", 0), "codes": ("u", 2), "lists": ("iu", 1),
          "refine_factor": ("iu", 0), "fingerprint": ("U", 0)}
 _OPTIONAL = {"ids": ("iu", 1), "decoder": ("U", 0), "encoding": ("U", 0), "next_id": ("iu", 0),
              "centroids": ("f", 2)}
-_LEAST = {"nlist": 0, "nprobe": 1, "shortlist": 0, "refine_factor": 0, "next_id": 0}
+_LEAST = {"nlist": 0, "nprobe": 1, "shortlist": 0, "refine_factor": 1, "next_id": 0}
 
 
 def check_saved_arrays(arrays: dict[str, np.ndarray], where: str, scores,

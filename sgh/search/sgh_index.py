@@ -32,7 +32,7 @@ from sgh.codes import pack_bits, validate_codes
 from sgh.data.neighbours import exact_neighbours
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.streamed_features import evenly_spaced, take_rows
-from sgh.errors import UserInputError, check_choice, check_int
+from sgh.errors import UserInputError, check_int
 from sgh.metrics.neighbour_recall import recall_of_results
 from sgh.scores.asymmetric import AsymmetricScore
 from sgh.scores.asymmetric_index import AsymmetricIndex
@@ -53,8 +53,7 @@ MODES = ("hamming", "scan", "two_stage")
 DECODERS = ("model", "bytes")  # what ranks the codes: the model's scores, or a byte decoder
 # The files of a saved index (a directory): faiss opens CODES_FILE with faiss.read_index.
 INDEX_FILE, SCORES_FILE, CODES_FILE = "index.npz", "scores.npz", "codes.faiss"
-# 2: a byte decoder's lists hold residuals; 3: refine_factor 0 is the byte decoder's exact scan.
-_FORMAT, _FORMATS_READ = "sgh-index 3", ("sgh-index 2", "sgh-index 3")
+_FORMAT = "sgh-index 2"  # 2: a byte decoder's inverted lists hold codes of residuals
 # The mark `save` leaves: a folder that merely holds files of these names is the user's.
 SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CODES_FILE})",
                             required=frozenset({INDEX_FILE, SCORES_FILE, CODES_FILE}),
@@ -87,7 +86,10 @@ class SGHIndex:
                  decoder: str = "model", encoding: str | None = None,
                  verbose: bool = False) -> None:
         self.verbose = verbose
-        self.decoder = check_choice("decoder", decoder, DECODERS)
+        if decoder not in DECODERS:
+            raise ValueError(f"decoder={decoder!r} is not known; accepted: "
+                             f"{', '.join(DECODERS)}")
+        self.decoder = decoder
         self.scores = ScoreSet.of_model(model)
         # Inverted lists code residuals, which the model's decoder was not trained on.
         self.byte_decoder: ByteDecoder | None = (
@@ -99,8 +101,7 @@ class SGHIndex:
         self.nlist = None if nlist is None else check_int("nlist", nlist, 1)
         self.mode = mode
         self._nprobe, self.shortlist = 1, None
-        # 0: the byte decoder's exact scan of every code; r: faiss's fast scan, then r * k exactly.
-        self.refine_factor = 0 if decoder == "bytes" else DEFAULT_REFINE_FACTOR
+        self.refine_factor = DEFAULT_REFINE_FACTOR
         self._items = IndexItems(-(-self.bits // 8), listed=self.nlist is not None)
         self._centroids: np.ndarray | None = None
         # The engines of the items as they are now: replaced, never emptied, on every change, so
@@ -113,7 +114,8 @@ class SGHIndex:
 
     @mode.setter
     def mode(self, mode: str) -> None:
-        check_choice("mode", mode, MODES)
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} is not known; accepted: {', '.join(MODES)}")
         if self.decoder == "bytes" and mode != "scan":
             raise ValueError(f"mode={mode!r}: an index with decoder='bytes' has one mode, "
                              "'scan' (its codes are the byte decoder's, not the encoder's)")
@@ -282,8 +284,7 @@ class SGHIndex:
                 queries, self.nprobe)[1]
             if self.decoder == "bytes":
                 if probes is None:
-                    engine = self._engine("bytes" if self.refine_factor == 0 else "bytes_fast")
-                    D, rows = engine.search(queries, k, workers=threads)
+                    D, rows = self._engine("bytes").search(queries, k, workers=threads)
                     # The scan's score lacks the query's own ||x||^2: added, D is a distance.
                     D += np.einsum("ij,ij->i", queries, queries)[:, None]
                 else:
@@ -342,10 +343,9 @@ class SGHIndex:
         if name == "bytes_lists":
             return InvertedTableScan(self.byte_decoder, self._items.codes, self._items.lists,
                                      self._centroids)
-        if name in ("scan", "shortlist", "bytes_fast"):
-            kind = {"scan": self.scores.chosen, "shortlist": "encoder"}.get(name)
-            engine = FastScanIndex(self.scores.scores[kind] if kind else self.byte_decoder,
-                                   self.nlist)  # bytes_fast: flat, nlist None
+        if name in ("scan", "shortlist"):
+            kind = self.scores.chosen if name == "scan" else "encoder"
+            engine = FastScanIndex(self.scores.scores[kind], self.nlist)
             engine.add(self._items.codes, self._items.lists)  # lists: read with nlist only
             return engine
         if name == "rescore":
@@ -406,9 +406,8 @@ class SGHIndex:
             raise UserInputError(f"{path}: no {INDEX_FILE} there; expected a directory "
                                  "SGHIndex.save wrote")
         arrays = read_npz_arrays(path / INDEX_FILE)
-        if str(arrays.get("format", "")) not in _FORMATS_READ:
-            raise UserInputError(f"{path / INDEX_FILE}: key 'format' is not "
-                                 f"{' or '.join(map(repr, _FORMATS_READ))}; "
+        if str(arrays.get("format", "")) != _FORMAT:
+            raise UserInputError(f"{path / INDEX_FILE}: key 'format' is not {_FORMAT!r}; "
                                  "expected a file this sgh's SGHIndex.save wrote (build it again)")
         try:
             scores = ScoreSet.load(path / SCORES_FILE)
@@ -430,9 +429,7 @@ class SGHIndex:
                 index.byte_decoder = ByteDecoder.from_arrays(arrays, where, _BYTE_DECODER)
                 if (index.byte_decoder.bits, index.byte_decoder.dim) != (index.bits, index.dim):
                     raise ValueError("its byte decoder is of another model's codes or features")
-            exact = decoder == "bytes" and str(arrays["format"]) == "sgh-index 2"  # 2's scan
-            index.nprobe, index.refine_factor = int(arrays["nprobe"]), int(
-                0 if exact else arrays["refine_factor"])
+            index.nprobe, index.refine_factor = int(arrays["nprobe"]), int(arrays["refine_factor"])
             index.shortlist = int(arrays["shortlist"]) or None
             index._centroids = arrays.get("centroids")
             index._items.append(validate_codes(arrays["codes"], index.bits, "codes"),
