@@ -203,8 +203,9 @@ class AsymmetricScore:
         padded[:, : self.bits] = weights
         return padded.reshape(len(weights), code_bytes, 8) @ _BYTE_BITS
 
-    def item_norms(self, codes: np.ndarray) -> np.ndarray:
-        """``(n,)`` float32 ``||h B||^2`` of each packed code (zeros without ``B``)."""
+    def item_terms(self, codes: np.ndarray) -> np.ndarray:
+        """``(n,)`` float32: the scan's per-item term, ``||h B||^2`` of each packed code (zeros
+        without ``B``)."""
         codes = validate_codes(codes, self.bits, "codes")
         norms = np.zeros(len(codes), np.float32)
         if self.code_templates is None:

@@ -1,7 +1,7 @@
 """Exact search of binary codes by an asymmetric score: real-valued queries, binary database.
 
 ``AsymmetricIndex(score)`` holds packed database codes and each item's code term
-(`AsymmetricScore.item_norms`), or for a score with ``pair_tables`` (the byte decoder) the codes
+(`AsymmetricScore.item_terms`), or for a score with ``pair_tables`` (the byte decoder) the codes
 alone: the scans compute the term per tile, or for a call of a few queries read a one-byte bound
 of it (`_term_bounds`). A search scans with the kernels of :mod:`sgh.scores.lookup_kernels`, in
 bounded memory: queries in blocks, the database in tiles, only the running top k kept.
@@ -103,7 +103,7 @@ class AsymmetricIndex:
             self._bounds = None
             self._codes.append(np.ascontiguousarray(codes))
             if not self._terms_from_codes:
-                self._norms.append(self.score.item_norms(codes))
+                self._norms.append(self.score.item_terms(codes))
 
     def codes(self) -> np.ndarray:
         """All database codes in id order."""
@@ -113,7 +113,7 @@ class AsymmetricIndex:
     def norms(self) -> np.ndarray:
         """Each item's code term of the score, in id order."""
         if self._terms_from_codes:
-            return self.score.item_norms(self.codes())
+            return self.score.item_terms(self.codes())
         return self._held_norms()
 
     def _held_norms(self) -> np.ndarray:
@@ -172,7 +172,7 @@ class AsymmetricIndex:
         """``(levels, level_terms, error)``: each item's pair term in one byte
         (`one_byte_terms`), ``level_terms[level]`` within ``error`` of it; computed once."""
         if self._bounds is None:
-            terms = self.score.item_norms(self.codes())
+            terms = self.score.item_terms(self.codes())
             levels, level_terms, _ = one_byte_terms(terms)
             self._bounds = (levels, level_terms, np.abs(level_terms[levels] - terms).max())
         return self._bounds
@@ -210,7 +210,7 @@ class AsymmetricIndex:
         safe = np.where(valid, candidates, 0)
         # norm + table[q, j, code[c, j]] over the bytes j in the kernels' order: float32 sums
         # bit-identical to a full scan's, so rescoring never reorders near ties differently.
-        D = (self.score.item_norms(codes[safe.ravel()]).reshape(safe.shape)
+        D = (self.score.item_terms(codes[safe.ravel()]).reshape(safe.shape)
              if self._terms_from_codes else self._held_norms()[safe])
         for j in range(codes.shape[1]):
             D += np.take_along_axis(tables[:, j, :], codes[safe, j].astype(np.intp), axis=1)

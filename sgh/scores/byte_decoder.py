@@ -148,7 +148,7 @@ class ByteDecoder:
         return (self._books_squared - 2.0 * products).astype(np.float32).reshape(
             len(products), len(self.tables), 256)
 
-    def item_norms(self, codes: np.ndarray) -> np.ndarray:
+    def item_terms(self, codes: np.ndarray) -> np.ndarray:
         """``(n,)`` float32: the scan's per-item term, ``2 sum_{a<b} <C'_a[h_a], C'_b[h_b]>``
         (the part of ``||x^(h)||^2`` no single byte holds), summed as the scans sum it."""
         codes = np.ascontiguousarray(validate_codes(codes, self.bits, "codes"))
@@ -175,7 +175,7 @@ class ByteDecoder:
         """``(n,)`` float32 ``||x^(h)||^2`` of packed codes."""
         codes = validate_codes(codes, self.bits, "codes")
         per_byte = self._books_squared.reshape(-1, 256)
-        return self.item_norms(codes) + sum(per_byte[j][codes[:, j]] for j in range(len(per_byte))
+        return self.item_terms(codes) + sum(per_byte[j][codes[:, j]] for j in range(len(per_byte))
                                             ).astype(np.float32)
 
     def _in_features(self, coordinates: np.ndarray) -> np.ndarray:

@@ -66,7 +66,7 @@ class FastScanIndex:
                                  f"0 .. {self.nlist - 1}")
             self.lists = joined(self.lists, lists)
         self.codes = joined(self.codes, codes)
-        self.norms = joined(self.norms, self.score.item_norms(codes))
+        self.norms = joined(self.norms, self.score.item_terms(codes))
         self._faiss_index = None
 
     def search(self, queries: np.ndarray, k: int, probes: np.ndarray | None = None,

@@ -3,7 +3,7 @@
 An item coded as its residual to its list's centroid ``c_l`` is reconstructed as ``c_l + x^(h)``;
 a query's squared distance to it, ``||q - c_l||^2 - 2 <q - c_l, x^(h)> + ||x^(h)||^2``, is one
 constant per probed list, the query's lookup tables minus the centroid's, and the item's cross
-terms of the norm (`ByteDecoder.item_norms`), computed from the codes once per call for the
+terms of the norm (`ByteDecoder.item_terms`), computed from the codes once per call for the
 items of the lists its queries probe: B bytes per item. A call whose queries probe each list
 too seldom to share those terms reads a one-byte bound of each item's terms (kept in memory
 once computed) and computes the exact terms only where the bound could reach the top k, as
@@ -30,7 +30,7 @@ from sgh.scores.lookup_kernels import (
 class InvertedTableScan:
     """Packed residual ``codes`` in the lists of ``centroids`` (``lists``: each row's, in
     non-decreasing order), scored by ``score``: an object with ``lookup_tables(queries)``,
-    ``item_norms(codes)`` and ``pair_tables`` (a `ByteDecoder`)."""
+    ``item_terms(codes)`` and ``pair_tables`` (a `ByteDecoder`)."""
 
     def __init__(self, score, codes: np.ndarray, lists: np.ndarray, centroids: np.ndarray) -> None:
         if np.any(lists[:-1] > lists[1:]):  # each list must be one contiguous run of rows
@@ -105,7 +105,7 @@ class InvertedTableScan:
         """``(levels, level_terms, error)``: each item's cross terms in one byte
         (`one_byte_terms`), ``level_terms[level]`` within ``error`` of them; computed once."""
         if self._bounds is None:
-            terms = self.score.item_norms(self.codes)
+            terms = self.score.item_terms(self.codes)
             levels, level_terms, _ = one_byte_terms(terms)
             self._bounds = (levels, level_terms, np.abs(level_terms[levels] - terms).max())
         return self._bounds

@@ -214,7 +214,7 @@ def test_the_scan_holds_the_codes_alone_and_ranks_by_distance_to_the_reconstruct
     tables = decoder.lookup_tables(queries)
     held_D = np.full((37, 50), np.inf, np.float32)
     held_I = np.full((37, 50), -1, np.int64)
-    scan_top_k(tables, codes, decoder.item_norms(codes), np.zeros((0, 1 << 16), np.float32), 0,
+    scan_top_k(tables, codes, decoder.item_terms(codes), np.zeros((0, 1 << 16), np.float32), 0,
                held_D, held_I)
     sort_heaps(held_D, held_I)
     np.testing.assert_array_equal(D, held_D)
