@@ -72,6 +72,24 @@ def test_the_large_index_bench_builds_searches_and_reloads_identically(clustered
     assert [search["nprobe"] for search in layouts["IVF8"]["searches"]] == [2, 8]
 
 
+def test_the_large_index_bench_serves_the_byte_decoder_too(clustered, tmp_path):
+    data, run_dir = clustered
+    out = tmp_path / "bytes.json"
+    _script("bench_large_index.py", "--run", str(run_dir), "--data", str(data), "--nlist", "8",
+            "--nprobes", "8", "--decoder", "bytes", "--encoding", "flip4",
+            "--work", str(tmp_path / "work"), "--json", str(out))
+    layouts = {entry["layout"]: entry for entry in json.loads(out.read_text())}
+    assert set(layouts) == {"flat", "IVF8"}
+    for entry in layouts.values():
+        assert (entry["decoder"], entry["encoding"]) == ("bytes", "flip4")
+        assert entry["items"] == 3000 and entry["identical_after_save_and_load"]
+        # The byte decoder's scans read the index's own codes: no faiss copy of them.
+        memory = entry["bytes_per_item_in_memory"]
+        assert memory["code"] == 2.0 and "faiss_fast_scan_codes" not in memory
+        (search,) = entry["searches"]
+        assert 0 < search["recall10@100"] <= 1 and search["queries_per_second"] > 0
+
+
 def test_faiss_anchors_are_measured_on_the_same_files(clustered, tmp_path):
     data, _ = clustered
     out = tmp_path / "faiss.json"
