@@ -83,21 +83,19 @@ def memory_per_item(index: SGHIndex) -> dict:
     """Bytes per item the loaded index holds, by part (module doc)."""
     n = index.ntotal
     parts = {name: float(size) for name, size in index.bytes_per_item.items()}
-    if index.decoder == "bytes":
-        parts["total"] = sum(parts.values())
-        return {name: round(value, 2) for name, value in parts.items()}
-    scan = index._engine("scan")  # the model's scan, built
-    engine = scan._index()  # its faiss index
-    ivf = faiss.try_extract_index_ivf(engine)
-    parts["norms_for_the_refine"] = scan.norms.nbytes / n
-    if ivf is None:
-        parts["faiss_fast_scan_codes"] = engine.codes.size() / n
-    else:  # blocks of 32 codes per list, and an int64 id per item
-        lists = faiss.downcast_InvertedLists(ivf.invlists)
-        parts["faiss_fast_scan_codes"] = sum(
-            -(-lists.list_size(i) // lists.n_per_block) * lists.block_size
-            for i in range(ivf.nlist)) / n
-        parts["faiss_ids"] = 8.0
+    if index.decoder == "model":  # the byte decoder's scans read the index's own codes
+        scan = index._engine("scan")  # the model's scan, built
+        engine = scan._index()  # its faiss index
+        ivf = faiss.try_extract_index_ivf(engine)
+        parts["norms_for_the_refine"] = scan.norms.nbytes / n
+        if ivf is None:
+            parts["faiss_fast_scan_codes"] = engine.codes.size() / n
+        else:  # blocks of 32 codes per list, and an int64 id per item
+            lists = faiss.downcast_InvertedLists(ivf.invlists)
+            parts["faiss_fast_scan_codes"] = sum(
+                -(-lists.list_size(i) // lists.n_per_block) * lists.block_size
+                for i in range(ivf.nlist)) / n
+            parts["faiss_ids"] = 8.0
     parts["total"] = sum(parts.values())
     return {name: round(value, 2) for name, value in parts.items()}
 

@@ -160,7 +160,7 @@ class ByteDecoder:
     def pair_tables(self) -> np.ndarray:
         """``(pairs, 65536)`` float32: for each byte pair ``a < b`` in `pair_terms`' order,
         ``2 <C'_a[u], C'_b[v]>`` at ``256 u + v`` (256 KB per pair), built once."""
-        books = self.books().astype(np.float64)
+        books = self.books.astype(np.float64)
         pairs = [2.0 * books[a] @ books[b].T for a in range(len(books))
                  for b in range(a + 1, len(books))]
         return np.ascontiguousarray(np.reshape(pairs, (len(pairs), 256 * 256)), np.float32)
@@ -168,7 +168,7 @@ class ByteDecoder:
     @functools.cached_property
     def _books_squared(self) -> np.ndarray:
         """``(bytes * 256,)`` float64 ``||C'_j[v]||^2``: the per-byte part of the norm."""
-        books = self.books().astype(np.float64)
+        books = self.books.astype(np.float64)
         return np.einsum("jvd,jvd->jv", books, books).ravel()
 
     def squared_norms(self, codes: np.ndarray) -> np.ndarray:
@@ -181,8 +181,10 @@ class ByteDecoder:
     def _in_features(self, coordinates: np.ndarray) -> np.ndarray:
         return coordinates if self.basis is None else coordinates @ self.basis.T
 
+    @functools.cached_property
     def books(self) -> np.ndarray:
-        """The tables in the features' coordinates, the offset in the first: ``C'`` (module doc)."""
+        """The tables in the features' coordinates, the offset in the first: ``C'`` (module
+        doc); computed once (the pair tables, the norms and faiss's codebooks read it)."""
         books = self._in_features(self.tables).astype(np.float32)
         books[0] += self.offset
         return books

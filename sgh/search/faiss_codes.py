@@ -25,7 +25,7 @@ def additive_quantizer(decoder: ByteDecoder, codes: np.ndarray, lists: np.ndarra
     import faiss  # on first use: `import sgh.search` stays light
 
     codes = validate_codes(codes, decoder.bits, "codes")
-    books = decoder.books()
+    books = decoder.books
     norm_type = faiss.AdditiveQuantizer.ST_norm_qint8
     if lists is None:
         index = faiss.IndexLocalSearchQuantizer(decoder.dim, len(books), 8, faiss.METRIC_L2,
