@@ -51,14 +51,14 @@ from sgh.search.sgh_index import SGHIndex
 K, ROUNDS = 100, 3
 # Runs sgh-index in this child and prints its own peak RSS at exit.
 CHILD = """
-import atexit, sys
+import atexit
 def peak():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             print("PEAK_RSS_BYTES", int(line.split()[1]) * 1024, flush=True)
 atexit.register(peak)
 from sgh.cli.index import main
-main(sys.argv[1:])
+main()
 """
 
 

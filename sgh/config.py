@@ -178,6 +178,48 @@ class EncodeCommandConfig:
     input_scale: str = "auto"  # INPUT_SCALES
 
 
+@dataclass
+class ExportCommandConfig:
+    """`sgh-export`: the finished run whose encoder is written to `<run>/encoder`."""
+
+    run: str | None = None  # an sgh-train run directory
+
+
+@dataclass
+class IndexBuildConfig:
+    """`sgh-index build`: an SGHIndex of a run, over its database codes or a vector file."""
+
+    run: str = MISSING  # an sgh-train run directory
+    out: str = MISSING  # the saved index, a directory
+    input: str | None = None  # vectors indexed in its place (ids: their rows), as sgh-encode's
+    key: str | None = None  # the array in an .npz / .mat / .hdf5 input
+    nlist: int | None = None  # inverted lists (k-means); None: one flat scan
+    mode: str = "scan"  # sgh.search.sgh_index.MODES
+    decoder: str = "model"  # what ranks: the model's scores, or bytes (a table per code byte)
+    encoding: str | None = None  # the byte decoder's: encoder, flipT, icmN or local_search
+    batch_size: int = ENCODE_BATCH_SIZE  # rows read and added at a time
+    input_scale: str = "auto"  # INPUT_SCALES
+
+
+@dataclass
+class IndexSearchConfig:
+    """`sgh-index search`: each query's `k` nearest items of a saved index, to an .npz."""
+
+    index: str = MISSING  # a saved SGHIndex (sgh-index build's out=)
+    input: str = MISSING  # the queries, any file sgh-encode reads
+    key: str | None = None  # the array in an .npz / .mat / .hdf5 input
+    out: str = MISSING  # D and I, .npz
+    k: int = 100  # results per query
+    mode: str | None = None  # None: the index's own
+    nprobe: int | None = None  # lists scanned per query; None: the index's own
+    shortlist: int | None = None  # two_stage's candidates per query; None: the index's own
+    refine_factor: int | None = None  # the scan rescores refine_factor x k candidates exactly
+    groundtruth: str | None = None  # each query's nearest ids: Recall10@N in the results
+    groundtruth_key: str | None = None  # the array in an .npz / .mat / .hdf5 groundtruth
+    batch_size: int = ENCODE_BATCH_SIZE  # queries read and searched at a time
+    input_scale: str = "auto"  # INPUT_SCALES
+
+
 def dataset_config_from(section: dict) -> FileDatasetConfig | SyntheticDatasetConfig:
     """The dataset section of a run's config.yaml as its dataclass."""
     return (FileDatasetConfig if "path" in section else SyntheticDatasetConfig)(**section)

@@ -136,5 +136,5 @@ def test_every_command_runs_from_an_empty_directory_outside_the_repository(insta
                         "--no-tensorboard")
     assert "mnist" in compared.stdout and (work / "compared" / "comparison.md").is_file()
 
-    _command(installed, "sgh-export", str(run_dir))
+    _command(installed, "sgh-export", f"run={run_dir}")
     assert (run_dir / "encoder" / "saved_model.pb").is_file()

@@ -32,15 +32,6 @@ def _report(program: str, line: str, status: int):
     sys.exit(status)
 
 
-def print_help(summary: str, usage: str, guide: str) -> None:
-    """`--help` of a command outside Hydra: what it does, its usage, and its pages on this
-    machine, as the Hydra commands' help ends."""
-    from sgh.cli.resources import DOCS_DIR
-
-    print(f"{summary}\n\n{usage}\n\nGuide: {DOCS_DIR / guide}\n"
-          f"Every key: {DOCS_DIR / 'reference' / 'configuration.md'}")
-
-
 @contextmanager
 def exit_on_failure(program: str, *, output_key: str | None = None,
                     output_path: str | os.PathLike | None = None,

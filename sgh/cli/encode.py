@@ -15,9 +15,7 @@ import os
 import time
 from pathlib import Path
 
-import hydra
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from sgh.artifacts.atomic import FileKind, atomic_file, refuse_to_replace, write_bytes
 from sgh.artifacts.codes_file import record_path
@@ -33,13 +31,10 @@ from sgh.cli.input_scale import (
     training_scale,
 )
 from sgh.cli.out_file_command import run_out_file_command, writing_out
-from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import INPUT_SCALES, EncodeCommandConfig
 from sgh.data.vector_files import open_vectors
 from sgh.errors import UserInputError, check_choice, check_int
 from sgh.model.quiet_tensorflow import import_tensorflow
-
-register_configs()
 
 
 def _is_a_record(path: Path) -> bool:
@@ -176,15 +171,8 @@ def _encode(config: EncodeCommandConfig) -> None:
         encode_file(config)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="encode")
-def _hydra_main(cfg: DictConfig) -> None:
-    """A sweep's job (`sgh.cli.hydra_command` runs a plain run itself)."""
-    _encode(OmegaConf.to_object(cfg))
-
-
 def main() -> None:
-    run_out_file_command("sgh-encode", "encode", _hydra_main, _encode, _check_arguments,
-                         lambda config: config.out)
+    run_out_file_command("sgh-encode", "encode", _encode, _check_arguments, lambda job: job.out)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig, OmegaConf
-
 from sgh.artifacts.atomic import write_json
 from sgh.artifacts.codes_file import load_codes, refuse_another_models_scores
 from sgh.artifacts.output_places import check_writable_place
@@ -21,7 +18,6 @@ from sgh.artifacts.run_lock import refuse_a_run_being_written
 from sgh.artifacts.run_outputs import refuse_a_run_file
 from sgh.artifacts.run_split import recorded_split
 from sgh.cli.out_file_command import run_out_file_command, writing_out
-from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import EvalCommandConfig, EvalConfig, validate_eval
 from sgh.errors import UserInputError
 from sgh.metrics.conventions import RESULT_CONVENTIONS
@@ -30,8 +26,6 @@ from sgh.reports.results_table import results_table
 from sgh.scores.posterior_modes import check_encoding_setting
 from sgh.scores.score_set import ScoreSet
 from sgh.search.rankings import evaluation_ranking
-
-register_configs()
 
 
 def evaluate_codes(config: EvalCommandConfig) -> dict:
@@ -118,12 +112,6 @@ def _evaluate(config: EvalCommandConfig) -> None:
         evaluate_codes(config)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="evaluate")
-def _hydra_main(cfg: DictConfig) -> None:
-    """A sweep's job (`sgh.cli.hydra_command` runs a plain run itself)."""
-    _evaluate(OmegaConf.to_object(cfg))
-
-
 def _output_of(config: EvalCommandConfig) -> Path | None:
     """Where a job writes: `out`, else a re-scored run's eval.json."""
     if config.out is not None:
@@ -132,8 +120,7 @@ def _output_of(config: EvalCommandConfig) -> Path | None:
 
 
 def main() -> None:
-    run_out_file_command("sgh-eval", "evaluate", _hydra_main, _evaluate, _check_arguments,
-                         _output_of)
+    run_out_file_command("sgh-eval", "evaluate", _evaluate, _check_arguments, _output_of)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
-"""`sgh-export RUN_DIR`: export the encoder of a finished run that has none (`<run_dir>/encoder/`,
-rebuilt from `config.yaml` and the checkpoint that made `codes.npz`)."""
+"""`sgh-export run=RUN_DIR`: export the encoder of a finished run that has none
+(`<run_dir>/encoder/`, rebuilt from `config.yaml` and the checkpoint that made `codes.npz`)."""
 
 from __future__ import annotations
 
 import os
-import sys
+from functools import partial
 from pathlib import Path
 
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_lock import refuse_a_run_being_written, run_lock
-from sgh.cli.boundary import exit_on_failure, print_help
+from sgh.cli.boundary import exit_on_failure
+from sgh.cli.hydra_command import run_hydra_command
+from sgh.config import ExportCommandConfig
 from sgh.errors import UserInputError
 from sgh.model.quiet_tensorflow import import_tensorflow
 
@@ -30,17 +32,19 @@ def export_run(run_dir: str | os.PathLike) -> Path:
         return export_encoder(restore_run_model(run_dir), run.encoder, unit_normalise=angular)
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["--help"], ["-h"]):
-        print_help("sgh-export: write the SavedModel encoder of a finished run that has none",
-                   "usage: sgh-export RUN_DIR", "guide/export.md")
-        return
-    with exit_on_failure("sgh-export"):
-        if len(argv) != 1 or argv[0].startswith("-"):
-            raise UserInputError("usage: sgh-export RUN_DIR (a finished sgh-train run)")
+def _export(config: ExportCommandConfig) -> None:
+    with exit_on_failure("sgh-export"):  # here, or Hydra's `run_job` prints a line of its own
+        if config.run is None:
+            raise UserInputError("run= is missing; usage: sgh-export run=RUN_DIR (a finished "
+                                 "sgh-train run)")
         import_tensorflow()
-        print(f"[sgh] exported {export_run(argv[0])}")
+        print(f"[sgh] exported {export_run(config.run)}")
+
+
+def main() -> None:
+    # A sweep's jobs need no check before the first: all of them have run=, or none has.
+    run_hydra_command("sgh-export", "export", _export, lambda _config, typed: partial(
+        _export, typed), lambda _jobs, _config: None, positional="run")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""A Hydra command's command line (`sgh-train`, `sgh-eval`, `sgh-encode`), every mistake one line.
+"""A Hydra command's command line (every `sgh-*` but `sgh-compare`), every mistake one line.
 
 A run is composed once here and run by Hydra's own `run_job` (`@hydra.main` would compose it
 twice, and report a mistake in several lines after making the run directory). A sweep goes to
@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import itertools
 import os
 import sys
 import warnings
 from collections.abc import Callable
 
+import hydra
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -29,18 +31,23 @@ from omegaconf.errors import OmegaConfBaseException
 
 from sgh.cli.boundary import exit_on_failure
 from sgh.cli.hydra_errors import hydra_error_line, override_parse_line, unknown_key_line
-from sgh.cli.schemas import CONFIG_PATH
+from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.errors import UserInputError
 
 
-def run_hydra_command(program: str, config_name: str, hydra_main: Callable[[], object],
+def run_hydra_command(program: str, config_name: str, sweep_job: Callable[[object], object],
                       prepare: Callable[[DictConfig, object], Callable[[], object]],
                       check_sweep: Callable[[list, DictConfig], None],
-                      output_key: str | None = None) -> None:
+                      output_key: str | None = None, positional: str | None = None) -> None:
     """A run through the task `prepare` makes of its composed and typed configurations; a sweep
-    through `hydra_main` (`@hydra.main`) once `check_sweep` passed its typed jobs."""
+    through `@hydra.main`, `sweep_job` of each typed configuration, once `check_sweep` passed them.
+    `positional`: the key a bare word would mean (`sgh-export DIR`), which the refusal names."""
     with exit_on_failure(program, output_key=output_key):
+        register_configs()
         args = _arguments(sys.argv[1:])
+        bare = [text for text in args.overrides if "=" not in text and text[:1] != "~"]
+        if positional and bare:
+            raise UserInputError(f"{bare[0]} is not key=value; write {positional}={bare[0]}")
         quoted = {text: _quoted_beyond_ascii(text) for text in args.overrides}
         sys.argv[1:] = [quoted.get(argument, argument) for argument in sys.argv[1:]]
         if not (args.help or args.hydra_help or args.version or args.cfg or args.info
@@ -54,7 +61,9 @@ def run_hydra_command(program: str, config_name: str, hydra_main: Callable[[], o
                     return _run(*jobs[0], prepare)
                 check_sweep([typed for _, typed in jobs], jobs[0][0])
         os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors, told in one line above
-        hydra_main()
+        # Hydra names the jobs after `sweep_job`'s module: it unwraps what `functools.wraps` wraps.
+        hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name=config_name)(
+            functools.wraps(sweep_job)(lambda cfg: sweep_job(OmegaConf.to_object(cfg))))()
 
 
 def _arguments(arguments: list[str]):

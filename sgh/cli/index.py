@@ -18,14 +18,15 @@ from sgh.artifacts.atomic import atomic_file, refuse_to_replace
 from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file
-from sgh.cli.boundary import exit_on_failure, print_help
+from sgh.cli.boundary import exit_on_failure
 from sgh.cli.input_scale import (
     refuse_another_scale,
     refuse_unscaled_rows,
     scaled,
     training_scale,
 )
-from sgh.config import INPUT_SCALES
+from sgh.cli.out_file_command import run_out_file_command
+from sgh.config import INPUT_SCALES, IndexBuildConfig, IndexSearchConfig
 from sgh.data.neighbours import exact_neighbours
 from sgh.data.npz_file import groundtruth as groundtruth_ids
 from sgh.data.npz_file import read_npz_arrays
@@ -38,98 +39,69 @@ from sgh.scores.score_set import ScoreSet
 from sgh.search import sgh_index
 from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, VALIDATION_QUERIES, SGHIndex
 
-USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [input=FILE [key=NAME]] [nlist=N] "
-         "[mode=M] [decoder=model|bytes] [encoding=encoder|flipT|icmN|local_search] "
-         "[input_scale=auto|none|uint8]\n"
-         "       sgh-index search index=INDEX_DIR input=QUERIES [key=NAME] "
-         "out=RESULTS.npz [k=100] [mode=M] [nprobe=N] [shortlist=S] [refine_factor=F] "
-         "[groundtruth=FILE [groundtruth_key=NAME]] [input_scale=auto|none|uint8]")
-# The keys of each action, with their defaults (None: required or unset).
-KEYS = {"build": {"run": None, "out": None, "input": None, "key": None, "nlist": None,
-                  "mode": "scan", "decoder": "model", "encoding": None, "batch_size": "65536",
-                  "input_scale": "auto"},
-        "search": {"index": None, "input": None, "key": None, "out": None, "k": "100",
-                   "mode": None, "nprobe": None, "shortlist": None, "refine_factor": None,
-                   "groundtruth": None, "groundtruth_key": None, "batch_size": "65536",
-                   "input_scale": "auto"}}
-REQUIRED = {"build": ("run", "out"), "search": ("index", "input", "out")}
+# Each action's keys without a default (any other of configs/index_<action>.yaml may follow).
+USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [KEY=VALUE ...], or sgh-index search "
+         "index=INDEX_DIR input=FILE out=RESULTS.npz [KEY=VALUE ...]")
 # The results file's marker key: an existing out= is replaced only when it holds it.
 RESULTS_MARKER = "sgh_index_results"
 RECALL_K = 10  # Recall K@N: of each query's first K ground-truth neighbours, as the paper's
 RECALL_CONVENTION = results_recall_convention(RECALL_K)
 
 
-def parse_arguments(argv: list[str]) -> tuple[str, dict]:
-    """``(action, settings)`` of ``sgh-index ACTION key=value ...``; UserInputError otherwise."""
-    if not argv or argv[0] not in KEYS:
-        raise UserInputError(f"the first argument is the action, build or search\n{USAGE}")
-    action, settings = argv[0], dict(KEYS[argv[0]])
-    for argument in argv[1:]:
-        name, equals, value = argument.partition("=")
-        if not equals or name not in settings:
-            raise UserInputError(f"{argument!r} is not a setting of sgh-index {action}; "
-                                 f"accepted: {', '.join(f'{key}=' for key in KEYS[action])}")
-        settings[name] = value
-    missing = [name for name in REQUIRED[action] if settings[name] is None]
-    if missing:
-        raise UserInputError(f"{', '.join(f'{name}=' for name in missing)} missing\n{USAGE}")
+def _check_arguments(config: IndexBuildConfig | IndexSearchConfig) -> None:
+    """What the schema's types leave to check, before any job of a sweep runs."""
     for name in ("nlist", "k", "nprobe", "shortlist", "refine_factor", "batch_size"):
-        if settings.get(name) is not None:
-            try:
-                value = int(settings[name])
-            except ValueError:
-                raise UserInputError(f"{name}={settings[name]} is impossible; accepted: an "
-                                     "integer >= 1") from None
-            settings[name] = check_int(name, value, 1)
+        if getattr(config, name, None) is not None:
+            check_int(name, getattr(config, name), 1)
     for name, accepted in (("mode", MODES), ("decoder", DECODERS)):
-        if settings.get(name) not in (None, *accepted):
-            raise UserInputError(f"{name}={settings[name]} is not known; accepted: "
+        if getattr(config, name, None) not in (None, *accepted):
+            raise UserInputError(f"{name}={getattr(config, name)} is not known; accepted: "
                                  f"{', '.join(accepted)}")
-    check_choice("input_scale", settings["input_scale"], INPUT_SCALES)
-    return action, settings
+    check_choice("input_scale", config.input_scale, INPUT_SCALES)
 
 
-def _batches(settings: dict, index: SGHIndex, where: str):
+def _batches(config: IndexBuildConfig | IndexSearchConfig, index: SGHIndex, where: str):
     """``(first row, total, float32 rows)`` of the ``input`` file, converted as the model's
     training features were; ``where``: the index's origin, for a refusal."""
-    vectors = open_vectors(settings["input"], settings["key"])
+    vectors = open_vectors(config.input, config.key)
     if vectors.shape[1] != index.dim:
         raise UserInputError(f"{vectors.where} has {vectors.shape[1]} features per vector but "
                              f"the model takes {index.dim}; give vectors of the kind it was "
                              "trained on")
-    training = training_scale(index.scores.feature_conversion, settings["input_scale"], where)
+    training = training_scale(index.scores.feature_conversion, config.input_scale, where)
     refuse_another_scale(vectors, training)
-    for start in range(0, len(vectors), settings["batch_size"]):
-        rows = vectors.read(start, min(start + settings["batch_size"], len(vectors)))
-        features = scaled(rows, vectors, start, settings["input_scale"])[0]
+    for start in range(0, len(vectors), config.batch_size):
+        rows = vectors.read(start, min(start + config.batch_size, len(vectors)))
+        features = scaled(rows, vectors, start, config.input_scale)[0]
         refuse_unscaled_rows(features, vectors.dtype, training, vectors.where, start)
         yield start, len(vectors), features
 
 
-def build(settings: dict) -> SGHIndex:
+def build(config: IndexBuildConfig) -> SGHIndex:
     """The index of `build` (module doc), saved at ``out``."""
-    out = Path(settings["out"])  # checked before minutes of work, and again by `save`
-    refuse_a_run_file("out", out, "mnist.sghindex", runs=(settings["run"],))
+    _check_arguments(config)
+    out = Path(config.out)  # checked before minutes of work, and again by `save`
+    refuse_a_run_file("out", out, "mnist.sghindex", runs=(config.run,))
     refuse_to_replace(out, SAVED_INDEX)
     check_writable_place("out", out, directory_wanted=True)
-    if settings["input"] is None:
+    if config.input is None:
         try:
-            index = SGHIndex.from_run(settings["run"], settings["mode"], settings["nlist"],
-                                      settings["decoder"], settings["encoding"], verbose=True)
+            index = SGHIndex.from_run(config.run, config.mode, config.nlist,
+                                      config.decoder, config.encoding, verbose=True)
         except ValueError as error:
             raise UserInputError(str(error)) from None
     else:
-        run = RunDirectory(settings["run"], create=False)
+        run = RunDirectory(config.run, create=False)
         try:
-            index = SGHIndex(ScoreSet.of_run(run), settings["mode"], settings["nlist"],
-                             settings["decoder"], settings["encoding"], verbose=True)
+            index = SGHIndex(ScoreSet.of_run(run), config.mode, config.nlist,
+                             config.decoder, config.encoding, verbose=True)
         except ValueError as error:
             raise UserInputError(str(error)) from None
         try:  # the vectors' values (off scale, overflowing float32): one line
-            sample = None if index.is_trained else _training_sample(settings, index)
+            sample = None if index.is_trained else _training_sample(config, index)
             if sample is not None:
                 index.train(sample)  # its progress lines
-            added = _AddedRows(settings, index, f"run={run.path}")
+            added = _AddedRows(config, index, f"run={run.path}")
             if index.nlist:  # rows of the input it was trained on, and their neighbours in it,
                 queries = sample[evenly_spaced(len(sample), VALIDATION_QUERIES)]  # in one pass
                 index.choose_nprobe(queries, exact_neighbours(queries, added, min(10, len(added))))
@@ -139,7 +111,7 @@ def build(settings: dict) -> SGHIndex:
         except UserInputError:
             raise
         except ValueError as error:
-            raise UserInputError(f"input={settings['input']}: {error}") from None
+            raise UserInputError(f"input={config.input}: {error}") from None
     index.save(out)
     print(f"[sgh] wrote {out}: {index!r}")
     return index
@@ -149,30 +121,30 @@ class _AddedRows:
     """The input's batches as the model takes them, each added to the index (ids: the rows) as
     it streams past: a build's one pass over the file, which `exact_neighbours` may read too."""
 
-    def __init__(self, settings: dict, index: SGHIndex, where: str) -> None:
-        self.settings, self.index, self.where = settings, index, where
-        self.total = len(open_vectors(settings["input"], settings["key"]))
+    def __init__(self, config: IndexBuildConfig, index: SGHIndex, where: str) -> None:
+        self.config, self.index, self.where = config, index, where
+        self.total = len(open_vectors(config.input, config.key))
 
     def __len__(self) -> int:
         return self.total
 
     def chunks(self, chunk_rows: int | None = None):  # the input's own batches (batch_size)
         started = time.perf_counter()
-        for start, total, rows in _batches(self.settings, self.index, self.where):
+        for start, total, rows in _batches(self.config, self.index, self.where):
             self.index.add(rows)
             sgh_index.say_progress(
                 sgh_index.vectors_done("added", start + len(rows), total, started))
             yield start, rows
 
 
-def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
+def _training_sample(config: IndexBuildConfig, index: SGHIndex) -> np.ndarray:
     """Rows spread evenly over the input: 256 per list for k-means, or `FIT_ROWS` for the byte
     decoder, whichever is more."""
     wanted = max(FIT_ROWS if index.decoder == "bytes" else 0, 256 * (index.nlist or 0))
     sample = []
-    for start, total, rows in _batches(settings, index, f"run={settings['run']}"):
+    for start, total, rows in _batches(config, index, f"run={config.run}"):
         if index.nlist is not None and total < index.nlist:
-            raise UserInputError(f"input={settings['input']} has {total} vectors for nlist="
+            raise UserInputError(f"input={config.input} has {total} vectors for nlist="
                                  f"{index.nlist} lists; accepted: nlist <= {total} (at least "
                                  "one vector per list)")
         stride = max(1, total // wanted)
@@ -180,23 +152,24 @@ def _training_sample(settings: dict, index: SGHIndex) -> np.ndarray:
     return np.concatenate(sample)[:wanted]
 
 
-def search(settings: dict) -> tuple[np.ndarray, np.ndarray]:
+def search(config: IndexSearchConfig) -> tuple[np.ndarray, np.ndarray]:
     """``(D, I)`` of `search` (module doc), written to ``out``."""
-    out = Path(settings["out"])
-    _refuse_output(out, Path(settings["input"]))
-    index = SGHIndex.load(settings["index"])
-    truth = None if settings["groundtruth"] is None else _groundtruth(
-        settings, index, len(open_vectors(settings["input"], settings["key"])))
+    _check_arguments(config)
+    out = Path(config.out)
+    _refuse_output(out, Path(config.input))
+    index = SGHIndex.load(config.index)
+    truth = None if config.groundtruth is None else _groundtruth(
+        config, index, len(open_vectors(config.input, config.key)))
     for name in ("mode", "nprobe", "shortlist", "refine_factor"):
-        if settings[name] is not None:
+        if getattr(config, name) is not None:
             try:
-                setattr(index, name, settings[name])
+                setattr(index, name, getattr(config, name))
             except ValueError as error:
                 raise UserInputError(str(error)) from None
     results, started = [], time.perf_counter()
-    for start, total, rows in _batches(settings, index, f"index={settings['index']}"):
+    for start, total, rows in _batches(config, index, f"index={config.index}"):
         try:
-            results.append(index.search(rows, settings["k"]))
+            results.append(index.search(rows, config.k))
         except ValueError as error:  # e.g. nprobe on an index without lists
             raise UserInputError(str(error)) from None
         sgh_index.say_progress(
@@ -220,13 +193,13 @@ def search(settings: dict) -> tuple[np.ndarray, np.ndarray]:
     return D, I
 
 
-def _groundtruth(settings: dict, index: SGHIndex, n_queries: int) -> np.ndarray:
+def _groundtruth(config: IndexSearchConfig, index: SGHIndex, n_queries: int) -> np.ndarray:
     """The neighbour ids of ``groundtruth=``: a row per query, each at least `RECALL_K` ids of
     the index's items (int64); read before any query is searched, so a bad file costs none."""
-    path = Path(settings["groundtruth"])
-    truth_file = open_vectors(path, settings["groundtruth_key"])
+    path = Path(config.groundtruth)
+    truth_file = open_vectors(path, config.groundtruth_key)
     truth = groundtruth_ids(path, truth_file.read(0, len(truth_file)), n_queries,
-                            max(index.ntotal, 1), settings["groundtruth_key"])
+                            max(index.ntotal, 1), config.groundtruth_key)
     if truth.shape[1] < RECALL_K:
         raise UserInputError(f"groundtruth={path} holds {truth.shape[1]} neighbours per query; "
                              f"accepted: at least {RECALL_K} (Recall{RECALL_K}@N reads each "
@@ -254,15 +227,24 @@ def _refuse_output(out: Path, queries: Path) -> None:
                                  "accepted: a new path, or earlier results (replaced)")
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] in (["--help"], ["-h"]):
-        print_help("sgh-index: build an SGHIndex of a run over a vector file, and search it",
-                   USAGE, "guide/search.md")
-        return
-    with exit_on_failure("sgh-index", output_key="out"):
-        action, settings = parse_arguments(argv)
-        (build if action == "build" else search)(settings)
+def _job(config: IndexBuildConfig | IndexSearchConfig) -> None:
+    """A build or a search; its mistakes told here, or Hydra's `run_job` prints a line first."""
+    with exit_on_failure("sgh-index", output_key="out", output_path=config.out):
+        (build if isinstance(config, IndexBuildConfig) else search)(config)
+
+
+def main() -> None:
+    """`sgh-index ACTION KEY=VALUE ...`: ACTION picks the configuration, Hydra reads the rest."""
+    action = sys.argv[1] if len(sys.argv) > 1 else None
+    if action in ("--help", "-h"):  # the build's help, which gives the search's usage too
+        sys.argv.insert(1, action := "build")
+    if action not in ("build", "search"):
+        given = "" if action is None else f", not {action!r}"
+        with exit_on_failure("sgh-index"):
+            raise UserInputError(f"the first word is the action, build or search{given}; {USAGE}")
+    del sys.argv[1]  # the rest is Hydra's, as for sgh-encode (`-m`, `--help`, `--cfg job` ...)
+    run_out_file_command("sgh-index", f"index_{action}", _job, _check_arguments,
+                         lambda config: config.out)
 
 
 if __name__ == "__main__":

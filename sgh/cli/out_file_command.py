@@ -38,8 +38,8 @@ def refuse_a_shared_output(jobs: list, output_of: Callable[[object], str | os.Pa
                 "last result would be kept; accepted: one command per job, each with its own out=")
 
 
-def run_out_file_command(program: str, config_name: str, hydra_main: Callable[[], object],
-                         job: Callable[[object], object], check_job: Callable[[object], None],
+def run_out_file_command(program: str, config_name: str, job: Callable[[object], object],
+                         check_job: Callable[[object], None],
                          output_of: Callable[[object], str | os.PathLike | None]) -> None:
     """`run_hydra_command` with `out` as the output setting: `job` runs a typed configuration;
     a sweep's jobs are each checked (`check_job`) before any runs."""
@@ -48,5 +48,5 @@ def run_out_file_command(program: str, config_name: str, hydra_main: Callable[[]
             check_job(each)
         refuse_a_shared_output(jobs, output_of)
 
-    run_hydra_command(program, config_name, hydra_main, lambda _config, typed: partial(job, typed),
+    run_hydra_command(program, config_name, job, lambda _config, typed: partial(job, typed),
                       check_sweep, output_key="out")

@@ -13,6 +13,6 @@ def _shipped(inside_package: str, in_checkout: str) -> Path:
     return installed if installed.is_dir() else _PACKAGE.parent / in_checkout
 
 
-CONFIG_DIR = _shipped("configs", "configs")  # train.yaml, evaluate.yaml, encode.yaml, groups
+CONFIG_DIR = _shipped("configs", "configs")  # a command's <name>.yaml, and the groups
 BUNDLED_DATA_DIR = _shipped("bundled", "data")  # <BUNDLED_DATA_DIR>/<dataset>/<file>
 DOCS_DIR = _shipped("docs", "docs")  # the guides `--help` points to (a wheel has no checkout)

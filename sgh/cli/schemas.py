@@ -8,16 +8,8 @@ import hashlib
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from sgh import config as schema
 from sgh.cli.resources import BUNDLED_DATA_DIR, CONFIG_DIR, DOCS_DIR
-from sgh.config import (
-    BaselineConfig,
-    Config,
-    EncodeCommandConfig,
-    EvalCommandConfig,
-    FileDatasetConfig,
-    ModelConfig,
-    SyntheticDatasetConfig,
-)
 
 CONFIG_PATH = str(CONFIG_DIR)  # an absolute path: Hydra never takes it for a package name
 
@@ -47,10 +39,13 @@ def register_configs() -> None:
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
     store = ConfigStore.instance()
-    store.store(name="config_schema", node=Config)
-    store.store(name="eval_command_schema", node=EvalCommandConfig)
-    store.store(name="encode_command_schema", node=EncodeCommandConfig)
-    store.store(group="dataset", name="file_schema", node=FileDatasetConfig)
-    store.store(group="dataset", name="synthetic_schema", node=SyntheticDatasetConfig)
-    store.store(group="model", name="sgh_schema", node=ModelConfig)
-    store.store(group="model", name="baseline_schema", node=BaselineConfig)
+    store.store(name="config_schema", node=schema.Config)
+    store.store(name="eval_command_schema", node=schema.EvalCommandConfig)
+    store.store(name="encode_command_schema", node=schema.EncodeCommandConfig)
+    store.store(name="export_command_schema", node=schema.ExportCommandConfig)
+    store.store(name="index_build_schema", node=schema.IndexBuildConfig)
+    store.store(name="index_search_schema", node=schema.IndexSearchConfig)
+    store.store(group="dataset", name="file_schema", node=schema.FileDatasetConfig)
+    store.store(group="dataset", name="synthetic_schema", node=schema.SyntheticDatasetConfig)
+    store.store(group="model", name="sgh_schema", node=schema.ModelConfig)
+    store.store(group="model", name="baseline_schema", node=schema.BaselineConfig)

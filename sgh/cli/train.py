@@ -13,7 +13,6 @@ from datetime import datetime
 from functools import partial
 from pathlib import Path
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
@@ -23,13 +22,11 @@ from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_lock import existing_paths, remove_a_refused_start, take_before_hydra
 from sgh.cli.boundary import exit_on_failure
 from sgh.cli.hydra_command import run_hydra_command
-from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.config import Config, validate
 from sgh.errors import TrainingInterrupted, UserInputError
 from sgh.pipeline import run
 from sgh.reports.comparison import written_by_compare
 
-register_configs()
 logger = logging.getLogger(__name__)
 
 # The second this command started (`_2`, `_3` ... once `_directory` found the name taken), one
@@ -73,12 +70,6 @@ def _train(config: Config, existed: frozenset[Path] | None = None) -> float | No
         # Only a sweeper such as Optuna reads the value; Hydra's basic one discards it.
         optimizing = swept and hydra_config.runtime.choices.get("hydra/sweeper") != "basic"
         return optimized_value(metrics, config.optimized_metric, warn=optimizing)
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_PATH, config_name="train")
-def _hydra_main(cfg: DictConfig) -> float | None:
-    """A sweep's job (a plain run is `_claim_run_directory`'s task)."""
-    return _train(OmegaConf.to_object(cfg))
 
 
 def _claim_run_directory(config: DictConfig, typed: Config):
@@ -133,7 +124,7 @@ def optimized_value(metrics: dict, key: str, warn: bool = True) -> float | None:
 def main() -> None:
     global _start_time
     _start_time = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")  # a process may run several
-    run_hydra_command("sgh-train", "train", _hydra_main, _claim_run_directory, _check_sweep,
+    run_hydra_command("sgh-train", "train", _train, _claim_run_directory, _check_sweep,
                       output_key="hydra.run.dir")
 
 

@@ -6,7 +6,7 @@
 
 `codes` are the model's own `encode_bits` of its input features (after the file's conversion,
 e.g. uint8 / 255), packed as in `codes.npz`. Exports are atomic and replace only an earlier
-SavedModel; `sgh-export RUN_DIR` exports a finished run that has none (`restore_run_model`).
+SavedModel; `sgh-export run=RUN_DIR` exports a finished run that has none (`restore_run_model`).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def run_encoder_path(run_dir: str | os.PathLike) -> Path:
     if not (run.encoder / "saved_model.pb").is_file():
         raise UserInputError(
             f"run={run.path}: this run has no exported encoder ({run.encoder}); export it from "
-            f"the run's final checkpoint with: sgh-export {run.path}")
+            f"the run's final checkpoint with: sgh-export run={run.path}")
     return run.encoder
 
 

@@ -1,4 +1,5 @@
-"""A new user's mistakes with every command: `sgh-train`, `sgh-eval`, `sgh-encode`, `sgh-compare`.
+"""A new user's mistakes with every command: `sgh-train`, `sgh-eval`, `sgh-encode`, `sgh-compare`,
+`sgh-index`, `sgh-export`.
 
 One table, one case a row: the case builds its input in a temporary folder, runs the command's
 real `main` in this process (the pre-flight, Hydra, the boundary and the exit statuses are all
@@ -309,6 +310,19 @@ CASES = [
          "unrecognized arguments: --outt x; usage: sgh-compare SWEEP_DIR [--out DIR]"),
     Case("no sweep directory given", "compare", lambda f: [],
          "the following arguments are required: sweep_dir; usage: sgh-compare SWEEP_DIR"),
+    # ---- sgh-index, sgh-export: the first word picks the action; the rest are Hydra's keys -----
+    Case("index without an action", "index", lambda f: [f"run={_trained_run(f, 'none')}"],
+         "the first word is the action, build or search, not 'run={tmp}/run'; usage: "),
+    Case("index search misspelt key", "index",
+         lambda f: ["search", "index=I", "input=Q.npy", "out=R.npz", "nprob=3"],
+         "nprob=3: the configuration has no key 'nprob'; accepted keys: index, input, key, out"),
+    Case("index build nlist not a number", "index",
+         lambda f: ["build", f"run={_trained_run(f, 'none')}", "out=I", "nlist=many"],
+         "nlist=many: Value 'many' of type 'str' could not be converted to Integer"),
+    Case("export run as a bare word", "export", lambda f: [str(_trained_run(f, "none"))],
+         "{tmp}/run is not key=value; write run={tmp}/run"),
+    Case("export without run=", "export", lambda f: [],
+         "run= is missing; usage: sgh-export run=RUN_DIR"),
 ]
 
 
@@ -400,6 +414,8 @@ def test_hydra_errors_from_a_real_process_are_one_line_and_exit_2(tmp_path):
     ("eval", ["eval.recal_k=5"], "eval.recal_k=5: eval has no key 'recal_k'"),
     ("encode", ["batchsize=3"], "batchsize=3: the configuration has no key 'batchsize'"),
     ("compare", [".", "--outt"], "unrecognized arguments: --outt"),
+    ("index", ["search", "k=abc"], "k=abc: Value 'abc' of type 'str' could not be converted"),
+    ("export", ["runs/x"], "runs/x is not key=value; write run=runs/x"),
     ("train", ["dataset=file"], "dataset.path is missing"),
 ])
 def test_every_command_from_a_real_process(tmp_path, command, arguments, expected):

@@ -15,7 +15,7 @@ from sgh.errors import UserInputError
 from sgh.model.encoding import encode_packed
 from sgh.model.export import load_encoder, restore_run_model, run_encoder_path
 from sgh.pipeline import run
-from tests.helpers import compose_config
+from tests.helpers import compose_config, one_error_line
 
 DIM = 16
 
@@ -196,15 +196,34 @@ def test_bad_arguments_are_one_line_errors(trained, tmp_path):
         encode(input=str(root / "narrow.npy"), out=str(root / "narrow.npy"))
 
 
-def test_runs_without_an_encoder(trained, tmp_path):
-    root, run_dir, base, _ = trained
+def test_runs_without_an_encoder(trained, tmp_path, command_here):
+    root, run_dir, base, database_codes = trained
     bvecs, _ = _inputs(root, base)["bvecs"]
     unexported = tmp_path / "unexported"
     shutil.copytree(run_dir, unexported, ignore=shutil.ignore_patterns("encoder"))
     with pytest.raises(UserInputError, match=r"this run has no exported encoder .* "
-                                             r"sgh-export "):
+                                             rf"sgh-export run={unexported}$"):
         encode_file(EncodeCommandConfig(run=str(unexported), input=str(bvecs),
                                         out=str(tmp_path / "c.npy")))
+    # The command that line names; the run as a bare word, or no run, is one line.
+    one_error_line(command_here("export", [str(unexported)], tmp_path), "sgh-export",
+                   f"{unexported} is not key=value; write run={unexported}")
+    one_error_line(command_here("export", [], tmp_path), "sgh-export",
+                   "run= is missing; usage: sgh-export run=RUN_DIR")
+    exported = command_here("export", [f"run={unexported}"], tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout == f"[sgh] exported {unexported / 'encoder'}\n"
+    encode_file(EncodeCommandConfig(run=str(unexported), input=str(bvecs),
+                                    out=str(tmp_path / "c.npy")))
+    np.testing.assert_array_equal(np.load(tmp_path / "c.npy"), database_codes)
+    # A sweep exports several runs, one job each.
+    other = tmp_path / "other"
+    shutil.copytree(unexported, other, ignore=shutil.ignore_patterns("encoder"))
+    shutil.rmtree(unexported / "encoder")
+    swept = command_here("export", ["-m", f"run={unexported},{other}",
+                                    f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    assert all((run / "encoder" / "saved_model.pb").is_file() for run in (unexported, other))
     baseline = tmp_path / "itq"
     run(_config(root / "tiny.npz", "model=itq"), baseline)
     with pytest.raises(UserInputError, match="model=itq baseline run, which has no TensorFlow "

@@ -7,7 +7,13 @@ import re
 import numpy as np
 import pytest
 
-from sgh.config import BaselineConfig, Config, EvalConfig, SyntheticDatasetConfig
+from sgh.config import (
+    BaselineConfig,
+    Config,
+    EvalConfig,
+    IndexBuildConfig,
+    SyntheticDatasetConfig,
+)
 from sgh.search.sgh_index import SGHIndex
 from tests.helpers import compose_config, one_error_line, trained
 
@@ -53,18 +59,51 @@ def test_built_over_a_file_and_searched_from_one_as_in_python(command_here, run_
 
 
 @pytest.mark.parametrize("arguments, message", [
-    ([], "the first argument is the action, build or search"),
-    (["find"], "the first argument is the action"),
-    (["search", "index=I", "input=Q.npy"], "out= missing"),
-    (["build", "run=R", "out=O", "nprobe=3"], "'nprobe=3' is not a setting of sgh-index build"),
-    (["search", "index=I", "input=Q", "out=R.npz", "k=ten"], "k=ten is impossible"),
-    (["search", "index=I", "input=Q", "out=R.npz", "mode=fast"], "mode=fast is not known"),
+    ([], "the first word is the action, build or search; usage: sgh-index build run=RUN_DIR"),
+    (["find"], "the first word is the action, build or search, not 'find'; usage: "),
+    (["run=R", "out=O"], "build or search, not 'run=R'; usage: "),
+    (["search", "index=I", "input=Q.npy"], "out is missing (it has no default); add out=VALUE"),
+    (["build", "run=R", "out=O", "nprobe=3"], "nprobe=3: the configuration has no key 'nprobe'; "
+                                              "accepted keys: run, out, input, key, nlist, mode"),
+    (["search", "index=I", "input=Q", "out=R.npz", "nprob=3"],
+     "nprob=3: the configuration has no key 'nprob'; accepted keys: index, input, key, out, k"),
+    (["search", "index=I", "input=Q", "out=R.npz", "k=ten"],
+     "k=ten: Value 'ten' of type 'str' could not be converted to Integer"),
+    (["build", "run=R", "out=O", "nlist=abc"],
+     "nlist=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+    (["search", "index=I", "input=Q", "out=R.npz", "k=0"],
+     "k=0 is impossible; accepted: an integer >= 1"),
+    (["search", "index=I", "input=Q", "out=R.npz", "mode=fast"],
+     "mode=fast is not known; accepted: hamming, scan, two_stage"),
     (["search", "index=I", "input=Q", "out=R.json"], "the results are an .npz"),
+    (["build", "-m", "run=R", "nlist=2,4", "out=O"], "out=O would be written by more than one "
+                                                      "job of this sweep"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(command_here, tmp_path, arguments, message):
+    one_error_line(command_here("index", arguments, tmp_path), "sgh-index", message)
+
+
+@pytest.mark.parametrize("arguments", [["--help"], ["build", "--help"], ["search", "--help"]])
+def test_help_gives_the_usage_and_each_action_its_keys(command_here, tmp_path, arguments):
     result = command_here("index", arguments, tmp_path)
-    assert result.returncode == 2
-    assert message in result.stderr and result.stderr.startswith("sgh-index: error:")
+    assert result.returncode == 0 and result.stderr == ""
+    action = "search" if arguments[0] == "search" else "build"  # --help: the build's
+    assert result.stdout.startswith(f"sgh-index {action}: ")
+    assert f"Usage: sgh-index {action} " in result.stdout and "search.md" in result.stdout
+    if action == "build":  # and the search's usage
+        assert "sgh-index search index=INDEX_DIR input=FILE out=RESULTS.npz" in result.stdout
+        assert "\nrun: ???\nout: ???\ninput: null\n" in result.stdout
+    else:
+        assert "\nk: 100\nmode: null\nnprobe: null\n" in result.stdout
+
+
+def test_a_sweep_builds_an_index_a_job(command_here, run_and_vectors, tmp_path):
+    run_dir, place = run_and_vectors
+    swept = command_here("index", ["build", "-m", f"run={run_dir}", "nlist=2,4",
+                                   f"out={tmp_path}/lists_${{nlist}}",
+                                   f"hydra.sweep.dir={tmp_path / 'sweep'}"], tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    assert [SGHIndex.load(tmp_path / f"lists_{n}").nlist for n in (2, 4)] == [2, 4]
 
 
 def test_nothing_of_the_users_is_replaced(command_here, run_and_vectors, tmp_path):
@@ -253,6 +292,6 @@ def test_the_training_sample_holds_copies_of_its_rows_not_the_batches(monkeypatc
 
     monkeypatch.setattr(command, "_batches", batches)
     index = type("Lists", (), {"decoder": "model", "nlist": 4})()
-    sample = command._training_sample({"input": "x", "run": "r"}, index)
+    sample = command._training_sample(IndexBuildConfig(input="x", run="r"), index)
     assert released == [True] * 5
     assert sample.shape == (1024, 4) and sample[0, 0] == 0 and sample[-1, 0] == 4000

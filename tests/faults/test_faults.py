@@ -322,7 +322,7 @@ def test_sgh_export_into_a_read_only_run_directory_is_one_line(reference, tmp_pa
     shutil.rmtree(run_dir / "encoder")
     run_dir.chmod(0o555)
     try:
-        result = subprocess.run([sys.executable, "-m", "sgh.cli.export", str(run_dir)],
+        result = subprocess.run([sys.executable, "-m", "sgh.cli.export", f"run={run_dir}"],
                                 capture_output=True, text=True, timeout=300)
     finally:
         run_dir.chmod(0o755)

@@ -72,7 +72,7 @@ def test_a_finished_baseline_run_is_not_recorded_again_under_other_settings(tmp_
     assert run(_config("model=lsh"), run_dir) == json.loads((run_dir / "metrics.json").read_text())
 
 
-def test_a_run_still_training_is_named_so_by_every_command(tmp_path, command_here, capsys):
+def test_a_run_still_training_is_named_so_by_every_command(tmp_path, command_here):
     """sgh-eval said "no codes.npz there", sgh-encode sent the user to sgh-export, which said
     the run had not finished: the run holds its lock, so each says it is still training."""
     run_dir = tmp_path / "run"
@@ -89,12 +89,8 @@ def test_a_run_still_training_is_named_so_by_every_command(tmp_path, command_her
         for command, arguments in commands.items():
             one_error_line(command_here(command, arguments, tmp_path), f"sgh-{command}",
                            f"run={run_dir} is still being written by {holder}")
-        from sgh.cli.export import main as export
-
-        with pytest.raises(SystemExit) as exported:
-            export([str(run_dir)])
-        assert exported.value.code == 2
-        assert capsys.readouterr().err.strip() == (
+        exported = command_here("export", [f"run={run_dir}"], tmp_path)
+        assert exported.returncode == 2 and exported.stderr.strip() == (
             f"sgh-export: error: run={run_dir} is still being written by {holder}, which writes "
             "its metrics.json when it finishes (a run still training); wait for it to finish, "
             "then run this command again")

@@ -68,7 +68,7 @@ def _handed_to_the_run(monkeypatch, *arguments):
     handed = []
     monkeypatch.setattr(logging.config.DictConfigurator, "configure", lambda self: None)
     monkeypatch.setattr(train, "run", lambda config, run_dir: handed.append(config) or {})
-    monkeypatch.setattr(train, "_hydra_main", lambda: None)
+    monkeypatch.setattr("hydra.main", lambda **_: lambda _job: lambda: None)  # a sweep's run
     monkeypatch.setattr(sys, "argv", ["sgh-train", *arguments])
     train.main()
     return handed[0] if handed else None
