@@ -31,9 +31,8 @@ _OWNERS = {
     # codes, search, baselines, metrics (numpy)
     "sgh.codes": "pack_bits unpack_bits code_health", "sgh.hasher": "BinaryHasher",
     "sgh.search": "HammingIndex", "sgh.scores.asymmetric": "AsymmetricScore",
-    "sgh.scores.asymmetric_index": "AsymmetricIndex", "sgh.search.two_stage": "TwoStageSearch",
-    "sgh.scores.score_set": "ScoreSet", "sgh.scores.decoded": "DecodedRescorer",
-    "sgh.search.sgh_index": "SGHIndex", "sgh.baselines": "LSH PCAH ITQ SH SpH",
+    "sgh.scores.score_set": "ScoreSet", "sgh.search.sgh_index": "SGHIndex",
+    "sgh.baselines": "LSH PCAH ITQ SH SpH",
     "sgh.metrics": "mean_average_precision recall_at_n evaluate_labels hash_lookup pr_curve",
     "sgh.artifacts.codes_file": "load_codes",
 }

@@ -13,15 +13,11 @@ smaller id; ``k > ntotal`` pads with ``D = inf`` and ``I = -1``.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 
 from sgh.codes import validate_codes
 from sgh.compiled import resolved_workers
-from sgh.data.npz_file import read_npz_arrays
-from sgh.errors import UserInputError, check_int
+from sgh.errors import check_int
 from sgh.scores.asymmetric import AsymmetricScore
 from sgh.scores.byte_decoder import one_byte_terms
 from sgh.scores.lookup_kernels import (
@@ -41,8 +37,6 @@ DENSE_TOP_SHARE = 16
 # (`bounded_scan_top_k`): with the term per tile, each query's share of the pairs costs more.
 BOUNDED_QUERIES_PER_PAIR = 2
 ROUNDING = 1e-5  # the bound's float32 rounding allowance, relative to the largest partial sum
-# The `format` key of a saved index, and the prefix of its score's keys.
-_FORMAT, _SCORE = "sgh-asymmetric-index 1", "score."
 
 
 class AsymmetricIndex:
@@ -69,29 +63,6 @@ class AsymmetricIndex:
     def __repr__(self) -> str:
         return f"AsymmetricIndex({self.ntotal} items, {self.score!r})"
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write a ``format`` key, the score's arrays (keys ``score.*``) and the codes as one
-        ``.npz`` of plain arrays."""
-        if not isinstance(self.score, AsymmetricScore):
-            raise TypeError(f"save writes an AsymmetricScore's index, not a "
-                            f"{type(self.score).__name__}'s (SGHIndex.save keeps a byte decoder)")
-        arrays = {"format": np.str_(_FORMAT), "codes": self.codes(),
-                  **self.score.arrays(prefix=_SCORE)}
-        with open(path, "wb") as file:
-            np.savez(file, **arrays)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> AsymmetricIndex:
-        """Read what `save` wrote (no pickles); ValueError naming the file if it is not one."""
-        path = Path(path)
-        arrays = read_npz_arrays(path)
-        if "format" not in arrays or str(arrays["format"]) != _FORMAT or "codes" not in arrays:
-            raise UserInputError(f"{path}: not a saved AsymmetricIndex (no 'format' key "
-                                 f"{_FORMAT!r} and 'codes'); expected a file "
-                                 "AsymmetricIndex.save wrote")
-        score = AsymmetricScore.from_arrays(arrays, str(path), prefix=_SCORE)
-        return cls(score, validate_codes(arrays["codes"], score.bits, f"{path}: codes"))
-
     @property
     def ntotal(self) -> int:
         return sum(len(chunk) for chunk in self._codes)
@@ -109,12 +80,6 @@ class AsymmetricIndex:
         """All database codes in id order."""
         self._merge()
         return self._codes[0] if self._codes else np.zeros((0, -(-self.bits // 8)), np.uint8)
-
-    def norms(self) -> np.ndarray:
-        """Each item's code term of the score, in id order."""
-        if self._terms_from_codes:
-            return self.score.item_terms(self.codes())
-        return self._held_norms()
 
     def _held_norms(self) -> np.ndarray:
         """The norms held beside the codes; empty where the kernels compute them per tile."""

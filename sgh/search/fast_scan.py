@@ -17,13 +17,19 @@ import numpy as np
 from sgh.codes import validate_codes
 from sgh.errors import check_int
 from sgh.scores.asymmetric import AsymmetricScore
-from sgh.scores.lookup_kernels import QUERY_BLOCK, rescore_top_k, run_query_blocks
+from sgh.scores.lookup_kernels import (
+    QUERY_BLOCK,
+    rescore_top_k,
+    run_query_blocks,
+    scan_scores,
+)
 from sgh.search.faiss_codes import add_listed_codes
 from sgh.search.index_items import joined
 
 # Candidates per result rescored exactly: raise `FastScanIndex.refine_factor` for a result nearer
 # the float scan's, or for a small k.
 DEFAULT_REFINE_FACTOR = 1
+_NO_PAIR_TABLES = np.zeros((0, 256 * 256), np.float32)  # `scan_scores` reads held terms
 _BLOCK = 32  # faiss's fast-scan block size (codes are interleaved by 32 items)
 # _CORNERS[c] = the 4 bits of nibble value c, first bit most significant (as `pack_bits`).
 _CORNERS = ((np.arange(16)[:, None] >> (3 - np.arange(4))) & 1).astype(np.float32)
@@ -85,6 +91,8 @@ class FastScanIndex:
             return D, I
         depth = min(self.ntotal, max(k, int(self.refine_factor) * k))
         targets = self._targets(weights)
+        if self.nlist is None and depth == self.ntotal:  # every item wanted: the exact scores
+            return self._every_item(tables, k)
         index = self._index()
         if self.nlist is None:
             _, candidates = index.search(targets, depth)
@@ -102,6 +110,18 @@ class FastScanIndex:
 
         run_query_blocks(rescore, nq, workers)
         return D, I
+
+    def _every_item(self, tables: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every row by the exact score (summed as `rescore_top_k` sums), sorted by (score,
+        row): what rescoring the fast scan's whole output gives, without the scan."""
+        scores = np.empty((len(tables), self.ntotal), np.float32)
+        scan_scores(tables, self.codes, self.norms, _NO_PAIR_TABLES, scores)
+        I = np.argsort(scores, axis=1, kind="stable")[:, :k]  # equal scores stay in row order
+        D = np.take_along_axis(scores, I, axis=1)
+        if k > self.ntotal:  # padded as faiss pads
+            pad = ((0, 0), (0, k - self.ntotal))
+            D, I = np.pad(D, pad, constant_values=np.inf), np.pad(I, pad, constant_values=-1)
+        return D, I.astype(np.int64)
 
     def _targets(self, weights: np.ndarray) -> np.ndarray:
         """The queries as faiss sees them: minus their bit weights (inner product: larger is

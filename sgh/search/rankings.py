@@ -1,5 +1,5 @@
-"""Whole rankings of the database for evaluation: asymmetric, a shortlist rescored, or a
-deployed index's own search (the byte decoder's).
+"""Whole rankings of the database for evaluation: an `SGHIndex`'s own search (the asymmetric
+scan, the byte decoder's), or a shortlist rescored.
 
 The metrics of :mod:`sgh.metrics.ordered` score a ranking given as ids in rank order, the first
 ``depth`` of each query; the Hamming ranking has its own tie-aware engine (:mod:`sgh.metrics`).
@@ -7,6 +7,7 @@ The metrics of :mod:`sgh.metrics.ordered` score a ranking given as ids in rank o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -92,11 +93,10 @@ class RerankRanking:
 
 @dataclass
 class IndexRanking:
-    """The database ranked by an index's search of the query features, ties by id: an
-    `AsymmetricIndex`'s exact scan, or an `SGHIndex`'s own search (what the index serves is what
-    is scored). Ids are database rows."""
+    """The database ranked by an `SGHIndex`'s own search of the query features (what the index
+    serves is what is scored), ties by id. Ids are database rows."""
 
-    index: AsymmetricIndex | SGHIndex
+    index: SGHIndex
     queries: np.ndarray
     description: str  # the results file's `ranking`
 
@@ -104,10 +104,8 @@ class IndexRanking:
         depth = min(depth, self.index.ntotal)
         step = block_queries(0, depth)
         for q0 in range(0, len(self.queries), step):
-            q1, queries = min(q0 + step, len(self.queries)), self.queries[q0 : q0 + step]
-            yield q0, q1, (_score_order(self.index, queries, depth)
-                           if isinstance(self.index, AsymmetricIndex)
-                           else self.index.search(queries, depth)[1])
+            q1 = min(q0 + step, len(self.queries))
+            yield q0, q1, self.index.search(self.queries[q0:q1], depth)[1]
 
 
 def byte_decoder_ranking(scores: ScoreSet | None, database: Features, queries: np.ndarray,
@@ -126,6 +124,18 @@ def byte_decoder_ranking(scores: ScoreSet | None, database: Features, queries: n
         index.add(rows)
     return IndexRanking(index, queries, "byte decoder: SGHIndex(decoder='bytes', encoding="
                         f"{index.encoding!r}), its flat scan of every code, ties by id")
+
+
+def served_scan_ranking(scores: ScoreSet, kind: str, database_codes: np.ndarray,
+                        queries: np.ndarray) -> IndexRanking:
+    """The ranking of ``SGHIndex(scores)`` scanning by ``kind`` (ids = rows): what the index
+    serves, with its refine factor, is what is scored."""
+    index = SGHIndex(dataclasses.replace(scores, chosen=kind))
+    index.add_codes(database_codes)
+    return IndexRanking(index, queries, (
+        f"asymmetric: {scores.scores[kind].form}; SGHIndex(mode='scan')'s search at the depth "
+        "scored (the whole database with labels, else the largest N): faiss's fast scan, its "
+        f"top {index.refine_factor} x depth rescored by the exact score, ties by id"))
 
 
 def _score_order(index: AsymmetricIndex, queries: np.ndarray, depth: int) -> np.ndarray:
@@ -193,9 +203,7 @@ def evaluation_ranking(config, database_codes: np.ndarray, query_codes: np.ndarr
                    "it: accepted: eval.ranking=rerank, or eval.score=encoder" if decoded else "")
             raise UserInputError(str(error) + why) from None
     if scan:
-        score = scores.scores[kind]
-        return IndexRanking(AsymmetricIndex(score, database_codes), queries,
-                            f"asymmetric: {score.form}")
+        return served_scan_ranking(scores, kind, database_codes, queries)
     rescorer = scores.rescorer(kind, database_codes) if kind is not None else None
     search = TwoStageSearch(database_codes, rescorer, database_vectors, similarity,
                             shortlist_score=scores.scores["encoder"] if by_encoder else None,

@@ -57,6 +57,23 @@ def test_the_fast_scan_returns_the_float_scans_top_k(bits, with_templates):
     np.testing.assert_array_equal(D, D0)
 
 
+@pytest.mark.parametrize("with_templates", [True, False])
+def test_a_search_for_every_item_is_the_float_scans_whole_order(with_templates):
+    # Every item wanted (k, or refine_factor x k, reaching ntotal): the exact scores of all,
+    # bit for bit the float scan's, without faiss's scan; beyond ntotal padded as faiss pads.
+    score, codes, queries = _score_and_codes(12, with_templates, n=500)
+    exact = AsymmetricIndex(score, codes)
+    engine = FastScanIndex(score)
+    engine.add(codes)
+    (D, I), (D0, I0) = engine.search(queries, 500), exact.search(queries, 500, workers=1)
+    np.testing.assert_array_equal(I, I0)
+    np.testing.assert_array_equal(D, D0)
+    engine.refine_factor = 100
+    np.testing.assert_array_equal(engine.search(queries, 7)[1], exact.search(queries, 7)[1])
+    D, I = engine.search(queries, 503)
+    assert (I[:, 500:] == -1).all() and np.isinf(D[:, 500:]).all()
+
+
 def test_an_engine_built_in_one_call_keeps_its_callers_codes_not_a_copy():
     # SGHIndex builds its fast scan from all its codes at once: they are held once.
     score, codes, _ = _score_and_codes(32, True)
