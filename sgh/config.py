@@ -186,6 +186,15 @@ class ExportCommandConfig:
 
 
 @dataclass
+class CompareCommandConfig:
+    """`sgh-compare`: the sweep whose runs are compared, and where the comparison goes."""
+
+    sweep: str | None = None  # an sgh-train sweep directory (searched recursively)
+    out: str | None = None  # the comparison's directory; default: the sweep directory
+    tensorboard: bool = True  # false: no TensorBoard images (tensorboard_compare/)
+
+
+@dataclass
 class IndexBuildConfig:
     """`sgh-index build`: an SGHIndex of a run, over its database codes or a vector file."""
 

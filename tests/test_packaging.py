@@ -132,8 +132,8 @@ def test_every_command_runs_from_an_empty_directory_outside_the_repository(insta
     np.testing.assert_array_equal(SGHIndex.load(work / "new.sghindex").encode(features),
                                   np.load(work / "new_codes.npy"))
 
-    compared = _command(installed, "sgh-compare", str(work), "--out", str(work / "compared"),
-                        "--no-tensorboard")
+    compared = _command(installed, "sgh-compare", f"sweep={work}", f"out={work / 'compared'}",
+                        "tensorboard=false")
     assert "mnist" in compared.stdout and (work / "compared" / "comparison.md").is_file()
 
     _command(installed, "sgh-export", f"run={run_dir}")

@@ -1,13 +1,11 @@
-"""`sgh-compare SWEEP_DIR [--out DIR] [--no-tensorboard]`: the comparison of a sweep's runs.
+"""`sgh-compare sweep=SWEEP_DIR [out=DIR] [tensorboard=false]`: the comparison of a sweep's runs.
 
 Every `metrics.json` below SWEEP_DIR, in tables, plots and TensorBoard (`sgh.reports.comparison`).
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
-import logging
 import math
 import os
 import sys
@@ -18,52 +16,40 @@ from omegaconf import OmegaConf
 
 from sgh.artifacts.output_places import disk_error_line
 from sgh.cli.boundary import exit_on_failure
-from sgh.cli.logs import ConsoleFormatter
+from sgh.cli.out_file_command import run_out_file_command
+from sgh.config import CompareCommandConfig
 from sgh.errors import UserInputError
 from sgh.reports.comparison import compare
 
-USAGE = "usage: sgh-compare SWEEP_DIR [--out DIR] [--no-tensorboard]"
+USAGE = "usage: sgh-compare sweep=SWEEP_DIR [out=DIR] [tensorboard=false]"
+# Flags a user may type out of habit, which Hydra's parser would call unrecognized arguments
+# without naming the key that does the same.
+FLAG_KEYS = {"--out": "out=DIR", "--no-tensorboard": "tensorboard=false"}
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse's errors as one line (it prints the usage, then the error, and exits 2)."""
-
-    def error(self, message: str):
-        raise UserInputError(f"{message}; {USAGE}")
+def _check_arguments(config: CompareCommandConfig) -> None:
+    if config.sweep is None:
+        raise UserInputError(f"sweep= is missing; {USAGE}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    with exit_on_failure("sgh-compare", output_key="--out"):
-        parser = _OneLineParser(prog="sgh-compare", description=__doc__.splitlines()[0])
-        parser.add_argument("sweep_dir", help="an sgh-train sweep directory (searched recursively)")
-        parser.add_argument("--out", help="where to write the results (default: SWEEP_DIR)")
-        parser.add_argument("--no-tensorboard", action="store_true",
-                            help="skip the TensorBoard images (and the TensorFlow import)")
-        args = parser.parse_args(argv)
+def _compare(config: CompareCommandConfig) -> None:
+    with exit_on_failure("sgh-compare", output_key="out"):  # here, or `run_job` prints its own
+        _check_arguments(config)
+        sweep, out = config.sweep, config.out
         # Before reading and plotting every run: access() answers for read-only mounts too.
-        if args.out is None and Path(args.sweep_dir).is_dir() and not os.access(
-                args.sweep_dir, os.W_OK | os.X_OK):
-            raise _read_only(args.sweep_dir, "not writable (read-only or permission denied)")
-        # The library's warnings (repeated seeds, a missing PR curve) as "sgh-compare: warning:".
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(ConsoleFormatter("sgh-compare"))
-        handler.setLevel(logging.WARNING)
-        logging.getLogger("sgh").addHandler(handler)
-        logging.getLogger("sgh").setLevel(logging.INFO)
+        if out is None and Path(sweep).is_dir() and not os.access(sweep, os.W_OK | os.X_OK):
+            raise _read_only(sweep, "not writable (read-only or permission denied)")
         try:
-            planned = planned_jobs(Path(args.sweep_dir) / "multirun.yaml")
-            table, paths = compare(args.sweep_dir, args.out, tensorboard=not args.no_tensorboard,
-                                   planned_jobs=planned)
+            table, paths = compare(sweep, out, tensorboard=config.tensorboard,
+                                   planned_jobs=planned_jobs(Path(sweep) / "multirun.yaml"))
         except OSError as error:
-            if args.out is None and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-                raise _read_only(args.sweep_dir, f"{os.strerror(error.errno).lower()} "
-                                                 f"({error.filename or args.sweep_dir})") from None
-            line = disk_error_line(error, "--out", args.out or args.sweep_dir)
+            if out is None and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise _read_only(sweep, f"{os.strerror(error.errno).lower()} "
+                                        f"({error.filename or sweep})") from None
+            line = disk_error_line(error, "out", out or sweep)
             if line is None:
                 raise
             raise UserInputError(line) from None
-        finally:
-            logging.getLogger("sgh").removeHandler(handler)
         print(table)
         for path in paths:
             print(f"[sgh] wrote {path}")
@@ -89,7 +75,17 @@ def planned_jobs(multirun: Path) -> int | None:
 
 def _read_only(sweep_dir: str, reason: str) -> UserInputError:
     return UserInputError(f"{sweep_dir}: {reason}, so the comparison cannot be written there; "
-                          "pass --out DIR to write it elsewhere")
+                          "pass out=DIR to write it elsewhere")
+
+
+def main() -> None:
+    with exit_on_failure("sgh-compare"):
+        for flag in (argument.split("=")[0] for argument in sys.argv[1:]):
+            if flag in FLAG_KEYS:
+                raise UserInputError(f"{flag} is not an option; write {FLAG_KEYS[flag]}")
+    # A sweep's jobs writing into one directory are refused, as sgh-encode's sharing one out=.
+    run_out_file_command("sgh-compare", "compare", _compare, _check_arguments,
+                         lambda job: job.out or job.sweep, positional="sweep")
 
 
 if __name__ == "__main__":

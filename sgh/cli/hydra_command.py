@@ -1,4 +1,4 @@
-"""A Hydra command's command line (every `sgh-*` but `sgh-compare`), every mistake one line.
+"""A Hydra command's command line (every `sgh-*`), every mistake one line.
 
 A run is composed once here and run by Hydra's own `run_job` (`@hydra.main` would compose it
 twice, and report a mistake in several lines after making the run directory). A sweep goes to

@@ -1,4 +1,5 @@
-"""What `sgh-encode` and `sgh-eval` share: a Hydra command that writes one file, set by `out`."""
+"""What `sgh-encode`, `sgh-eval` and `sgh-compare` share: a Hydra command that writes one
+file (one directory: sgh-compare), set by `out`."""
 
 from __future__ import annotations
 
@@ -40,13 +41,14 @@ def refuse_a_shared_output(jobs: list, output_of: Callable[[object], str | os.Pa
 
 def run_out_file_command(program: str, config_name: str, job: Callable[[object], object],
                          check_job: Callable[[object], None],
-                         output_of: Callable[[object], str | os.PathLike | None]) -> None:
+                         output_of: Callable[[object], str | os.PathLike | None],
+                         positional: str | None = None) -> None:
     """`run_hydra_command` with `out` as the output setting: `job` runs a typed configuration;
-    a sweep's jobs are each checked (`check_job`) before any runs."""
+    a sweep's jobs are each checked (`check_job`) before any runs; `positional` as there."""
     def check_sweep(jobs: list, _config) -> None:
         for each in jobs:
             check_job(each)
         refuse_a_shared_output(jobs, output_of)
 
     run_hydra_command(program, config_name, job, lambda _config, typed: partial(job, typed),
-                      check_sweep, output_key="out")
+                      check_sweep, output_key="out", positional=positional)

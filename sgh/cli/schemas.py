@@ -43,6 +43,7 @@ def register_configs() -> None:
     store.store(name="eval_command_schema", node=schema.EvalCommandConfig)
     store.store(name="encode_command_schema", node=schema.EncodeCommandConfig)
     store.store(name="export_command_schema", node=schema.ExportCommandConfig)
+    store.store(name="compare_command_schema", node=schema.CompareCommandConfig)
     store.store(name="index_build_schema", node=schema.IndexBuildConfig)
     store.store(name="index_search_schema", node=schema.IndexSearchConfig)
     store.store(group="dataset", name="file_schema", node=schema.FileDatasetConfig)

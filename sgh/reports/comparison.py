@@ -3,10 +3,10 @@
 Reads every `metrics.json` below SWEEP_DIR, groups the runs by (dataset, method, ranking, bits)
 and reports mean ± population std (ddof=0) over seeds; runs that differ in any other setting are
 rows of their own (`sgh.reports.sweep_runs`). Writes `comparison.csv`, `comparison.md`, the PNG
-plots and `tensorboard_compare/` into SWEEP_DIR (or --out); TensorFlow is imported only for the
-last. It replaces only its own earlier output: `comparison.record.json` lists each file it
-wrote with a hash of its bytes (`written_by_compare`), so a file of the user's by one of those
-names, or one edited since, is refused; every output is checked before the first is written.
+plots and `tensorboard_compare/` into SWEEP_DIR (or out=), without TensorFlow. It replaces only
+its own earlier output: `comparison.record.json` lists each file it wrote with a hash of its
+bytes (`written_by_compare`), so a file of the user's by one of those names, or one edited
+since, is refused; every output is checked before the first is written.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ TENSORBOARD_IMAGES = DirectoryKind(
     optional_patterns=("events.out.tfevents.*", tensorboard_events.STAGED_EVENT_FILES))
 # The record of what `compare` wrote into a directory: {"files": {name: [sha256 hex, ...]}}.
 RECORD_FILE = "comparison.record.json"
-_ELSEWHERE = "choose another --out DIR"
+_ELSEWHERE = "choose another out=DIR"
 
 
 def _read_record(path: Path) -> dict | None:
@@ -423,8 +423,8 @@ def compare(sweep_dir, out=None, tensorboard: bool = True,
     gap = incompleteness(sweep_dir, len(rows), planned_jobs)
     out = Path(out if out is not None else sweep_dir)
     if out.exists() and not out.is_dir():
-        raise UserInputError(f"--out {out}: is a file; expected a directory")
-    refuse_a_run_file("--out", out, "comparison")  # a run's folders are the run's alone
+        raise UserInputError(f"out={out}: is a file; expected a directory")
+    refuse_a_run_file("out", out, "comparison")  # a run's folders are the run's alone
     table = markdown(aggregated)
     if gap is not None:
         logger.warning("%s", gap)

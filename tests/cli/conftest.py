@@ -34,7 +34,7 @@ def command_here(capsys, monkeypatch):
         monkeypatch.setattr(sys, "argv", [program, *arguments])
         capsys.readouterr()
         try:
-            main(arguments) if command == "compare" else main()
+            main()
             returncode = 0
         except SystemExit as exit_:
             returncode = exit_.code

@@ -296,20 +296,26 @@ CASES = [
                     f"out={f / 'ro' / 'c.npy'}"],
          "out={tmp}/ro/c.npy: {tmp}/ro is not writable", patch=_not_writable("ro")),
     # ---- sgh-compare --------------------------------------------------------------------------
-    Case("read-only sweep directory", "compare", lambda f: [str(_sweep(f)), "--no-tensorboard"],
+    Case("read-only sweep directory", "compare",
+         lambda f: [f"sweep={_sweep(f)}", "tensorboard=false"],
          "{tmp}/sweep: not writable (read-only or permission denied), so the comparison cannot "
-         "be written there; pass --out DIR", patch=_not_writable("sweep")),
+         "be written there; pass out=DIR", patch=_not_writable("sweep")),
     Case("sweep directory turns read-only while writing", "compare",
-         lambda f: [str(_sweep(f)), "--no-tensorboard"],
+         lambda f: [f"sweep={_sweep(f)}", "tensorboard=false"],
          "{tmp}/sweep: read-only file system", patch=_failing_writes(errno.EROFS)),
-    Case("full disk under --out", "compare",
-         lambda f: [str(_sweep(f)), "--out", str(f / "report"), "--no-tensorboard"],
-         "no space left on device; free some space, or write elsewhere (--out=...)",
+    Case("full disk under out=", "compare",
+         lambda f: [f"sweep={_sweep(f)}", f"out={f / 'report'}", "tensorboard=false"],
+         "no space left on device; free some space, or write elsewhere (out=...)",
          patch=_failing_writes(errno.ENOSPC)),
-    Case("unknown compare flag", "compare", lambda f: [str(_sweep(f)), "--outt", "x"],
-         "unrecognized arguments: --outt x; usage: sgh-compare SWEEP_DIR [--out DIR]"),
+    Case("compare sweep as a bare word", "compare", lambda f: [str(_sweep(f))],
+         "{tmp}/sweep is not key=value; write sweep={tmp}/sweep"),
+    Case("misspelt compare key", "compare", lambda f: [f"sweep={_sweep(f)}", "outt=x"],
+         "outt=x: the configuration has no key 'outt'; accepted keys: sweep, out, tensorboard"),
+    Case("compare tensorboard not a bool", "compare",
+         lambda f: [f"sweep={_sweep(f)}", "tensorboard=maybe"],
+         "tensorboard=maybe: Value 'maybe' is not a valid bool"),
     Case("no sweep directory given", "compare", lambda f: [],
-         "the following arguments are required: sweep_dir; usage: sgh-compare SWEEP_DIR"),
+         "sweep= is missing; usage: sgh-compare sweep=SWEEP_DIR [out=DIR] [tensorboard=false]"),
     # ---- sgh-index, sgh-export: the first word picks the action; the rest are Hydra's keys -----
     Case("index without an action", "index", lambda f: [f"run={_trained_run(f, 'none')}"],
          "the first word is the action, build or search, not 'run={tmp}/run'; usage: "),
@@ -413,7 +419,8 @@ def test_hydra_errors_from_a_real_process_are_one_line_and_exit_2(tmp_path):
 @pytest.mark.parametrize("command, arguments, expected", [
     ("eval", ["eval.recal_k=5"], "eval.recal_k=5: eval has no key 'recal_k'"),
     ("encode", ["batchsize=3"], "batchsize=3: the configuration has no key 'batchsize'"),
-    ("compare", [".", "--outt"], "unrecognized arguments: --outt"),
+    ("compare", ["sweep=.", "--no-tensorboard"],
+     "--no-tensorboard is not an option; write tensorboard=false"),
     ("index", ["search", "k=abc"], "k=abc: Value 'abc' of type 'str' could not be converted"),
     ("export", ["runs/x"], "runs/x is not key=value; write run=runs/x"),
     ("train", ["dataset=file"], "dataset.path is missing"),
@@ -484,7 +491,7 @@ def test_a_sweep_over_paths_has_flat_job_directories_that_sgh_compare_finds(tmp_
         assert (job / "metrics.json").is_file() and (job / "config.yaml").is_file()
         assert any("dataset.path=" in line
                    for line in (job / ".hydra" / "overrides.yaml").read_text().splitlines())
-    compared = _process("compare", str(sweep), "--no-tensorboard", cwd=tmp_path)
+    compared = _process("compare", f"sweep={sweep}", "tensorboard=false", cwd=tmp_path)
     assert compared.returncode == 0, compared.stderr[-3000:]
     # Two files are two datasets, never averaged as if seeds: lsh x 2 bits x 2 paths.
     rows = (sweep / "comparison.csv").read_text().strip().splitlines()

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from sgh.artifacts.codes_file import load_codes
-from sgh.cli.compare import main
 from sgh.reports.comparison import aggregate, collect, markdown, pr_curve
 
 # (method, bits, seed, map, recall10@100) of the fake sweep; the means/stds are in the tests.
@@ -130,10 +129,11 @@ def test_markdown_states_conventions_and_formats_cells(sweep):
 
 
 @pytest.fixture
-def compared(sweep, tmp_path, capsys):
+def compared(sweep, tmp_path, command_here):
     out = tmp_path / "out"
-    main([str(sweep), "--out", str(out)])
-    return sweep, out, capsys.readouterr()
+    printed = command_here("compare", [f"sweep={sweep}", f"out={out}"], cwd=tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    return sweep, out, printed
 
 
 def test_writes_csv_markdown_pngs_and_prints_the_table(compared):
@@ -160,13 +160,13 @@ def test_writes_csv_markdown_pngs_and_prints_the_table(compared):
     assert float(table[0]["map_mean"]) == pytest.approx(0.6)
     markdown_file = (out / "comparison.md").read_text()
     assert "| sgh | 0.600 ± 0.082 (n=3)" in markdown_file
-    assert markdown_file in printed.out
+    assert markdown_file in printed.stdout
     for name in ("map_vs_bits", "recall_curves", "pr_curves"):
         png = (out / f"{name}.png").read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-        assert f"[sgh] wrote {out / name}.png" in printed.out
+        assert f"[sgh] wrote {out / name}.png" in printed.stdout
     assert not list(out.glob(".*"))  # no temporary files left behind
-    assert not (sweep / "comparison.csv").exists()  # --out: the sweep is only read
+    assert not (sweep / "comparison.csv").exists()  # out=: the sweep is only read
 
 
 def test_tensorboard_event_file_holds_the_figures(compared):
@@ -183,8 +183,10 @@ def test_tensorboard_event_file_holds_the_figures(compared):
     )
 
 
-def test_default_out_is_the_sweep_and_no_tensorboard(sweep, capsys):
-    main([str(sweep), "--no-tensorboard"])
+def test_default_out_is_the_sweep_and_tensorboard_false_writes_no_images(sweep, tmp_path,
+                                                                         command_here):
+    assert command_here("compare", [f"sweep={sweep}", "tensorboard=false"],
+                        cwd=tmp_path).returncode == 0
     assert (sweep / "comparison.md").is_file() and (sweep / "pr_curves.png").is_file()
     assert not (sweep / "tensorboard_compare").exists()
     assert len(collect(sweep)) == len(RUNS)  # its own outputs are not mistaken for runs
@@ -235,31 +237,54 @@ def test_pr_curve_matches_brute_force(tmp_path):
     assert precision.shape == (bits + 1,) and recall[-1] == pytest.approx(1.0)
 
 
-def _error_line(argv, capsys):
-    with pytest.raises(SystemExit) as raised:
-        main(argv)
-    assert raised.value.code == 2
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1, err
-    return err
+def _error_line(arguments, command_here, cwd):
+    result = command_here("compare", arguments, cwd=cwd)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    return result.stderr
 
 
-def test_empty_directory_is_one_line_exit_2(tmp_path, capsys):
+def test_empty_directory_is_one_line_exit_2(tmp_path, command_here):
     (tmp_path / "job0").mkdir()
-    err = _error_line([str(tmp_path)], capsys)
+    err = _error_line([f"sweep={tmp_path}"], command_here, tmp_path)
     assert err.startswith("sgh-compare: error: ") and str(tmp_path) in err
     assert "no metrics.json" in err
 
 
-def test_corrupt_json_is_one_line_naming_the_file(sweep, capsys):
+def test_corrupt_json_is_one_line_naming_the_file(sweep, tmp_path, command_here):
     bad = sweep / "0_model=sgh,bits=8,seed=0" / "metrics.json"
     bad.write_text('{"dataset": "toy", "method": ')
-    assert str(bad) in _error_line([str(sweep)], capsys)
+    assert str(bad) in _error_line([f"sweep={sweep}"], command_here, tmp_path)
+
+
+@pytest.mark.parametrize("arguments, expected", [
+    (["{sweep}"], "{sweep} is not key=value; write sweep={sweep}"),
+    (["sweep={sweep}", "--out", "{sweep}/report"], "--out is not an option; write out=DIR"),
+    (["sweep={sweep}", "--out={sweep}/report"], "--out is not an option; write out=DIR"),
+    (["sweep={sweep}", "--no-tensorboard"],
+     "--no-tensorboard is not an option; write tensorboard=false"),
+    ([], "sweep= is missing; usage: sgh-compare sweep=SWEEP_DIR [out=DIR] [tensorboard=false]"),
+], ids=["bare directory", "--out DIR", "--out=DIR", "--no-tensorboard", "no sweep="])
+def test_a_command_line_without_its_keys_is_one_line_naming_the_key(sweep, tmp_path, command_here,
+                                                                    arguments, expected):
+    err = _error_line([text.format(sweep=sweep) for text in arguments], command_here, tmp_path)
+    assert err.strip() == f"sgh-compare: error: {expected.format(sweep=sweep)}"
+    assert not (sweep / "comparison.md").exists() and not (sweep / "report").exists()
+
+
+def test_a_sweep_whose_jobs_would_write_into_one_directory_runs_no_job(sweep, tmp_path,
+                                                                       command_here):
+    result = command_here("compare", ["-m", f"sweep={sweep}", "tensorboard=true,false"],
+                          cwd=tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert f"out={sweep} would be written by more than one job" in result.stderr
+    assert not (sweep / "comparison.md").exists() and not (tmp_path / "multirun").exists()
 
 
 def test_command_line_exit_status_without_traceback(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "sgh.cli.compare", str(tmp_path / "missing")],
+        [sys.executable, "-m", "sgh.cli.compare", f"sweep={tmp_path / 'missing'}"],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
     )
@@ -270,7 +295,8 @@ def test_command_line_exit_status_without_traceback(tmp_path):
     ]
 
 
-def test_runs_of_other_rankings_are_their_own_rows_with_their_search_curves(tmp_path):
+def test_runs_of_other_rankings_are_their_own_rows_with_their_search_curves(tmp_path,
+                                                                           command_here):
     root = tmp_path / "sweep"
     _run(root / "0", "itq", 8, 0, 0.40, 0.10)
     _run(root / "1", "itq", 8, 0, 0.50, 0.30)
@@ -284,7 +310,8 @@ def test_runs_of_other_rankings_are_their_own_rows_with_their_search_curves(tmp_
     assert [(e["method"], e["n_seeds"], e["map_mean"]) for e in aggregated] == [
         ("itq", 1, 0.40), ("itq (rerank)", 1, 0.50)]  # never averaged together
     assert "ranked that way instead" in markdown(aggregated)
-    main([str(root), "--out", str(tmp_path / "out"), "--no-tensorboard"])
+    assert command_here("compare", [f"sweep={root}", f"out={tmp_path / 'out'}",
+                                    "tensorboard=false"], cwd=tmp_path).returncode == 0
     for name in ("shortlist_curves", "recall_vs_queries_per_second", "pr_curves"):
         assert (tmp_path / "out" / f"{name}.png").stat().st_size > 1000
 
@@ -295,7 +322,8 @@ def _config(run_dir, seed, **model):
     (run_dir / "config.yaml").write_text(json.dumps(settings))  # JSON is YAML
 
 
-def test_runs_that_differ_in_more_than_the_seed_are_never_averaged(tmp_path, caplog):
+def test_runs_that_differ_in_more_than_the_seed_are_never_averaged(tmp_path, caplog,
+                                                                    command_here):
     root = tmp_path / "sweep"
     # Two recipes of SGH at 8 bits, two seeds each: the default (linear) one and a deep one.
     for job, (seed, decoder, map_value) in enumerate(
@@ -308,7 +336,8 @@ def test_runs_that_differ_in_more_than_the_seed_are_never_averaged(tmp_path, cap
         ("sgh [model.decoder=mlp]", [0, 1], 0.89)]
     assert "differ in more than the seed" in markdown(aggregated)
     assert not [record for record in caplog.records if record.levelname == "WARNING"]
-    main([str(root), "--out", str(tmp_path / "out"), "--no-tensorboard"])
+    assert command_here("compare", [f"sweep={root}", f"out={tmp_path / 'out'}",
+                                    "tensorboard=false"], cwd=tmp_path).returncode == 0
     table = (tmp_path / "out" / "comparison.md").read_text()
     assert "| sgh [model.decoder=linear] | 0.865 ± 0.005 |" in table
     assert "| sgh [model.decoder=mlp] | 0.890 ± 0.010 |" in table

@@ -25,7 +25,8 @@ def test_train_help_lists_the_options_a_user_picks_and_no_schema(command_here, t
     assert "  bits: 32" in result.stdout  # the configuration follows, with its defaults
 
 
-@pytest.mark.parametrize(("command", "program"), [("eval", "sgh-eval"), ("encode", "sgh-encode")])
+@pytest.mark.parametrize(("command", "program"), [("eval", "sgh-eval"), ("encode", "sgh-encode"),
+                                                  ("compare", "sgh-compare")])
 def test_the_other_commands_help_lists_their_own_keys_only(command_here, tmp_path, command,
                                                            program):
     result = command_here(command, ["--help"], tmp_path)
@@ -35,7 +36,7 @@ def test_the_other_commands_help_lists_their_own_keys_only(command_here, tmp_pat
     assert "\nout: null" in result.stdout
 
 
-@pytest.mark.parametrize("command", ["train", "eval", "encode", "index", "export"])
+@pytest.mark.parametrize("command", ["train", "eval", "encode", "index", "export", "compare"])
 def test_help_ends_with_the_guide_and_the_key_reference_as_files_here(command_here, tmp_path,
                                                                       command):
     result = command_here(command, ["--help"], tmp_path)
@@ -45,6 +46,14 @@ def test_help_ends_with_the_guide_and_the_key_reference_as_files_here(command_he
     pages = [Path(line.split(": ", 1)[1]) for line in footer]
     assert all(page.is_absolute() and page.is_file() for page in pages), footer
     assert pages[1] == DOCS_DIR / "reference" / "configuration.md"
+
+
+def test_compare_help_prints_its_usage_and_keys(command_here, tmp_path):
+    result = command_here("compare", ["--help"], tmp_path)
+    assert result.returncode == 0 and result.stderr == ""
+    assert "Usage: sgh-compare sweep=SWEEP_DIR [out=DIR] [tensorboard=false]" in result.stdout
+    assert "\nsweep: null\nout: null\ntensorboard: true\n" in result.stdout
+    assert result.stdout.splitlines()[-2] == f"Guide: {DOCS_DIR / 'guide' / 'training.md'}"
 
 
 def test_the_command_line_is_read_by_hydras_own_parser():

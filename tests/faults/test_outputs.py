@@ -5,7 +5,7 @@
                        killed sgh-compare's images are never in a directory TensorBoard reads
     symbolic links     out= onto a link is refused, the link and its target left as they were
     sgh-compare        a user's comparison.md / .csv, or one edited since, is refused; a refusal
-                       writes nothing; --out inside a run's encoder/ is refused; a metrics.json
+                       writes nothing; out= inside a run's encoder/ is refused; a metrics.json
                        whose seed is a string is one line
     sweep directories  a folder holding only a multirun.yaml or a .png of the user's is refused
     shared out=        a sweep of sgh-eval or sgh-encode whose jobs would write one out= is
@@ -175,37 +175,37 @@ def test_sgh_compare_replaces_only_its_own_outputs_and_checks_them_all_first(tmp
     (report / "comparison.md").write_text("# my notes\n")
     (report / "comparison.csv").write_text("mine,1\n")
     before = files_below(report)
-    result = command_here("compare", [str(sweep), "--out", str(report)], cwd=tmp_path)
+    result = command_here("compare", [f"sweep={sweep}", f"out={report}"], cwd=tmp_path)
     one_error_line(result, "sgh-compare", f"{report / 'comparison.csv'} is not a file sgh-compare "
                                      "wrote")
     assert files_below(report) == before  # not even comparison.csv, nor a plot
     # Its own earlier output is replaced; the same file edited since is the user's again.
     (report / "comparison.md").unlink()
     (report / "comparison.csv").unlink()
-    assert command_here("compare", [str(sweep), "--out", str(report)],
+    assert command_here("compare", [f"sweep={sweep}", f"out={report}"],
                         cwd=tmp_path).returncode == 0
     _sweep(tmp_path, recall=0.75)
-    assert command_here("compare", [str(sweep), "--out", str(report)],
+    assert command_here("compare", [f"sweep={sweep}", f"out={report}"],
                         cwd=tmp_path).returncode == 0
     assert "0.750" in (report / "comparison.md").read_text()
     with open(report / "comparison.md", "a") as notes:
         notes.write("my conclusions\n")
-    result = command_here("compare", [str(sweep), "--out", str(report), "--no-tensorboard"],
+    result = command_here("compare", [f"sweep={sweep}", f"out={report}", "tensorboard=false"],
                           cwd=tmp_path)
     one_error_line(result, "sgh-compare", "it is yours, or was edited since")
     # A refusal found last (a folder of the user's named as the images) writes nothing first.
     (report / "comparison.md").write_bytes(b"")
-    assert command_here("compare", [str(sweep), "--out", str(report)],
+    assert command_here("compare", [f"sweep={sweep}", f"out={report}"],
                         cwd=tmp_path).returncode != 0  # the emptied file is not its own
     (report / "comparison.md").unlink()
-    assert command_here("compare", [str(sweep), "--out", str(report)],
+    assert command_here("compare", [f"sweep={sweep}", f"out={report}"],
                         cwd=tmp_path).returncode == 0
     _sweep(tmp_path, recall=0.5)
     for event_file in (report / "tensorboard_compare").iterdir():
         event_file.unlink()
     (report / "tensorboard_compare" / "train.py").write_text("print('mine')\n")
     before = files_below(report)
-    result = command_here("compare", [str(sweep), "--out", str(report)], cwd=tmp_path)
+    result = command_here("compare", [f"sweep={sweep}", f"out={report}"], cwd=tmp_path)
     one_error_line(result, "sgh-compare",
                    "holds files that are not sgh-compare's TensorBoard images")
     assert files_below(report) == before  # comparison.md still says 0.750
@@ -214,8 +214,8 @@ def test_sgh_compare_replaces_only_its_own_outputs_and_checks_them_all_first(tmp
 def test_sgh_compare_never_writes_into_a_runs_encoder(finished, tmp_path, command_here):
     sweep = _sweep(tmp_path)
     out = finished / "encoder"
-    result = command_here("compare", [str(sweep), "--out", str(out)], cwd=tmp_path)
-    one_error_line(result, "sgh-compare", f"--out={out} is the encoder of the run {finished}, "
+    result = command_here("compare", [f"sweep={sweep}", f"out={out}"], cwd=tmp_path)
+    one_error_line(result, "sgh-compare", f"out={out} is the encoder of the run {finished}, "
                    "whose files no other output may replace")
     assert not out.exists()
 
@@ -227,7 +227,7 @@ def test_a_seed_that_is_not_a_number_is_one_line_naming_the_file_and_key(tmp_pat
     other.mkdir()
     (other / "metrics.json").write_text(json.dumps({
         "dataset": "toy", "method": "lsh", "bits": 8, "seed": "1", "recall10@100": 0.4}))
-    result = command_here("compare", [str(sweep), "--no-tensorboard"], cwd=tmp_path)
+    result = command_here("compare", [f"sweep={sweep}", "tensorboard=false"], cwd=tmp_path)
     one_error_line(result, "sgh-compare", f"{other / 'metrics.json'}: key 'seed' is '1'; expected "
                                      "an integer")
 
@@ -252,7 +252,7 @@ def test_an_sgh_sweep_with_its_comparison_still_resumes(tmp_path, command_here):
     sweep = tmp_path / "sweep"
     command = ["-m", *BASELINE[:-1], "model=lsh", "model.bits=8,12", f"hydra.sweep.dir={sweep}"]
     assert command_here("train", command, cwd=tmp_path).returncode == 0
-    assert command_here("compare", [str(sweep)], cwd=tmp_path).returncode == 0
+    assert command_here("compare", [f"sweep={sweep}"], cwd=tmp_path).returncode == 0
     # Hydra's multirun.yaml, the jobs, sgh-compare's files: all the sweep's own.
     resumed = command_here("train", command, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
