@@ -9,7 +9,11 @@ decoder="bytes")` holds B / 8 bytes per item, the codes alone (each item's norm 
 its code during the scan), so it is compared with faiss's `PQ{B/8}`, `OPQ{B/8},PQ{B/8}` and
 `LSQ{B/8}x8` with its norm computed from the codes as well (faiss's `ST_norm_from_LUT`), and
 with faiss's fast-scan forms `PQ{B/4}x4fs` and `OPQ{B/4},PQ{B/4}x4fs` (4-bit sub-quantizers
-scanned in SIMD registers, no refinement): the same B / 8 bytes per item.
+scanned in SIMD registers, no refinement): the same B / 8 bytes per item. Beside its own scan,
+the byte decoder's tables and codes in faiss's `IndexLocalSearchQuantizer`, searched by faiss
+with the norm computed from the tables (`ST_norm_from_LUT`, B / 8 bytes), in one byte
+(`ST_norm_qint8`, a saved index's `codes.faiss`) or as a float32 (`ST_norm_float`): whether
+faiss's kernel does the byte decoder's search at least as fast as ours.
 
 Validation split: the run's training rows as the model saw them (unit vectors for an angular
 run), shuffled with a fixed seed: the first 2,000 (a quarter of them at most) are the queries,
@@ -24,6 +28,7 @@ throughout (OPQ's training differs between thread counts).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -45,6 +50,7 @@ from sgh.data import load_split  # noqa: E402
 from sgh.data.neighbours import exact_neighbours  # noqa: E402
 from sgh.data.similarity import unit_normalised  # noqa: E402
 from sgh.scores.score_set import ScoreSet  # noqa: E402
+from sgh.search.faiss_codes import additive_quantizer  # noqa: E402
 from sgh.search.sgh_index import SGHIndex  # noqa: E402
 
 QUERIES, MAX_DATABASE, MAX_FIT, SEED, K, ROUNDS = 2_000, 100_000, 100_000, 1, 100, 3
@@ -82,11 +88,40 @@ def timed(searches: dict[str, object], queries, truth) -> dict[str, dict[str, fl
     return results
 
 
-def byte_decoder_search(scores: ScoreSet, database, fit):
-    index = SGHIndex(scores, decoder="bytes")
+def byte_decoder_searches(scores: ScoreSet, database, fit, n_bytes: int) -> dict:
+    """The byte decoder's own scan, and faiss's additive-quantizer search of the same tables and
+    codes with each way faiss stores or computes the reconstruction's norm."""
+    # A byte decoder the run fitted saw every training row, the validation queries and database
+    # too: fitted again on the fitting rows alone, as faiss's quantizers are trained.
+    index = SGHIndex(dataclasses.replace(scores, byte_decoder=None), decoder="bytes")
     index.train(fit)
     index.add(database)
-    return lambda queries: index.search(queries, K)[1]
+    codes, decoder = index.encode(database), index.byte_decoder
+    searches = {f"SGH byte decoder ({n_bytes} B)": lambda queries: index.search(queries, K)[1]}
+    for norm, extra in (("ST_norm_from_LUT", 0), ("ST_norm_qint8", 1), ("ST_norm_float", 4)):
+        same = same_codes_in_faiss(decoder, codes, norm)
+        searches[f"its codes in faiss LSQ, {norm} ({n_bytes} + {extra} B)"] = (
+            lambda queries, same=same: same.search(queries, K)[1])
+    return searches
+
+
+def same_codes_in_faiss(decoder, codes: np.ndarray, norm: str):
+    """faiss's `IndexLocalSearchQuantizer` holding ``codes`` with the decoder's tables as its
+    codebooks and each item's norm as ``norm`` says (faiss's `AdditiveQuantizer.Search_type_t`)."""
+    if norm == "ST_norm_qint8":  # what a saved SGHIndex's codes.faiss holds
+        return additive_quantizer(decoder, codes)
+    index = faiss.IndexLocalSearchQuantizer(decoder.dim, len(decoder.books), 8, faiss.METRIC_L2,
+                                            getattr(faiss.AdditiveQuantizer, norm))
+    faiss.copy_array_to_vector(np.ascontiguousarray(decoder.books).ravel(), index.aq.codebooks)
+    index.aq.is_trained = index.is_trained = True
+    stored = codes
+    if norm == "ST_norm_float":  # the float32's bytes after the code, as faiss encodes it
+        norms = decoder.squared_norms(codes).astype("<f4")
+        stored = np.concatenate([codes, norms.view(np.uint8).reshape(-1, 4)], axis=1)
+    else:  # ST_norm_from_LUT: the norm from the codebooks' cross products, at search time
+        index.aq.compute_codebook_tables()
+    index.add_sa_codes(np.ascontiguousarray(stored))
+    return index
 
 
 def quantizer_search(key: str, n_bytes: int, database, fit):
@@ -134,7 +169,7 @@ def measured(run_dir: str) -> dict:
     queries, database, fit = validation_split(run_dir, scores.similarity == "angular")
     truth = exact_neighbours(queries, database, 10, "euclidean")
     n_bytes = bits // 8
-    searches = {f"SGH byte decoder ({n_bytes} B)": byte_decoder_search(scores, database, fit)}
+    searches = byte_decoder_searches(scores, database, fit, n_bytes)
     nibbles = 2 * n_bytes
     for key in (f"PQ{n_bytes}", f"OPQ{n_bytes},PQ{n_bytes}", f"LSQ{n_bytes}x8",
                 f"PQ{nibbles}x4fs", f"OPQ{nibbles},PQ{nibbles}x4fs"):
@@ -147,7 +182,7 @@ def measured(run_dir: str) -> dict:
           f"queries against {len(database)} others)", flush=True)
     for name, value in result.items():
         if isinstance(value, dict):
-            print(f"  {name:<32} {value['recall']:.4f}  {value['queries_per_s']:>9,.0f} q/s",
+            print(f"  {name:<52} {value['recall']:.4f}  {value['queries_per_s']:>9,.0f} q/s",
                   flush=True)
     return result
 

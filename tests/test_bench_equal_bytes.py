@@ -25,9 +25,16 @@ def test_the_byte_decoder_and_faiss_quantizers_are_measured_at_equal_bytes(tmp_p
     figures = {key: value for key, value in result.items() if isinstance(value, dict)}
     assert set(figures) == {"SGH byte decoder (2 B)", "faiss PQ2 (2 B)", "faiss OPQ2,PQ2 (2 B)",
                             "faiss LSQ2x8 (2 B)", "faiss PQ4x4fs (2 B)",
-                            "faiss OPQ4,PQ4x4fs (2 B)"}
+                            "faiss OPQ4,PQ4x4fs (2 B)",
+                            "its codes in faiss LSQ, ST_norm_from_LUT (2 + 0 B)",
+                            "its codes in faiss LSQ, ST_norm_qint8 (2 + 1 B)",
+                            "its codes in faiss LSQ, ST_norm_float (2 + 4 B)"}
     assert all(0 < value["recall"] <= 1 and value["queries_per_s"] > 0
                for value in figures.values())
+    # The same tables and codes with an exact norm rank as the byte decoder's own scan does.
+    ours = figures["SGH byte decoder (2 B)"]["recall"]
+    for norm in ("ST_norm_from_LUT (2 + 0 B)", "ST_norm_float (2 + 4 B)"):
+        assert abs(figures[f"its codes in faiss LSQ, {norm}"]["recall"] - ours) < 0.005
     assert "validation Recall10@100" in finished.stdout
 
 
