@@ -121,7 +121,7 @@ class FastScanIndex:
         if k > self.ntotal:  # padded as faiss pads
             pad = ((0, 0), (0, k - self.ntotal))
             D, I = np.pad(D, pad, constant_values=np.inf), np.pad(I, pad, constant_values=-1)
-        return D, I.astype(np.int64)
+        return D, I
 
     def _targets(self, weights: np.ndarray) -> np.ndarray:
         """The queries as faiss sees them: minus their bit weights (inner product: larger is
