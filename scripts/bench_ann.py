@@ -20,11 +20,11 @@ it, its dominated settings drawn as crosses):
   `from_run(run, nlist=N)`, N = round(sqrt(n_database)) and round(4 sqrt(n_database)),
   mode="scan" over nprobe 1 .. 64. The inverted lists are SGHIndex's own: a k-means of the
   database features. And the byte decoder,
-  `from_run(run, decoder="bytes")`: one 256-entry table per code byte fitted on the run's
+  `from_run(run, mode="bytes")`: one 256-entry table per code byte fitted on the run's
   training features, the database encoded by its posterior mode, scanned exactly by SGH's
   lookup-table kernel (the reconstruction's norm computed from the code: B bytes); and the byte
   decoder in inverted lists of the
-  same sizes, `from_run(run, decoder="bytes", nlist=N)` (its decoder fitted on, and the items
+  same sizes, `from_run(run, mode="bytes", nlist=N)` (its decoder fitted on, and the items
   coded as, residuals to their list's centroid; the norm's cross terms computed from the codes:
   B bytes), over nprobe.
 - faiss anchors at B bytes per item (index_factory strings), each trained on the run's
@@ -268,33 +268,35 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, lists: list[int],
     points = []
     size = saved_bytes(scan)
     for factor in settings.refine_factors:
-        points.append(point("scan", scan, size, {"score": scan.scores.chosen,
+        points.append(point("scan", scan, size, {"mode": "scan", "score": scan.scores.chosen,
                                                  "refine_factor": factor},
                             extra_bytes=constant_byte(scan.scores.chosen),
                             refine_factor=factor))
     size = saved_bytes(two_stage)
     for shortlist in sorted({min(length, two_stage.ntotal) for length in settings.shortlists}):
         points.append(point("two-stage", two_stage, size, {
-            "shortlist": shortlist, "shortlist_score": "encoder", "rescore": rescore,
-            "refine_factor": default_refine}, extra_bytes=constant_byte(rescore),
+            "mode": "two_stage", "shortlist": shortlist, "shortlist_score": "encoder",
+            "rescore": rescore, "refine_factor": default_refine},
+            extra_bytes=constant_byte(rescore),
             shortlist=shortlist))
-    decoded = SGHIndex.from_run(run_dir, decoder="bytes")
+    decoded = SGHIndex.from_run(run_dir, mode="bytes")
     size = saved_bytes(decoded)
     points.append(point("byte decoder scan", decoded, size,
-                        {"decoder": "bytes", "norm": "from the code"}))
+                        {"mode": "bytes", "norm": "from the code"}))
     for nlist in lists:
         inverted = SGHIndex.from_run(run_dir, mode="scan", nlist=nlist)
         size = saved_bytes(inverted)
         for nprobe in settings.nprobes:
             points.append(point(f"IVF{nlist} scan", inverted, size, {
-                "nlist": nlist, "nprobe": nprobe, "score": inverted.scores.chosen,
+                "mode": "scan", "nlist": nlist, "nprobe": nprobe,
+                "score": inverted.scores.chosen,
                 "refine_factor": default_refine},
                 extra_bytes=constant_byte(inverted.scores.chosen), nprobe=nprobe))
-        inverted = SGHIndex.from_run(run_dir, decoder="bytes", nlist=nlist)
+        inverted = SGHIndex.from_run(run_dir, mode="bytes", nlist=nlist)
         size = saved_bytes(inverted)
         for nprobe in settings.nprobes:
             points.append(point(f"IVF{nlist} byte decoder scan", inverted, size, {
-                "nlist": nlist, "nprobe": nprobe, "decoder": "bytes",
+                "mode": "bytes", "nlist": nlist, "nprobe": nprobe,
                 "norm": "from the code"}, nprobe=nprobe))
     return points
 
@@ -506,17 +508,15 @@ def target(sgh: list[Point], anchors: list[Point]) -> dict:
 
 
 def inverted_lists_verdicts(sgh: list[Point]) -> dict[str, dict]:
-    """Per decoder ("model": the model's score, "bytes": the byte decoder), its inverted lists
-    against its own flat scan (module doc)."""
+    """Per SGHIndex mode that has inverted lists here ("scan": the model's score, "bytes": the
+    byte decoder), its inverted lists against its own flat scan (module doc)."""
     verdicts = {}
-    for decoder in ("model", "bytes"):
-        ours = [point for point in sgh if point.params.get("decoder", "model") == decoder]
+    for mode in ("scan", "bytes"):
+        ours = [point for point in sgh if point.params["mode"] == mode]
         # The flat point: the byte decoder's scan, or the model's at the default refine factor.
         (flat,) = [point for point in ours if "nprobe" not in point.params and (
-            decoder == "bytes"
-            or (point.method.startswith("SGH scan")
-                and point.params["refine_factor"] == DEFAULT_REFINE_FACTOR))]
-        verdicts[decoder] = inverted_lists_verdict(
+            mode == "bytes" or point.params["refine_factor"] == DEFAULT_REFINE_FACTOR)]
+        verdicts[mode] = inverted_lists_verdict(
             flat, [point for point in ours if "nprobe" in point.params])
     return verdicts
 
@@ -580,8 +580,8 @@ def print_table(group: Group, points: list[Point], thread_count: int, n_queries:
               f"{m['queries_per_second']:>10,.0f}", flush=True)
 
 
-def print_inverted_lists_verdict(group: Group, run: str, decoder: str, verdict: dict) -> None:
-    whose = "the model's score" if decoder == "model" else "the byte decoder"
+def print_inverted_lists_verdict(group: Group, run: str, mode: str, verdict: dict) -> None:
+    whose = "the model's score" if mode == "scan" else "the byte decoder"
     where = f"SGH's inverted lists ({whose}; {run}) on {group.dataset} at {group.bits} bits"
     goal = (f">= {IVF_RECALL_SHARE} x the flat scan's Recall10@100 "
             f"({verdict['flat_recall10@100']:.4f}, {verdict['flat_queries_per_second']:,.0f} "
@@ -700,8 +700,8 @@ def benchmark(group: Group, settings: Settings, thread_count: int, with_anchors:
             print_target(group, run, up_to, verdict["up_to_one_byte_more"],
                          f"up to {plus_one} bytes per item (every SGH point)")
         verdict["inverted_lists"] = inverted_lists_verdicts(run_points)
-        for decoder, inverted in verdict["inverted_lists"].items():
-            print_inverted_lists_verdict(group, run, decoder, inverted)
+        for mode, inverted in verdict["inverted_lists"].items():
+            print_inverted_lists_verdict(group, run, mode, inverted)
         verdicts.append(verdict)
     return points, verdicts
 

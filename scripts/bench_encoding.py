@@ -15,7 +15,7 @@ distance (glove: of unit vectors, the cosine order), ties by row.
 
 Methods, B = bits / 8 bytes per item:
 - SGH with its byte decoder (`SGHHasher(n_bits, decoder="bytes")`, the default training
-  otherwise), searched by `SGHIndex(..., decoder="bytes", encoding=E)` for each encoding E
+  otherwise), searched by `SGHIndex(..., mode="bytes", encoding=E)` for each encoding E
   (`sgh.scores.posterior_modes`): its B code bytes.
 - The default recipe's linear SGH with the byte decoder fitted after training, local search: the
   product before the byte decoder was trained (B bytes).
@@ -99,11 +99,11 @@ def sgh_methods(hasher: SGHHasher, encodings, label: str) -> list[Method]:
     methods = []
     for encoding in encodings:
         def make(database, encoding=encoding):
-            index = SGHIndex(hasher, decoder="bytes", encoding=encoding)
+            index = SGHIndex(hasher, mode="bytes", encoding=encoding)
             index.add(database)
             return lambda queries: index.search(queries, K)[1]
 
-        encoder = SGHIndex(hasher, decoder="bytes", encoding=encoding)
+        encoder = SGHIndex(hasher, mode="bytes", encoding=encoding)
         methods.append(Method(f"{label}, {encoding}", hasher.n_bits / 8, encoder.encode, make))
     return methods
 

@@ -5,7 +5,7 @@ from a run's training rows (no test query is read).
         [--json bench_equal_bytes.json]
 
 RUN: a finished `sgh-train` run of SGH at B bits (B a multiple of 8). `SGHIndex(...,
-decoder="bytes")` holds B / 8 bytes per item, the codes alone (each item's norm is computed from
+mode="bytes")` holds B / 8 bytes per item, the codes alone (each item's norm is computed from
 its code during the scan), so it is compared with faiss's `PQ{B/8}`, `OPQ{B/8},PQ{B/8}` and
 `LSQ{B/8}x8` with its norm computed from the codes as well (faiss's `ST_norm_from_LUT`), and
 with faiss's fast-scan forms `PQ{B/4}x4fs` and `OPQ{B/4},PQ{B/4}x4fs` (4-bit sub-quantizers
@@ -93,7 +93,7 @@ def byte_decoder_searches(scores: ScoreSet, database, fit, n_bytes: int) -> dict
     codes with each way faiss stores or computes the reconstruction's norm."""
     # A byte decoder the run fitted saw every training row, the validation queries and database
     # too: fitted again on the fitting rows alone, as faiss's quantizers are trained.
-    index = SGHIndex(dataclasses.replace(scores, byte_decoder=None), decoder="bytes")
+    index = SGHIndex(dataclasses.replace(scores, byte_decoder=None), mode="bytes")
     index.train(fit)
     index.add(database)
     codes, decoder = index.encode(database), index.byte_decoder

@@ -2,16 +2,17 @@
 hold as floats, their time and peak memory, the bytes per item, the recall, and save/load.
 
     python scripts/bench_large_index.py --run RUN --data DIR [--nlist 1024] [--nprobes 8 32]
-        [--decoder model|bytes [--encoding E]] [--json bench_large_index.json] [--work WORKDIR]
+        [--mode scan|bytes [--encoding E]] [--json bench_large_index.json] [--work WORKDIR]
 
 DIR: the files of `scripts/make_clustered_vectors.py` (`base.fvecs`, `query.fvecs`,
 `groundtruth.ivecs`); RUN: an `sgh-train` run on them (e.g. `dataset=file
 dataset.path=DIR/base.fvecs dataset.learn_path=DIR/learn.fvecs dataset.query_path=...
 dataset.groundtruth_path=...`). For the flat index and one with --nlist inverted lists, each
-searched by the model's scan or (--decoder bytes) the byte decoder, its items coded by
---encoding (default: the run's validated choice; local search on ten million items takes hours):
+built and searched in --mode: `scan` (the model's scan) or `bytes` (the byte decoder, its items
+coded by --encoding; default: the run's validated choice; local search on ten million items
+takes hours):
 
-1. `sgh-index build run=RUN input=DIR/base.fvecs [nlist=N] out=...` in a child process: the
+1. `sgh-index build run=RUN input=DIR/base.fvecs [nlist=N] mode=M out=...` in a child process: the
    base streamed and encoded in batches, with progress; wall time and the child's peak RSS
    (VmHWM, read at its exit).
 2. `sgh-index search index=... input=DIR/query.fvecs k=100 out=...` in a child process, the same
@@ -83,7 +84,7 @@ def memory_per_item(index: SGHIndex) -> dict:
     """Bytes per item the loaded index holds, by part (module doc)."""
     n = index.ntotal
     parts = {name: float(size) for name, size in index.bytes_per_item.items()}
-    if index.decoder == "model":  # the byte decoder's scans read the index's own codes
+    if index.mode != "bytes":  # the byte decoder's scans read the index's own codes
         scan = index._engine("scan")  # the model's scan, built
         engine = scan._index()  # its faiss index
         ivf = faiss.try_extract_index_ivf(engine)
@@ -101,11 +102,11 @@ def memory_per_item(index: SGHIndex) -> dict:
 
 
 def measured(run: Path, data: Path, work: Path, nlist: int | None, nprobes: list[int],
-             decoder: list[str]) -> dict:
+             mode: list[str]) -> dict:
     name = "flat" if nlist is None else f"IVF{nlist}"
     out = work / f"{name}.sghindex"
     build = sgh_index("build", f"run={run}", f"input={data / 'base.fvecs'}", f"out={out}",
-                      *(() if nlist is None else (f"nlist={nlist}",)), *decoder)
+                      *(() if nlist is None else (f"nlist={nlist}",)), *mode)
     search = sgh_index("search", f"index={out}", f"input={data / 'query.fvecs'}", f"k={K}",
                        f"out={work / f'{name}_results.npz'}",
                        *(() if nlist is None else (f"nprobe={nprobes[0]}",)))
@@ -116,7 +117,7 @@ def measured(run: Path, data: Path, work: Path, nlist: int | None, nprobes: list
     index = SGHIndex.load(out)
     loaded_seconds = time.perf_counter() - started
     on_disk = sum(path.stat().st_size for path in out.iterdir())
-    result = {"layout": name, "decoder": index.decoder, "encoding": index.encoding,
+    result = {"layout": name, "mode": index.mode, "encoding": index.encoding,
               "items": index.ntotal, "build": build, "cli_search": search,
               "load_seconds": round(loaded_seconds, 1),
               "bytes_per_item_on_disk": round(on_disk / index.ntotal, 2),
@@ -150,19 +151,21 @@ def main() -> None:
     parser.add_argument("--nprobes", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--work", type=Path, help="where the indexes go (default: a temporary "
                         "directory beside the data)")
-    parser.add_argument("--decoder", choices=("model", "bytes"), default="model")
-    parser.add_argument("--encoding", help="the byte decoder's encoding (sgh-index build's)")
+    parser.add_argument("--mode", choices=("scan", "bytes"), default="scan",
+                        help="the index's mode (sgh-index build's): the model's scan, or the "
+                        "byte decoder's")
+    parser.add_argument("--encoding", help="the byte decoder's encoding (sgh-index build's; "
+                        "--mode bytes)")
     parser.add_argument("--json", help="write every figure here")
     args = parser.parse_args()
-    decoder = [f"decoder={args.decoder}", *([f"encoding={args.encoding}"] if args.encoding
-                                              else [])]
+    mode = [f"mode={args.mode}", *([f"encoding={args.encoding}"] if args.encoding else [])]
     faiss.omp_set_num_threads(1)
     results = []
     with tempfile.TemporaryDirectory(dir=args.data) as scratch, threadpool_limits(1):
         work = args.work or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         for nlist in (None, args.nlist):
-            results.append(measured(args.run, args.data, work, nlist, args.nprobes, decoder))
+            results.append(measured(args.run, args.data, work, nlist, args.nprobes, mode))
             print(json.dumps(results[-1], indent=1), flush=True)
     print(f"(machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f})")
     if args.json:

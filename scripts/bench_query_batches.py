@@ -5,7 +5,7 @@ against faiss's at the same bytes.
         [--json bench_query_batches.json] [--queries 256]
 
 RUN: a finished `sgh-train` run of SGH at B bits (B a multiple of 8). Indexes of its database:
-`SGHIndex.from_run(run, decoder="bytes")` (the byte decoder: a few queries a call scan by each
+`SGHIndex.from_run(run, mode="bytes")` (the byte decoder: a few queries a call scan by each
 item's one-byte bound of its cross terms, more by the terms computed per tile for all of them),
 `SGHIndex.from_run(run)` (the model's scan on faiss's fast-scan kernels), and faiss's
 `OPQ{B/8},PQ{B/8}` and `OPQ{B/4},PQ{B/4}x4fs` trained on the run's training set. Each searches
@@ -53,7 +53,7 @@ def measured(run_dir: str, n_queries: int) -> dict:
     bits = model_scan.bits
     if bits % 8:
         raise SystemExit(f"{run_dir}: {bits} bits; accepted: a multiple of 8")
-    searches = {"SGH byte decoder": SGHIndex.from_run(run_dir, decoder="bytes").search,
+    searches = {"SGH byte decoder": SGHIndex.from_run(run_dir, mode="bytes").search,
                 "SGH model's scan": model_scan.search}
     train, database = in_memory(split.train), in_memory(split.database)
     for key in (f"OPQ{bits // 8},PQ{bits // 8}", f"OPQ{bits // 4},PQ{bits // 4}x4fs"):

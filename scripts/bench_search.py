@@ -21,9 +21,16 @@ features. Both ranked by their ADC distance, one thread (`faiss.omp_set_num_thre
    validation split only:
    - SGH, each configuration of --sgh (`default`: `sgh-train`'s defaults; `search`:
      `experiment=search`), with each per-bit score (encoder, decoder, joint, and `auto`, the
-     validated choice) scanning the whole database, and a two-stage search: the encoder's top
-     1% (at least 500) rescored by the validated rescoring score (through the mlp decoder for
-     deep SGH);
+     validated choice) scanning the whole database (recall: `eval.ranking=scan`; queries/s:
+     that score's `SGHIndex(mode="scan")` search, k = 100, what the ranking's first 100 are
+     where there are no labels; with labels the ranking reads every item), and the
+     two-stage search a user serves, `SGHIndex(scores, mode="two_stage")` over the database
+     codes (`add_codes`) with `index.shortlist = S`, S = 1% of the database (at least 500):
+     the encoder score's top S found by SGHIndex's fast scan (its refine_factor x S best
+     rescored exactly by the encoder score), reordered by the validated rescoring score
+     (through the mlp decoder for deep SGH). Its recall is `eval.ranking=two_stage
+     eval.shortlist=S`, whose first 100 are exactly that index's `search(k=100)`, the call
+     its queries/s times;
    - ITQ, PCAH, LSH with their asymmetric (projection) form;
    - faiss `IndexPQ` and OPQ at the same bytes, each trained on the training set only.
    Recall10@100: the share of each query's 10 exact Euclidean nearest neighbours among its
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -73,7 +81,8 @@ from sgh.scores.asymmetric import decoder_score  # noqa: E402
 from sgh.scores.asymmetric_index import AsymmetricIndex  # noqa: E402
 from sgh.scores.score_set import ScoreSet  # noqa: E402
 from sgh.search.hamming_index import HammingIndex  # noqa: E402
-from sgh.search.two_stage import TwoStageSearch, default_shortlist  # noqa: E402
+from sgh.search.sgh_index import SGHIndex  # noqa: E402
+from sgh.search.two_stage import default_shortlist  # noqa: E402
 
 register_configs()
 faiss.omp_set_num_threads(1)
@@ -148,25 +157,29 @@ def _rows_of_run(run_dir: str, split, with_two_stage: bool) -> tuple[dict, dict]
     scores = ScoreSet.load(os.path.join(run_dir, "asymmetric.npz"))
     rows, searches = {}, {}
     for kind in ["auto", *scores.scores]:
-        recall, ranking = _recall(run_dir, EvalConfig(ranking="asymmetric", score=kind,
+        recall, ranking = _recall(run_dir, EvalConfig(ranking="scan", score=kind,
                                                       recall_n=[TOP]))
-        index = AsymmetricIndex(scores.scores[scores.kind_for(kind, "asymmetric")])
-        index.add(codes.database)
+        # What a user serves (the evaluation's scan ranking is this index's search).
+        index = SGHIndex(dataclasses.replace(scores, chosen=scores.kind_for(kind, "scan")))
+        index.add_codes(codes.database)  # ids: the database rows
         name = f"scan, {kind}"
         rows[name] = {"recall10@100": recall, "ranking": ranking}
-        searches[name] = lambda index=index: index.search(split.query, TOP, workers=1)
+        searches[name] = lambda index=index: index.search(split.query, TOP)
     if with_two_stage:
         # The search's own default size: 1% of the database, never under 5 N (SIFT10K: 1%
         # would be the top 100 itself).
         shortlist = default_shortlist(TOP, len(codes.database))
         recall, ranking = _recall(run_dir, EvalConfig(
-            ranking="rerank", shortlist_by="encoder", shortlist=shortlist, recall_n=[TOP]))
-        kind = scores.kind_for("auto", "rerank")
-        search = TwoStageSearch(codes.database, scores.rescorer(kind, codes.database),
-                                shortlist_score=scores.scores["encoder"], workers=1)
+            ranking="two_stage", shortlist=shortlist, recall_n=[TOP]))
+        kind = scores.kind_for("auto", "two_stage")
+        # What a user serves (the evaluation's two_stage ranking is this index's search): one
+        # thread, as faiss is set above and `_time_side_by_side` sets BLAS.
+        served = SGHIndex(scores, mode="two_stage")
+        served.shortlist = shortlist
+        served.add_codes(codes.database)  # ids: the database rows
         name = f"two-stage, encoder top {shortlist} rescored by {kind}"
         rows[name] = {"recall10@100": recall, "ranking": ranking}
-        searches[name] = lambda: search.search(split.query, TOP, shortlist=shortlist)
+        searches[name] = lambda: served.search(split.query, TOP)
     return rows, searches
 
 
@@ -240,7 +253,7 @@ def quality(dataset: str, bits: int, configurations: list[str], root: str,
                                 *SGH_CONFIGURATIONS[name]]), run_dir)
         split = _split_of(run_dir)
         rows, calls = _rows_of_run(run_dir, split, with_two_stage=True)
-        # The run's own table is in its eval.ranking (experiment=search: asymmetric).
+        # The run's own table is in its eval.ranking (experiment=search: scan).
         hamming = evaluate_codes(EvalCommandConfig(run=run_dir, eval=EvalConfig(
             ranking="hamming", recall_n=[TOP])))
         rows["hamming"] = {"recall10@100": hamming["recall10@100"], "ranking": "hamming, "

@@ -48,9 +48,9 @@ def indexes(run_dir: str, n_database: int) -> dict[str, tuple[SGHIndex, dict]]:
              "model Hamming": (SGHIndex.from_run(run_dir, mode="hamming"), {}),
              f"model IVF{nlist} scan": (SGHIndex.from_run(run_dir, nlist=nlist),
                                         {"nprobe": NPROBE}),
-             "byte decoder scan": (SGHIndex.from_run(run_dir, decoder="bytes"), {}),
-             f"byte decoder IVF{nlist}": (SGHIndex.from_run(run_dir, decoder="bytes",
-                                                            nlist=nlist), {"nprobe": NPROBE})}
+             "byte decoder scan": (SGHIndex.from_run(run_dir, mode="bytes"), {}),
+             f"byte decoder IVF{nlist}": (SGHIndex.from_run(run_dir, mode="bytes",
+                                                         nlist=nlist), {"nprobe": NPROBE})}
     return built
 
 

@@ -20,9 +20,10 @@ from sgh.methods import BASELINE_NAMES, METHODS
 MISSING = "???"
 # The metrics.json keys a sweeper may optimise: validation scores only.
 OPTIMIZABLE_PREFIX = "best_validation_"
-RANKINGS = ("hamming", "asymmetric", "rerank", "bytes")
-RESCORE_RULES = ("score", "exact")
-SHORTLIST_STAGES = ("auto", "hamming", "encoder")
+# eval.ranking: the database ranked as SGHIndex searches it in the mode of the same name
+# (sgh.search.sgh_index.MODES is this tuple).
+RANKINGS = ("hamming", "scan", "two_stage", "bytes")
+RETIRED_RANKINGS = {"asymmetric": "scan", "rerank": "two_stage"}  # former name: mode
 # The kinds of asymmetric score, in table order; eval.score: a kind, or auto (validation's choice).
 SCORE_KINDS = ("encoder", "decoder", "joint")
 SCORE_SETTINGS = ("auto", *SCORE_KINDS)
@@ -127,12 +128,9 @@ class EvalConfig:
     map_k: list[int] = field(default_factory=lambda: [100, 1000])  # mAP@K, P@K, R@K cut-offs
     map_k_denominator: str = "retrieved"  # of mAP@K: retrieved (relevant in top K) | min_rk | r
     radius: int = 2  # hash lookup within this Hamming radius (inclusive)
-    ranking: str = "hamming"  # how the database is ranked (sgh/search/rankings.py)
+    ranking: str = "hamming"  # RANKINGS: SGHIndex's mode that ranks (sgh/search/rankings.py)
     score: str = "auto"  # a query's score against a code (sgh/scores/asymmetric.py)
-    shortlist_by: str = "auto"  # rerank's first stage
-    shortlist: int = 1000  # rerank: the top S that is rescored...
-    shortlist_radius: int | None = None  # ...or, if set, every item within this Hamming radius
-    rescore: str = "score"  # rerank: by eval.score | exact (on the original vectors)
+    shortlist: int = 1000  # two_stage: the encoder score's top S, rescored by eval.score
     # bytes: the byte decoder index's encoding (auto: validation's); checked by
     # sgh.scores.posterior_modes.check_encoding_setting, which owns the names
     encoding: str = "auto"
@@ -203,8 +201,7 @@ class IndexBuildConfig:
     input: str | None = None  # vectors indexed in its place (ids: their rows), as sgh-encode's
     key: str | None = None  # the array in an .npz / .mat / .hdf5 input
     nlist: int | None = None  # inverted lists (k-means); None: one flat scan
-    mode: str = "scan"  # sgh.search.sgh_index.MODES
-    decoder: str = "model"  # what ranks: the model's scores, or bytes (a table per code byte)
+    mode: str = "scan"  # sgh.search.sgh_index.MODES (bytes: the byte decoder's own codes)
     encoding: str | None = None  # the byte decoder's: encoder, flipT, icmN or local_search
     batch_size: int = ENCODE_BATCH_SIZE  # rows read and added at a time
     input_scale: str = "auto"  # INPUT_SCALES
@@ -431,16 +428,13 @@ def validate_eval(config: EvalConfig) -> EvalConfig:
     check_choice("eval.map_k_denominator", config.map_k_denominator, DENOMINATORS)
     if not config.recall_n:
         raise UserInputError("eval.recall_n is empty; accepted: a list of cut-offs N >= 1")
-    for key, accepted in (("ranking", RANKINGS), ("rescore", RESCORE_RULES),
-                          ("score", SCORE_SETTINGS), ("shortlist_by", SHORTLIST_STAGES)):
-        check_choice(f"eval.{key}", getattr(config, key), accepted)
-    if config.shortlist_by == "encoder" and config.shortlist_radius is not None:
-        raise UserInputError(f"eval.shortlist_radius={config.shortlist_radius} is a Hamming "
-                             "radius, and eval.shortlist_by=encoder ranks by score; accepted: "
-                             "eval.shortlist_by=hamming with a radius, or eval.shortlist=S")
+    if config.ranking in RETIRED_RANKINGS:
+        raise UserInputError(f"eval.ranking={config.ranking} is now eval.ranking="
+                             f"{RETIRED_RANKINGS[config.ranking]} (SGHIndex's mode of that name); "
+                             f"accepted: {', '.join(RANKINGS)}")
+    check_choice("eval.ranking", config.ranking, RANKINGS)
+    check_choice("eval.score", config.score, SCORE_SETTINGS)
     check_int("eval.shortlist", config.shortlist, 1)
-    if config.shortlist_radius is not None:
-        check_int("eval.shortlist_radius", config.shortlist_radius, 0, MAX_BITS)
     for n in config.recall_n:
         check_int("eval.recall_n", n, 1)
     return config

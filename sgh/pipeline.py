@@ -119,9 +119,8 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
         codes["fingerprint"] = np.str_(encoded.scores.fingerprint)
     if split.has_labels:
         codes.update(database_labels=split.database_labels, query_labels=split.query_labels)
-    ranking = evaluation_ranking(config.eval, encoded.database, encoded.query, config.model.bits,
-                                 encoded.scores, split.query, split.database,
-                                 split.similarity, encoded.without_scores, split.train)
+    ranking = evaluation_ranking(config.eval, encoded.database, encoded.scores, split.query,
+                                 split.database, encoded.without_scores, split.train)
     metrics = {
         "dataset": split.name, "method": config.model.name, "bits": config.model.bits,
         "seed": config.trainer.seed, **encoded.fields,
@@ -161,7 +160,7 @@ def _in_a_cluster(strategy) -> bool:
 
 
 def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
-    """Before training: asymmetric and score-rescored rankings need the scores they name."""
+    """Before training: the scan and two_stage rankings need the scores they name."""
     evaluation = config.eval
     check_encoding_setting(evaluation.encoding)
     if evaluation.ranking == "bytes" and not METHODS[config.model.name].uses_tensorflow:
@@ -172,13 +171,11 @@ def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
             raise UserInputError(f"eval.ranking=bytes codes the database by a byte decoder from "
                                  f"the method's encoder score, and model={config.model.name}: "
                                  f"{reason}; accepted: eval.ranking=hamming")
-    scan = evaluation.ranking == "asymmetric"
-    if not scan and not (evaluation.ranking == "rerank" and (
-            evaluation.rescore == "score" or evaluation.shortlist_by == "encoder")):
+    if evaluation.ranking not in ("scan", "two_stage"):
         return
-    setting = (f"eval.ranking={evaluation.ranking} (eval.score={evaluation.score}, eval.rescore="
-               f"{evaluation.rescore}, eval.shortlist_by={evaluation.shortlist_by})")
-    named = evaluation.score if scan or evaluation.rescore == "score" else "auto"
+    scan = evaluation.ranking == "scan"
+    setting = f"eval.ranking={evaluation.ranking} (eval.score={evaluation.score})"
+    named = evaluation.score
     if METHODS[config.model.name].uses_tensorflow and config.model.decoder == "bytes":
         reason = (None if named in ("auto", "encoder") else
                   "model.decoder=bytes has no decoder or joint score: its byte decoder ranks "
@@ -189,7 +186,8 @@ def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
         reason = (None if config.model.decoder == "linear" or not scan
                   or named in ("auto", "encoder")
                   else f"{ASYMMETRIC_NEEDS_LINEAR_DECODER} (eval.score=encoder scans, and "
-                       "eval.ranking=rerank decodes a shortlist for the decoder and joint scores)")
+                       "eval.ranking=two_stage decodes a shortlist for the decoder and joint "
+                       "scores)")
     else:
         from sgh.baselines.fitting import baseline_class
 
@@ -199,5 +197,4 @@ def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
                       "eval.score=auto or encoder")
     if reason is not None:
         raise UserInputError(f"{setting} needs a score, and model={config.model.name}: {reason}; "
-                             "accepted: eval.ranking=hamming, or eval.ranking=rerank "
-                             "eval.rescore=exact")
+                             "accepted: eval.ranking=hamming")

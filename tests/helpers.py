@@ -79,6 +79,11 @@ def hamming_distances(query_packed: np.ndarray, database_packed: np.ndarray) -> 
     return (query_bits[:, None, :] != database_bits[None, :, :]).sum(axis=2)
 
 
+def order_of_distances(distances: np.ndarray, depth: int) -> np.ndarray:
+    """The first `depth` ids of each row of integer distances, ties by id (a stable argsort)."""
+    return np.argsort(np.asarray(distances, np.int64), axis=1, kind="stable")[:, :depth]
+
+
 def assert_same_split(split, expected) -> None:
     """Two `RetrievalSplit`s hold the same arrays (dtype and values), protocol, feature
     conversion and similarity: the same dataset read through two formats."""

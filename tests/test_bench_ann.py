@@ -100,12 +100,13 @@ def test_the_plot_and_the_targets_verdict_are_written(benchmarked):
     assert not any(level["anchor_point"].startswith("faiss RaBitQ")
                    for level in plus_one["below_at"])
     assert "1 thread(s)" in stdout
-    flats = {"model": "SGH scan (", "bytes": "SGH byte decoder scan ("}
-    for decoder, inverted in verdict["inverted_lists"].items():
-        assert inverted["flat_point"].startswith(flats[decoder])
+    flats = {"scan": "SGH scan (", "bytes": "SGH byte decoder scan ("}
+    assert set(verdict["inverted_lists"]) == set(flats)
+    for mode, inverted in verdict["inverted_lists"].items():
+        assert inverted["flat_point"].startswith(flats[mode])
         if inverted["ivf_point"] is not None:
             assert inverted["ivf_point"].startswith(
-                f"SGH IVF{lists} {'byte decoder ' if decoder == 'bytes' else ''}scan (")
+                f"SGH IVF{lists} {'byte decoder ' if mode == 'bytes' else ''}scan (")
             assert inverted["recall_share"] >= 0.95
             assert inverted["met"] == (inverted["speedup"] >= 10)
     assert stdout.count("IVF TARGET") == 2

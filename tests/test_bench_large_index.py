@@ -65,6 +65,7 @@ def test_the_large_index_bench_builds_searches_and_reloads_identically(clustered
     assert set(layouts) == {"flat", "IVF8"}
     for entry in layouts.values():
         assert entry["items"] == 3000 and entry["identical_after_save_and_load"]
+        assert entry["mode"] == "scan"
         assert entry["build"]["peak_rss_mib"] > 0 and entry["bytes_per_item_on_disk"] > 2
         assert entry["bytes_per_item_in_memory"]["code"] == 2.0  # 16 bits
         for search in entry["searches"]:
@@ -76,12 +77,12 @@ def test_the_large_index_bench_serves_the_byte_decoder_too(clustered, tmp_path):
     data, run_dir = clustered
     out = tmp_path / "bytes.json"
     _script("bench_large_index.py", "--run", str(run_dir), "--data", str(data), "--nlist", "8",
-            "--nprobes", "8", "--decoder", "bytes", "--encoding", "flip4",
+            "--nprobes", "8", "--mode", "bytes", "--encoding", "flip4",
             "--work", str(tmp_path / "work"), "--json", str(out))
     layouts = {entry["layout"]: entry for entry in json.loads(out.read_text())}
     assert set(layouts) == {"flat", "IVF8"}
     for entry in layouts.values():
-        assert (entry["decoder"], entry["encoding"]) == ("bytes", "flip4")
+        assert (entry["mode"], entry["encoding"]) == ("bytes", "flip4")
         assert entry["items"] == 3000 and entry["identical_after_save_and_load"]
         # The byte decoder's scans read the index's own codes: no faiss copy of them.
         memory = entry["bytes_per_item_in_memory"]

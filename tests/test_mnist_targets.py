@@ -62,6 +62,6 @@ def test_the_search_preset_beats_every_baselines_asymmetric_form(tmp_path):
     # MNIST's validation split prefers deep SGH's scan (0.867 against the linear model's 0.804).
     assert metrics["recipe_chosen"] == "deep"
     assert set(metrics["recipe_candidates"]) == {"linear", "deep"}
-    assert metrics["ranking"].startswith("asymmetric: encoder likelihood")
+    assert metrics["ranking"].startswith("scan: encoder likelihood")
     assert metrics["recall10@100"] >= 0.788
     assert metrics["score_for_scan"] == "encoder"  # an mlp decoder has no per-bit score

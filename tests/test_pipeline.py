@@ -211,12 +211,12 @@ def test_a_deep_model_runs_resumes_and_exports_through_the_pipeline(tmp_path, ca
 
     with pytest.raises(UserInputError, match="eval.score=decoder: the run has no per-bit "
                                              "decoder score .*model.decoder=mlp has no per-bit "
-                                             "form.*accepted: eval.ranking=rerank"):
+                                             "form.*accepted: eval.ranking=two_stage"):
         evaluate_codes(EvalCommandConfig(run=str(tmp_path), eval=EvalConfig(
-            ranking="asymmetric", score="decoder")))
+            ranking="scan", score="decoder")))
     decoded = evaluate_codes(EvalCommandConfig(run=str(tmp_path), eval=EvalConfig(
-        ranking="rerank", score="decoder", shortlist=40)))["ranking"]
-    assert "rescored by the decoder (mlp)" in decoded and "hT + t" not in decoded
+        ranking="two_stage", score="decoder", shortlist=40)))["ranking"]
+    assert "reordered by the decoder (mlp)" in decoded and "hT + t" not in decoded
 
 
 @pytest.mark.slow
@@ -226,22 +226,23 @@ def test_a_deep_model_rescores_its_shortlist_by_decoding_it(tmp_path):
     from sgh.cli.evaluate import evaluate_codes
     from sgh.config import EvalCommandConfig, EvalConfig
 
-    for by, score, first in (("hamming", "decoder", "Hamming top 40"),
-                             ("encoder", "joint", "the top 40 by the encoder likelihood")):
-        settings = {"ranking": "rerank", "shortlist": 40, "shortlist_by": by, "score": score}
+    for score in ("decoder", "joint"):  # the shortlist: the encoder score's top 40
+        settings = {"ranking": "two_stage", "shortlist": 40, "score": score}
         rescored = run(_config(*DEEP, *(f"eval.{key}={value}" for key, value in
-                                        settings.items())), tmp_path / by)
-        assert rescored["ranking"].startswith(f"rerank: shortlist = {first}")
-        assert f"rescored by the {score} likelihood" in rescored["ranking"] if score == "joint" \
-            else "rescored by the decoder (mlp)" in rescored["ranking"]
-        again = evaluate_codes(EvalCommandConfig(run=str(tmp_path / by),
+                                        settings.items())), tmp_path / score)
+        assert rescored["ranking"].startswith(
+            "two_stage: SGHIndex(mode='two_stage', shortlist=40)'s search: the top 40 by the "
+            "encoder likelihood")
+        assert f"reordered by the {score} likelihood" in rescored["ranking"] if score == "joint" \
+            else "reordered by the decoder (mlp)" in rescored["ranking"]
+        again = evaluate_codes(EvalCommandConfig(run=str(tmp_path / score),
                                                  eval=EvalConfig(**settings)))
         for key in ("map", "recall10@100", "recall10@10"):
             assert again[key] == rescored[key], key
     # The scan of the whole database takes the encoder, which the validation chose for it.
-    scanned = evaluate_codes(EvalCommandConfig(run=str(tmp_path / by),
-                                               eval=EvalConfig(ranking="asymmetric")))
-    assert scanned["ranking"].startswith("asymmetric: encoder likelihood")
+    scanned = evaluate_codes(EvalCommandConfig(run=str(tmp_path / score),
+                                               eval=EvalConfig(ranking="scan")))
+    assert scanned["ranking"].startswith("scan: encoder likelihood")
     assert rescored["score_for_scan"] == "encoder"
     assert set(rescored["validation_recall10@100_by_score"]) >= {
         "encoder", "decoder (decoded)", "joint (decoded)"}
@@ -266,6 +267,7 @@ def test_a_run_from_before_new_settings_existed_still_resumes(tmp_path, caplog):
         run(_config("model.encoder=mlp"), tmp_path)
 
 
+@pytest.mark.filterwarnings("ignore:two-stage search")  # ITQ's one score
 def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_run, tmp_path):
     from sgh.cli.evaluate import evaluate_codes
     from sgh.config import EvalCommandConfig, EvalConfig
@@ -273,24 +275,24 @@ def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_r
     run_dir, hamming = finished_run
     assert hamming["ranking"].startswith("hamming") and hamming["similarity"] == "euclidean"
     assert (run_dir / "asymmetric.npz").is_file()
-    trained = run(_config("model=itq", "eval.ranking=asymmetric"), tmp_path / "itq")
+    trained = run(_config("model=itq", "eval.ranking=scan"), tmp_path / "itq")
     for directory, method, score in ((run_dir, "decoder, reconstruction", "decoder"),
                                      (tmp_path / "itq", "ITQ", "auto")):
         asymmetric = evaluate_codes(EvalCommandConfig(run=str(directory), eval=EvalConfig(
-            ranking="asymmetric", score=score)))
-        assert asymmetric["ranking"].startswith(f"asymmetric: {method}")
+            ranking="scan", score=score)))
+        assert asymmetric["ranking"].startswith(f"scan: {method}")
         assert "map_stable" not in asymmetric and "lookup_precision@r2" not in asymmetric
         everything = evaluate_codes(EvalCommandConfig(run=str(directory), eval=EvalConfig(
-            ranking="rerank", shortlist=100_000, score=score)))  # the whole database, rescored
+            ranking="two_stage", shortlist=100_000, score=score)))  # the whole database
+        assert everything["ranking"].startswith("two_stage: SGHIndex(mode='two_stage', "
+                                                "shortlist=100000)'s search")
         for key in ("map", "map@100", "recall10@100"):
             assert everything[key] == pytest.approx(asymmetric[key], abs=1e-12), key
-        exact = evaluate_codes(EvalCommandConfig(run=str(directory), eval=EvalConfig(
-            ranking="rerank", shortlist=50, rescore="exact")))
-        assert "exact euclidean distance" in exact["ranking"]
-        # The two-stage trade-off: exact rescoring of the whole database is the ground truth.
-        curve = exact["shortlist_curve"]
-        assert curve["shortlist"][-1] == exact["n_database"] and curve["rescore"] == "exact"
-        assert curve["recall10@100"][-1] == 1.0
+        # The two-stage trade-off, up to a shortlist of the whole database: the ranking above.
+        curve = everything["shortlist_curve"]
+        assert "rescore" not in curve
+        assert curve["shortlist"][-1] == everything["n_database"]
+        assert curve["recall10@100"][-1] == pytest.approx(everything["recall10@100"], abs=1e-12)
         assert all(rate > 0 for rate in curve["queries_per_second"])
     # sgh-train's own asymmetric scores are those sgh-eval gives the run.
     assert trained["recall10@100"] == pytest.approx(asymmetric["recall10@100"], abs=1e-12)
@@ -310,10 +312,10 @@ def test_the_table_reports_the_byte_decoder_index_a_user_would_serve(tmp_path):
     assert set(by_encoding) == {"encoder", "flip4", "flip5", "flip6", "local_search"}
     assert metrics["byte_decoder_encoding"] in by_encoding
     assert by_encoding["flip6"] >= by_encoding["encoder"]
-    assert metrics["byte_decoder_ranking"].startswith("byte decoder: SGHIndex(decoder='bytes'")
+    assert metrics["byte_decoder_ranking"].startswith("bytes: SGHIndex(mode='bytes', encoding=")
     for key in ("byte_decoder_map", "byte_decoder_recall10@100", "recall10@100", "map"):
         assert 0 < metrics[key] <= 1, key
-    index = SGHIndex.from_run(run_dir, decoder="bytes")
+    index = SGHIndex.from_run(run_dir, mode="bytes")
     assert index.encoding == metrics["byte_decoder_encoding"]
     found = index.search(load_split(_config().dataset).query, 100)[1]
     with np.load(run_dir / "codes.npz") as codes:
@@ -352,31 +354,29 @@ def test_an_unknown_encoding_is_refused_before_training(tmp_path):
 
 
 @pytest.mark.parametrize("overrides, reason", [
-    (["model=sh", "eval.ranking=asymmetric"], "model=sh: its bits are not signs of linear"),
-    (["model=sph", "eval.ranking=rerank"], "model=sph: its bits are not signs"),
-    (["model.decoder=mlp", "model.encoder=mlp", "eval.ranking=asymmetric",
+    (["model=sh", "eval.ranking=scan"], "model=sh: its bits are not signs of linear"),
+    (["model=sph", "eval.ranking=two_stage"], "model=sph: its bits are not signs"),
+    (["model.decoder=mlp", "model.encoder=mlp", "eval.ranking=scan",
       "eval.score=decoder"], "model.decoder=mlp has no per-bit form"),
-    (["model=itq", "eval.ranking=asymmetric", "eval.score=joint"],
+    (["model=itq", "eval.ranking=scan", "eval.score=joint"],
      "model=itq: its one score is its projection's"),
-    (["model.decoder=bytes", "eval.ranking=rerank", "eval.score=decoder"],
+    (["model.decoder=bytes", "eval.ranking=two_stage", "eval.score=decoder"],
      "model.decoder=bytes has no decoder or joint score"),
 ])
 def test_a_ranking_the_method_cannot_give_is_refused_before_training(tmp_path, overrides,
                                                                     reason):
     with pytest.raises(UserInputError, match=reason) as error:
         run(_config(*overrides), tmp_path)
-    assert "eval.rescore=exact" in str(error.value)  # what to do instead
+    # What to do instead: SH and SpH have the Hamming ranking only (two_stage needs the
+    # encoder score).
+    assert str(error.value).endswith("; accepted: eval.ranking=hamming")
     assert not (tmp_path / "config.yaml").exists()
-    # Exact rescoring needs no score: SH's shortlist, rescored on the original vectors.
-    if overrides[0] == "model=sh":
-        metrics = run(_config("model=sh", "eval.ranking=rerank", "eval.rescore=exact"), tmp_path)
-        assert metrics["ranking"].startswith("rerank")
 
 
 @pytest.mark.slow
 def test_any_feature_scale_gives_the_same_codes_and_scores(tmp_path, caplog):
-    # x 2^100 and x 1e30: squared distances overflow float32 (ground truth, exact rescoring, the
-    # input-unit reconstruction term). The product's promise: a power-of-two scale changes
+    # x 2^100 and x 1e30: squared distances overflow float32 (ground truth, the input-unit
+    # reconstruction term). The product's promise: a power-of-two scale changes
     # nothing, bit for bit (every division by a scale is then exact); any other scale changes
     # the inputs' own float32 rounding, which training carries into the late digits of the
     # weights, so the continuous asymmetric scores may swap near-tied items.
@@ -389,7 +389,7 @@ def test_any_feature_scale_gives_the_same_codes_and_scores(tmp_path, caplog):
         np.savez(path, X_train=x_train.astype(np.float64) * scale, y_train=y_train,
                  X_test=x_test.astype(np.float64) * scale, y_test=y_test)
         metrics = run(compose_config("dataset=file", f"dataset.path={path}", *QUICK[1:],
-                                     "eval.ranking=asymmetric"), tmp_path / f"run_{scale:g}")
+                                     "eval.ranking=scan"), tmp_path / f"run_{scale:g}")
         results[scale] = (metrics, np.load(tmp_path / f"run_{scale:g}" / "codes.npz"))
     plain, plain_codes = results[1.0]
     power_of_two, power_of_two_codes = results[2.0**100]
@@ -432,8 +432,7 @@ def test_an_ann_benchmarks_file_sets_the_similarity_of_every_stage(tmp_path, dis
         file.create_dataset("test", data=test)
         file.attrs["distance"] = distance
     metrics = run(_config("dataset=file", f"dataset.path={tmp_path / 'toy.hdf5'}",
-                          "model=itq", "eval.ranking=rerank", "eval.rescore=exact",
-                          "eval.shortlist=600"), tmp_path / "run")
+                          "model=itq"), tmp_path / "run")
     assert metrics["similarity"] == similarity
     codes = np.load(tmp_path / "run" / "codes.npz")
     if similarity == "angular":  # every stage saw unit vectors
@@ -442,5 +441,3 @@ def test_an_ann_benchmarks_file_sets_the_similarity_of_every_stage(tmp_path, dis
     truth = exact_neighbours(test, train, 10, "euclidean" if similarity == "angular"
                              else similarity)
     np.testing.assert_array_equal(codes["groundtruth"], truth)
-    # Exact rescoring of the whole database is the ground truth itself.
-    assert metrics["recall10@10"] == 1.0

@@ -12,7 +12,7 @@ from sgh.errors import UserInputError
 
 def recorded_split(run: RunDirectory, reading: str, rows: dict[str, int]):
     """The run's `RetrievalSplit`; ``reading``: what reads it, for the messages (e.g.
-    ``eval.ranking=asymmetric``); ``rows``: the codes' rows by part (``{"database": n}``)."""
+    ``eval.ranking=scan``); ``rows``: the codes' rows by part (``{"database": n}``)."""
     from sgh.config import dataset_config_from
     from sgh.data import input_files, load_split
 

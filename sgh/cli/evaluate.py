@@ -1,9 +1,9 @@
 """`sgh-eval`: score saved codes (`codes=FILE`) or re-score a finished run (`run=DIR`).
 
 Any file in the `codes.npz` contract (`sgh.artifacts.codes_file`) is scored as `sgh-train` scores.
-`run=DIR eval.ranking=asymmetric|rerank|bytes` reads the run's dataset again (its config.yaml) and
-its method's score (asymmetric.npz, plain arrays: no TensorFlow here); ``bytes`` ranks by the
-byte decoder index a user would serve (`SGHIndex(decoder="bytes")`, ``eval.encoding``).
+`run=DIR eval.ranking=scan|two_stage|bytes` reads the run's dataset again (its config.yaml) and
+its method's score (asymmetric.npz, plain arrays: no TensorFlow here), and ranks by the search
+of `SGHIndex` in that mode (``bytes``: the byte decoder index at ``eval.encoding``).
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def _check_output(out: Path, codes_path: Path, run_dir: Path | None) -> None:
 
 
 def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
-    """The asymmetric or rescored ranking of a finished run, and its similarity."""
+    """The ranking of a finished run by `SGHIndex` in the mode eval.ranking names, and its
+    similarity."""
     split = recorded_split(run, f"eval.ranking={config.ranking}",
                            {part: len(getattr(codes, part)) for part in ("query", "database")})
     previous = run.previous_config()
@@ -100,9 +101,8 @@ def _run_ranking(config: EvalConfig, run: RunDirectory, codes):
     else:
         without = (f"run={run.path} has no {run.asymmetric_score.name} (model="
                    f"{previous.get('model', {}).get('name')} has none, or the run predates it)")
-    ranking = evaluation_ranking(config, codes.database, codes.query, codes.bits, scores,
-                                 split.query, split.database, split.similarity, without,
-                                 split.train)
+    ranking = evaluation_ranking(config, codes.database, scores, split.query, split.database,
+                                 without, split.train)
     return ranking, split.similarity
 
 

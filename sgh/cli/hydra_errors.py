@@ -94,14 +94,32 @@ def _key_line(cause: OmegaConfBaseException, override: str | None) -> str:
         except Exception:  # noqa: BLE001  no parent, or one that cannot list its keys: say less
             keys = []
         return unknown_key_line(stated, full_key.rpartition(".")[0] or "the configuration", key,
-                                keys)
+                                keys, retired=RETIRED_KEYS.get((getattr(schema, "__name__", ""),
+                                                                key)))
     # OmegaConf's own line names the type the key accepts ("could not be converted to Integer").
     return f"{stated}: {first}"
 
 
+# Keys that are gone, and what does their work now, by the schema that held them: their
+# refusal says so (another command's key of the same name is merely unknown).
+RETIRED_KEYS = {
+    ("EvalConfig", "shortlist_by"): "eval.ranking=two_stage shortlists by the encoder score, "
+                                    "as SGHIndex does",
+    ("EvalConfig", "shortlist_radius"): "eval.ranking=two_stage shortlists the encoder score's "
+                                        "top eval.shortlist, as SGHIndex does",
+    ("EvalConfig", "rescore"): "eval.ranking=two_stage rescores by eval.score, as SGHIndex "
+                               "does; exact distances on your own vectors: the search guide's "
+                               "rescoring recipe",
+    ("IndexBuildConfig", "decoder"): "the byte decoder's index is mode=bytes",
+}
+
+
 def unknown_key_line(stated: str, section: str, key, keys: typing.Sequence[str],
-                     added: bool = False) -> str:
-    """A key its section does not have (misspelt, or added with `+`): the keys it has."""
+                     added: bool = False, retired: str | None = None) -> str:
+    """A key its section does not have (misspelt, or added with `+`): the keys it has; or one
+    that is gone (``retired``: what does its work now)."""
+    if retired:
+        return f"{stated}: {section} has no key {key!r} any more; {retired}"
     accepted = f"accepted keys: {', '.join(keys)}" if keys else "accepted: its keys"
     adding = "; a key added with + would be ignored" if added else ""
     return (f"{stated}: {section} has no key {key!r}{adding}; {accepted} (--cfg job prints "

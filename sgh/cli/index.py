@@ -37,7 +37,7 @@ from sgh.metrics.neighbour_recall import recall_of_results, results_recall_conve
 from sgh.scores.byte_decoder import FIT_ROWS
 from sgh.scores.score_set import ScoreSet
 from sgh.search import sgh_index
-from sgh.search.sgh_index import DECODERS, MODES, SAVED_INDEX, VALIDATION_QUERIES, SGHIndex
+from sgh.search.sgh_index import MODES, SAVED_INDEX, VALIDATION_QUERIES, SGHIndex
 
 # Each action's keys without a default (any other of configs/index_<action>.yaml may follow).
 USAGE = ("usage: sgh-index build run=RUN_DIR out=INDEX_DIR [KEY=VALUE ...], or sgh-index search "
@@ -53,10 +53,8 @@ def _check_arguments(config: IndexBuildConfig | IndexSearchConfig) -> None:
     for name in ("nlist", "k", "nprobe", "shortlist", "refine_factor", "batch_size"):
         if getattr(config, name, None) is not None:
             check_int(name, getattr(config, name), 1)
-    for name, accepted in (("mode", MODES), ("decoder", DECODERS)):
-        if getattr(config, name, None) not in (None, *accepted):
-            raise UserInputError(f"{name}={getattr(config, name)} is not known; accepted: "
-                                 f"{', '.join(accepted)}")
+    if config.mode not in (None, *MODES):
+        raise UserInputError(f"mode={config.mode} is not known; accepted: {', '.join(MODES)}")
     check_choice("input_scale", config.input_scale, INPUT_SCALES)
 
 
@@ -87,14 +85,14 @@ def build(config: IndexBuildConfig) -> SGHIndex:
     if config.input is None:
         try:
             index = SGHIndex.from_run(config.run, config.mode, config.nlist,
-                                      config.decoder, config.encoding, verbose=True)
+                                      config.encoding, verbose=True)
         except ValueError as error:
             raise UserInputError(str(error)) from None
     else:
         run = RunDirectory(config.run, create=False)
         try:
             index = SGHIndex(ScoreSet.of_run(run), config.mode, config.nlist,
-                             config.decoder, config.encoding, verbose=True)
+                             config.encoding, verbose=True)
         except ValueError as error:
             raise UserInputError(str(error)) from None
         try:  # the vectors' values (off scale, overflowing float32): one line
@@ -140,7 +138,7 @@ class _AddedRows:
 def _training_sample(config: IndexBuildConfig, index: SGHIndex) -> np.ndarray:
     """Rows spread evenly over the input: 256 per list for k-means, or `FIT_ROWS` for the byte
     decoder, whichever is more."""
-    wanted = max(FIT_ROWS if index.decoder == "bytes" else 0, 256 * (index.nlist or 0))
+    wanted = max(FIT_ROWS if index.codes_by_bytes else 0, 256 * (index.nlist or 0))
     sample = []
     for start, total, rows in _batches(config, index, f"run={config.run}"):
         if index.nlist is not None and total < index.nlist:

@@ -133,20 +133,19 @@ RESULT_CONVENTIONS = {
                           "other rankings: ties by id"),
     "ranking_convention": ("'ranking' says how the database was ordered for every metric: "
                            "hamming (by Hamming distance; metrics tie-aware, '_stable' twins "
-                           "with ties by index, hash lookup), asymmetric (by the method's score "
-                           "of the query's features against each code, 'eval.score': encoder, "
-                           "decoder or joint likelihood, ties by id; no lookup), rerank (a "
-                           "shortlist by Hamming distance or the encoder score, reordered by "
-                           "the rescoring rule, then the rest in the shortlist's order, ties by "
-                           "id) or bytes (the byte decoder index's search, SGHIndex(decoder="
+                           "with ties by index, hash lookup), or SGHIndex's search in the mode "
+                           "of that name: scan (by the method's score of the query's features "
+                           "against each code, 'eval.score': encoder, decoder or joint "
+                           "likelihood, ties by id; no lookup), two_stage (the encoder score's "
+                           "top 'eval.shortlist' reordered by the rescoring score, then the rest "
+                           "in the encoder score's order, ties by id) or bytes (SGHIndex(mode="
                            "'bytes'): the database coded by the byte decoder as 'eval.encoding' "
                            "says, ranked by the squared distance to each code's reconstruction, "
                            "ties by id); 'byte_decoder_*' keys: that search of the same queries "
                            "beside another ranking"),
     "similarity_convention": ("'similarity': euclidean (squared L2), angular (vectors "
                               "unit-normalised, then squared L2) or inner_product (largest "
-                              "<q, x>); the ground truth of Recall K@N and exact rescoring "
-                              "follow it"),
+                              "<q, x>); the ground truth of Recall K@N follows it"),
     "codes_convention": ("deterministic codes h = 1[sigmoid(logits) >= 0.5], packed with "
                          "np.packbits(axis=1): first code bit = most significant bit of byte 0"),
 }

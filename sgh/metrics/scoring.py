@@ -42,10 +42,12 @@ def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config
             config.map_k, config.map_k_denominator, groundtruth, k, config.recall_n))
         if database_labels is not None:
             metrics["map_k_denominator"] = config.map_k_denominator
-        if groundtruth is not None and hasattr(ranking, "search"):  # a two-stage search
+        # A two-stage search's ranking carries its index, whose shortlists the curve varies.
+        index = getattr(ranking, "index", None)
+        if groundtruth is not None and getattr(index, "mode", None) == "two_stage":
             n = 100 if 100 in config.recall_n else max(config.recall_n)
-            metrics["shortlist_curve"] = shortlist_curve(
-                ranking.search, query_codes, ranking.queries, groundtruth, k, n, ranking.rescore)
+            metrics["shortlist_curve"] = shortlist_curve(index, ranking.queries, groundtruth,
+                                                         k, n)
     elif database_labels is not None:
         for ties, suffix in (("expected", ""), ("stable", "_stable")):
             result = evaluate_labels(query_codes, database_codes, bits, query_labels,

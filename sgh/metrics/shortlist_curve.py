@@ -1,9 +1,10 @@
 """Recall of a two-stage search against its shortlist size, and against its queries per second.
 
 The trade-off a user of a two-stage search tunes: a longer shortlist finds more true neighbours
-after rescoring, and costs more time. Each point runs the whole search as a user would
-(`sgh.search.two_stage.TwoStageSearch.search`) for every query, and reports Recall K@N of what
-it returns and its queries per second (wall time, default threads: a figure of this machine).
+after rescoring, and costs more time. Each point runs the search a user serves
+(`SGHIndex(mode="two_stage").search` with that ``shortlist``) for every query, and reports
+Recall K@N of what it returns and its queries per second (wall time, the threads faiss is given:
+a figure of this machine).
 """
 
 from __future__ import annotations
@@ -20,24 +21,31 @@ LADDER = (100, 300, 1000, 3000, 10000, 30000, 100000, 300000, 1000000)
 MAX_SHORTLIST_OVER_N = 100
 
 
-def shortlist_curve(search, query_codes: np.ndarray, queries: np.ndarray,
-                    groundtruth: np.ndarray, recall_k: int, recall_n: int, rescore: str) -> dict:
-    """``{"shortlist": [S...], "recall{K}@{N}": [...], "queries_per_second": [...],
-    "rescore": rule}`` for the sizes of `LADDER` from N up to 100 N (or the database size)."""
-    n_database = search.hamming.ntotal
+def shortlist_curve(index, queries: np.ndarray, groundtruth: np.ndarray, recall_k: int,
+                    recall_n: int) -> dict:
+    """``{"shortlist": [S...], "recall{K}@{N}": [...], "queries_per_second": [...]}`` of
+    ``index`` (an `SGHIndex` of mode two_stage, ids = database rows) for the sizes of `LADDER`
+    from N up to 100 N (or the database size); the index's own shortlist is kept."""
+    n_database = index.ntotal
     relevance = neighbour_relevance(groundtruth, recall_k, len(queries), n_database)
     # Up to 100 N: rescoring a longer shortlist costs what a scan of everything does.
     largest = min(n_database, MAX_SHORTLIST_OVER_N * recall_n)
     sizes = [size for size in LADDER if recall_n <= size < largest] + [largest]
-    curve: dict = {"shortlist": [], f"recall{recall_k}@{recall_n}": [], "queries_per_second": [],
-                   "rescore": rescore}
-    search.search(queries[:4], recall_n, sizes[0], rescore=rescore, query_codes=query_codes[:4])
-    for size in sizes:
-        started = time.perf_counter()
-        _, found = search.search(queries, recall_n, size, rescore=rescore, query_codes=query_codes)
-        seconds = time.perf_counter() - started
-        hits = neighbour_hits(found, relevance, 0, len(found)).sum()
-        curve["shortlist"].append(size)
-        curve[f"recall{recall_k}@{recall_n}"].append(float(hits / (len(found) * recall_k)))
-        curve["queries_per_second"].append(len(found) / seconds if seconds > 0 else float("inf"))
+    curve: dict = {"shortlist": [], f"recall{recall_k}@{recall_n}": [], "queries_per_second": []}
+    served_shortlist = index.shortlist
+    try:
+        index.shortlist = sizes[0]
+        index.search(queries[:4], recall_n)  # builds the engines, outside the timing
+        for size in sizes:
+            index.shortlist = size
+            started = time.perf_counter()
+            _, found = index.search(queries, recall_n)
+            seconds = time.perf_counter() - started
+            hits = neighbour_hits(found, relevance, 0, len(found)).sum()
+            curve["shortlist"].append(size)
+            curve[f"recall{recall_k}@{recall_n}"].append(float(hits / (len(found) * recall_k)))
+            curve["queries_per_second"].append(len(found) / seconds if seconds > 0
+                                               else float("inf"))
+    finally:
+        index.shortlist = served_shortlist
     return curve

@@ -111,8 +111,9 @@ DESCRIPTION = {
     "map_vs_bits": f"{MAP_TEXT}\n{ERROR_BARS}",
     "recall_curves": f"{RECALL_TEXT.format(n='N')}\n{ERROR_BARS}",
     "pr_curves": f"Precision-recall of {SUMMARIES['pr_curve']}",
-    "shortlist_curves": "Two-stage search (eval.ranking=rerank): Recall K@N of the top N after "
-                        "rescoring a Hamming top-S shortlist, against S (first seed)",
+    "shortlist_curves": "Two-stage search (eval.ranking=two_stage): Recall K@N of the top N "
+                        "after rescoring the encoder score's top-S shortlist, against S (first "
+                        "seed)",
     "recall_vs_queries_per_second": "Two-stage search: Recall K@N against queries/s (one point "
                                     "per shortlist size S; this machine, default threads; "
                                     "first seed)"}
@@ -141,7 +142,7 @@ def _number(run: dict, key: str) -> float:
 def aggregate(rows: list[dict]) -> list[dict]:
     """One dict per (dataset, method label, bits): n_seeds, seeds, <metric>_mean/_std, first_run.
 
-    The method label (``itq``, ``itq (asymmetric)``, ``sgh [trainer.steps=400]``) adds to the
+    The method label (``itq``, ``itq (scan)``, ``sgh [trainer.steps=400]``) adds to the
     method a ranking other than Hamming and the settings that set the run apart
     (`sgh.reports.sweep_runs`): runs of different labels are never averaged together."""
     groups = defaultdict(list)
@@ -215,8 +216,8 @@ def markdown(aggregated: list[dict]) -> str:
                            + [f"{text}." for _, _, text in metrics])
         if any(" (" in method.partition(" [")[0] for method in methods):
             caption += (" A method named with a ranking in parentheses was ranked that way "
-                        "instead (eval.ranking: asymmetric, or rerank = a Hamming shortlist "
-                        "rescored), with ties by id.")
+                        "instead (eval.ranking, an SGHIndex mode: scan, two_stage or bytes), "
+                        "with ties by id.")
         if any(" [" in method for method in methods):
             caption += (" A method named with settings in brackets is one of its runs that "
                         "differ in more than the seed, each averaged over its own seeds only.")
@@ -325,7 +326,7 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
     searched = [e for e in aggregated if "shortlist_curve" in e]
     if searched:
         for name, x_key, x_label in (
-                ("shortlist_curves", "shortlist", "shortlist size S (Hamming top S)"),
+                ("shortlist_curves", "shortlist", "shortlist size S (the encoder score's top S)"),
                 ("recall_vs_queries_per_second", "queries_per_second", "queries per second")):
             figure, panels = _grid(plt, _by_dataset({(e["dataset"], e["bits"]) for e in searched}))
             for axis, (dataset, bits) in panels:
@@ -334,8 +335,8 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
                     recall_key = next(key for key in curve if key.startswith("recall"))
                     draw(axis, entry["method"], curve[x_key], curve[recall_key],
                          title=f"{dataset}, {bits} bits", xlabel=x_label,
-                         ylabel=f"{recall_key.replace('recall', 'Recall')} after rescoring "
-                                f"({curve['rescore']})", xscale="log", ylim=(0, 1.02))
+                         ylabel=f"{recall_key.replace('recall', 'Recall')} after rescoring",
+                         xscale="log", ylim=(0, 1.02))
             finish(name, figure)
 
     curves = {}

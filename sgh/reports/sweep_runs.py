@@ -54,7 +54,7 @@ def collect(sweep_dir) -> list[dict]:
 
 def ranking_label(row: dict) -> str:
     """How tables and legends name a run's method and ranking: ``itq``, or ``itq
-    (asymmetric)`` when the run was scored in another ranking than Hamming."""
+    (scan)`` when the run was scored in another ranking than Hamming."""
     ranking = str(row.get("ranking", "hamming")).split(":")[0]
     return row["method"] if ranking == "hamming" else f"{row['method']} ({ranking})"
 

@@ -272,11 +272,11 @@ def write_shortlist_curve(curve: Mapping) -> None:
     for size, recall, rate in zip(curve["shortlist"], curve[recall_key],
                                   curve["queries_per_second"], strict=True):
         events.scalar(f"search/{recall_key}", recall, step=size,
-                      description=f"{recall_key} of the two-stage search (Hamming top S "
-                                  f"rescored by {curve['rescore']}), step = S")
+                      description=f"{recall_key} of the two-stage search (the encoder "
+                                  "score's top S, rescored), step = S")
         events.scalar("search/queries_per_second", rate, step=size,
                       description="queries/s of the two-stage search, step = S (this "
-                                  "machine, default threads)")
+                                  "machine, faiss's threads)")
 
 
 def write_run_summary(config, metrics: Mapping, split, codes: Mapping) -> None:

@@ -126,9 +126,9 @@ class DecoderNetwork:
 
 
 class DecodedRescorer:
-    """``rescore(queries, candidates)`` through an mlp decoder, for `TwoStageSearch` (module doc):
-    ``kind`` ``decoder``, or ``joint`` with the ``encoder``'s per-bit score and the decoder
-    likelihood's ``weight``. Ids are rows of ``database_codes``."""
+    """``rescore(queries, candidates)`` through an mlp decoder, for `SGHIndex`'s two_stage mode
+    (module doc): ``kind`` ``decoder``, or ``joint`` with the ``encoder``'s per-bit score and the
+    decoder likelihood's ``weight``. Ids are rows of ``database_codes``."""
 
     def __init__(self, network: DecoderNetwork, database_codes: np.ndarray, similarity: str,
                  kind: str = "decoder", encoder: AsymmetricScore | None = None,
@@ -192,10 +192,8 @@ class DecodedRescorer:
                                               inverse.reshape(block.shape), kept)
         return dots
 
-    def scores(self, queries: np.ndarray, candidates: np.ndarray,
-               encoder_scores: np.ndarray | None = None) -> np.ndarray:
-        """``(nq, S)`` float64 scores of each query's candidate ids (``-1``: ``inf``);
-        ``encoder_scores``: the candidates' encoder scores, for the joint kind, if known."""
+    def scores(self, queries: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """``(nq, S)`` float64 scores of each query's candidate ids (``-1``: ``inf``)."""
         network = self.network
         queries = check_queries(queries, network.dim)
         normalised = (np.asarray(queries, np.float64) - network.mean) / network.scale
@@ -223,16 +221,15 @@ class DecodedRescorer:
             D = lengths[:, None] - 2.0 * inner + self._code_norms[codes]
         D[~valid] = np.inf
         if self.kind == "joint":
-            if encoder_scores is None:
-                encoder_scores = self._encoder_index.candidate_scores(queries, candidates)
+            encoder_scores = self._encoder_index.candidate_scores(queries, candidates)
             D = np.asarray(encoder_scores, np.float64) + self.weight / (
                 2.0 * network.noise_variance) * D
         return D
 
-    def rescore(self, queries: np.ndarray, candidates: np.ndarray,
-                encoder_scores: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def rescore(self, queries: np.ndarray, candidates: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
         """`scores`, sorted: ``(D, I)`` by (score, id), ``-1`` padding last with ``D = inf``."""
-        D = self.scores(queries, candidates, encoder_scores)
+        D = self.scores(queries, candidates)
         return sorted_heaps(D, np.where(np.asarray(candidates) >= 0, candidates, -1))
 
 

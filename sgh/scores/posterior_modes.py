@@ -74,16 +74,16 @@ def check_encoding_setting(value: str) -> None:
             raise UserInputError(f"eval.{error}; or auto (validation's choice)") from None
 
 
-def index_encoding(encoding: str | None, decoder: str, nlist: int | None,
+def index_encoding(encoding: str | None, codes_by_bytes: bool, nlist: int | None,
                    validated: str) -> str | None:
     """How far an index's byte-decoder codes go: ``encoding``, or by default the model's
     ``validated`` choice, or local search in inverted lists (their decoder of residuals is
-    fitted by `train`, which no validation measured); None with ``decoder="model"``."""
-    if decoder != "bytes":
+    fitted by `train`, which no validation measured); None where the codes are the encoder's."""
+    if not codes_by_bytes:
         if encoding is not None:
             raise ValueError(f"encoding={encoding!r} says how far the byte decoder's codes go; "
-                             "an index with decoder='model' stores the encoder's own codes: "
-                             "accepted: decoder='bytes', or no encoding")
+                             "an index of the modes hamming, scan and two_stage stores the "
+                             "encoder's own codes: accepted: mode='bytes', or no encoding")
         return None
     if encoding is None:
         return validated if nlist is None else "local_search"

@@ -5,7 +5,7 @@ projection baseline one (its encoder form). `eval.score=auto` uses the kind the 
 favoured (`sgh.training.score_selection`) for each use of a score: ``chosen`` for a scan of the
 whole database, ``rescore_chosen`` for rescoring a shortlist (which may name an mlp decoder's
 kind, decoder or joint, with no per-bit form: it decodes the shortlist). Beside them, the byte
-decoder an index with ``decoder="bytes"`` scans by, and the encoding of its items validation
+decoder an index of mode ``"bytes"`` scans by, and the encoding of its items validation
 chose (`sgh.training.encoding_choice`).
 """
 
@@ -113,15 +113,15 @@ class ScoreSet:
         return self.validation.get(kind, self.validation.get(f"{kind} (decoded)", float("nan")))
 
     def kind_for(self, requested: str | None, use: str, where: str = "the run") -> str:
-        """The kind ``eval.score=requested`` means for ``use`` (``asymmetric``: a scan;
-        ``rerank``: rescoring a shortlist, where decoded kinds are allowed); ValueError naming
+        """The kind ``eval.score=requested`` means for ``use``, an index mode (``scan``: a scan;
+        ``two_stage``: rescoring a shortlist, where decoded kinds are allowed); ValueError naming
         what ``where`` holds when it has no such score."""
         if requested in (None, "auto"):
-            return self.chosen if use == "asymmetric" else (self.rescore_chosen or self.chosen)
+            return self.chosen if use == "scan" else (self.rescore_chosen or self.chosen)
         check_choice("eval.score", requested, SCORE_SETTINGS)
-        available = self.scores if use == "asymmetric" else self.rescoring_kinds
+        available = self.scores if use == "scan" else self.rescoring_kinds
         if requested not in available:
-            what = "per-bit " if use == "asymmetric" else ""
+            what = "per-bit " if use == "scan" else ""
             raise ValueError(f"eval.score={requested}: {where} has no {what}{requested} score "
                              f"(it has: {', '.join(available)})")
         return requested
@@ -244,7 +244,7 @@ class ScoreSet:
         """Read a score written by `AsymmetricScore.save`, or one ``kind`` of a run's scores
         (None: the one validation chose); ValueError naming the file and key if invalid."""
         scores = cls.load(path)
-        return scores.scores[scores.kind_for(kind, "asymmetric", str(path))]
+        return scores.scores[scores.kind_for(kind, "scan", str(path))]
 
 
 def _figures(arrays: dict, name: str, path: Path) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """What `SGHIndex.load` accepts of a saved ``index.npz``: its keys as `SGHIndex.save` writes them,
 of the right types and in range, and consistent with each other and with the model's scores,
 so that a damaged or edited file is refused in one line naming the key, never loaded to answer
-wrongly (NaN centroids, lists beyond ``nlist``, a decoder flag that says another codes' kind)."""
+wrongly (NaN centroids, lists beyond ``nlist``, a mode that says another codes' kind)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,17 @@ _OPTIONAL = {"ids": ("iu", 1), "decoder": ("U", 0), "encoding": ("U", 0), "next_
 _LEAST = {"nlist": 0, "nprobe": 1, "shortlist": 0, "refine_factor": 1, "next_id": 0}
 
 
+def saved_mode(arrays: dict[str, np.ndarray]) -> str:
+    """The saved index's mode; one saved before the byte decoder was a mode says
+    ``decoder="bytes"`` (beside mode "scan") instead."""
+    return "bytes" if str(arrays.get("decoder", "")) == "bytes" else str(arrays["mode"])
+
+
 def check_saved_arrays(arrays: dict[str, np.ndarray], where: str, scores,
                        byte_decoder_prefix: str) -> None:
     """UserInputError naming ``where`` and the key unless ``arrays`` are a saved index's (module
-    doc); ``scores``: the `ScoreSet` saved beside them. An unknown mode or decoder is the
-    constructor's to refuse."""
+    doc); ``scores``: the `ScoreSet` saved beside them. An unknown mode is the constructor's to
+    refuse."""
     def refuse(key: str, found: str, expected: str) -> None:
         raise UserInputError(f"{where}: key {key!r} {found}; expected {expected}, as SGHIndex.save "
                          "writes it (save or build the index again)")
@@ -39,8 +45,8 @@ def check_saved_arrays(arrays: dict[str, np.ndarray], where: str, scores,
         if key in _LEAST and int(value) < _LEAST[key]:
             refuse(key, f"is {int(value)}", f"an integer >= {_LEAST[key]}")
     has_tables = any(key.startswith(byte_decoder_prefix) for key in arrays)
-    if has_tables != (str(arrays.get("decoder", "model")) == "bytes"):
-        refuse("decoder", f"is {str(arrays.get('decoder', 'model'))!r} and the file "
+    if has_tables != (saved_mode(arrays) == "bytes"):
+        refuse("mode", f"is {saved_mode(arrays)!r} and the file "
                f"{'holds' if has_tables else 'lacks'} a byte decoder's tables",
                "'bytes' exactly where the tables are")
     n, nlist = len(arrays["codes"]), int(arrays["nlist"])

@@ -1,11 +1,12 @@
 """`SGHIndex`: a trained model's query side, the database codes and their ids, searched the way
-faiss indexes are (usage, modes, ``nlist`` and ``decoder="bytes"``: docs/guide/search.md).
+faiss indexes are (usage, modes and ``nlist``: docs/guide/search.md).
 
-Modes (`index.mode`): ``"scan"``, every code by the validated score on faiss's fast-scan kernels
-(:mod:`sgh.search.fast_scan`); ``"two_stage"``, the encoder score's shortlist reordered by the
-validated rescoring score; ``"hamming"``, the query's own code by Hamming distance. With the byte
-decoder (:mod:`sgh.scores.byte_decoder`: the model's own, or one fitted by `train`) an item's
-code moves from the encoder's toward its posterior mode as far as ``encoding`` says
+Modes (`index.mode`), the names `eval.ranking` evaluates them by: ``"scan"``, every code by the
+validated score on faiss's fast-scan kernels (:mod:`sgh.search.fast_scan`); ``"two_stage"``, the
+encoder score's shortlist reordered by the validated rescoring score; ``"hamming"``, the query's
+own code by Hamming distance; ``"bytes"``, every code by the byte decoder
+(:mod:`sgh.scores.byte_decoder`: the model's own, or one fitted by `train`), whose codes are its
+own: an item's code moves from the encoder's toward its posterior mode as far as ``encoding`` says
 (`sgh.scores.posterior_modes`; default: the one the model's validation chose); with ``nlist``,
 as in faiss's IVF-PQ, it is coded as its residual to its list's centroid.
 
@@ -29,6 +30,7 @@ import numpy as np
 from sgh.artifacts.atomic import DirectoryKind, atomic_directory
 from sgh.artifacts.codes_file import encoded_codes, load_codes, refuse_another_models_scores
 from sgh.codes import pack_bits, validate_codes
+from sgh.config import RANKINGS
 from sgh.data.neighbours import exact_neighbours
 from sgh.data.npz_file import read_npz_arrays
 from sgh.data.streamed_features import evenly_spaced, take_rows
@@ -46,11 +48,10 @@ from sgh.search.hamming_index import HammingIndex, check_ids
 from sgh.search.index_features import refuse_overflow, served_features
 from sgh.search.index_items import IndexItems
 from sgh.search.inverted_table_scan import InvertedTableScan
-from sgh.search.saved_index_checks import check_saved_arrays
+from sgh.search.saved_index_checks import check_saved_arrays, saved_mode
 from sgh.search.two_stage import default_shortlist, padded, rescored, warn_if_one_score
 
-MODES = ("hamming", "scan", "two_stage")
-DECODERS = ("model", "bytes")  # what ranks the codes: the model's scores, or a byte decoder
+MODES = RANKINGS  # the evaluation's rankings are the modes, by the same names
 # The files of a saved index (a directory): faiss opens CODES_FILE with faiss.read_index.
 INDEX_FILE, SCORES_FILE, CODES_FILE = "index.npz", "scores.npz", "codes.faiss"
 _FORMAT = "sgh-index 2"  # 2: a byte decoder's inverted lists hold codes of residuals
@@ -78,23 +79,24 @@ def vectors_done(verb: str, done: int, total: int, started: float) -> str:
 class SGHIndex:
     """A model's codes and their search (module doc). ``model``: a fitted hasher with an
     asymmetric score (`SGHHasher`, ITQ, PCAH, LSH) or a `ScoreSet` (a run's asymmetric.npz);
-    ``nlist``: inverted lists (None: a flat scan of every code); ``encoding``: how far the byte
-    decoder's codes go (None: the model's validated choice); ``verbose``: progress lines on
-    stderr (what `train` learns, an `add` of more than 65,536 rows, `choose_nprobe`)."""
+    ``mode``: one of `MODES` (``"bytes"``: the codes are the byte decoder's, and the index keeps
+    that mode); ``nlist``: inverted lists (None: a flat scan of every code); ``encoding``: how
+    far the byte decoder's codes go (None: the model's validated choice); ``verbose``: progress
+    lines on stderr (what `train` learns, an `add` of more than 65,536 rows, `choose_nprobe`)."""
 
     def __init__(self, model, mode: str = "scan", nlist: int | None = None,
-                 decoder: str = "model", encoding: str | None = None,
-                 verbose: bool = False) -> None:
+                 encoding: str | None = None, verbose: bool = False) -> None:
         self.verbose = verbose
-        if decoder not in DECODERS:
-            raise ValueError(f"decoder={decoder!r} is not known; accepted: "
-                             f"{', '.join(DECODERS)}")
-        self.decoder = decoder
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} is not known; accepted: {', '.join(MODES)}")
+        # The codes the index stores, for good: the byte decoder's, or the encoder's signs.
+        self.codes_by_bytes = mode == "bytes"
         self.scores = ScoreSet.of_model(model)
         # Inverted lists code residuals, which the model's decoder was not trained on.
         self.byte_decoder: ByteDecoder | None = (
-            self.scores.byte_decoder if decoder == "bytes" and nlist is None else None)
-        self.encoding = index_encoding(encoding, decoder, nlist, self.scores.encoding)
+            self.scores.byte_decoder if self.codes_by_bytes and nlist is None else None)
+        self.encoding = index_encoding(encoding, self.codes_by_bytes, nlist,
+                                       self.scores.encoding)
         self.bits = self.scores.scores["encoder"].bits
         self.dim = self.scores.scores["encoder"].dim
         self.fingerprint = self.scores.fingerprint
@@ -116,9 +118,12 @@ class SGHIndex:
     def mode(self, mode: str) -> None:
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} is not known; accepted: {', '.join(MODES)}")
-        if self.decoder == "bytes" and mode != "scan":
-            raise ValueError(f"mode={mode!r}: an index with decoder='bytes' has one mode, "
-                             "'scan' (its codes are the byte decoder's, not the encoder's)")
+        if (mode == "bytes") != self.codes_by_bytes:
+            held, searched_by = (("the byte decoder's", "mode 'bytes' alone") if self.codes_by_bytes
+                                 else ("the encoder's signs", "the modes hamming, scan and "
+                                       "two_stage"))
+            raise ValueError(f"mode={mode!r}: the index's codes are {held}, searched by "
+                             f"{searched_by}; build another index with mode={mode!r}")
         if mode == "hamming" and self.nlist is not None:
             raise ValueError("mode='hamming' scans every code; inverted lists (nlist) serve "
                              "the scan and two_stage modes")
@@ -150,15 +155,13 @@ class SGHIndex:
     @property
     def is_trained(self) -> bool:
         lists_learned = self.nlist is None or self._centroids is not None
-        return lists_learned and (self.decoder == "model" or self.byte_decoder is not None)
+        return lists_learned and (not self.codes_by_bytes or self.byte_decoder is not None)
 
     def __repr__(self) -> str:
         score = {"scan": f", score={self.scores.chosen!r}",
                  "two_stage": f", shortlist by 'encoder', rescored by {self._rescore_kind()!r}"
                               f", shortlist={self.shortlist}",
-                 "hamming": ""}[self.mode]
-        if self.decoder == "bytes":
-            score = f", decoder='bytes', encoding={self.encoding!r}"
+                 "hamming": "", "bytes": f", encoding={self.encoding!r}"}[self.mode]
         lists = "" if self.nlist is None else f", nlist={self.nlist}, nprobe={self.nprobe}"
         held = self.bytes_per_item
         return (f"SGHIndex({self.bits} bits, {self.ntotal:,} items, {sum(held.values())} bytes "
@@ -170,7 +173,7 @@ class SGHIndex:
         """Packed codes of features ``x``: the encoder score's signs, or the byte decoder's
         posterior modes (of the residuals to their lists' centroids with ``nlist``)."""
         features = served_features(x, self.scores, "x")
-        if self.decoder == "model":
+        if not self.codes_by_bytes:
             return self._codes_of(features)
         self._require_training()
         return self._stored_codes(features, self._lists_of(features))
@@ -194,10 +197,10 @@ class SGHIndex:
         return pack_bits(self.scores.scores["encoder"].code_weights(features) <= 0)
 
     def train(self, x: np.ndarray, seed: int = 0) -> None:
-        """Learn the ``nlist`` lists, and fit the byte decoder (``decoder="bytes"``) where the
+        """Learn the ``nlist`` lists, and fit the byte decoder (mode ``"bytes"``) where the
         model brings none, or for the lists' residuals, on features ``x``."""
-        if self.ntotal and (self.decoder == "bytes" or self.nlist is not None):
-            held = "coded by its byte decoder" if self.decoder == "bytes" else "in its lists"
+        if self.ntotal and (self.codes_by_bytes or self.nlist is not None):
+            held = "coded by its byte decoder" if self.codes_by_bytes else "in its lists"
             raise ValueError(f"train: the index holds {self.ntotal} items {held}, which new "
                              "training would leave stale; train a new SGHIndex (or remove "
                              "every item first)")
@@ -205,10 +208,10 @@ class SGHIndex:
         if self.nlist is not None and len(x) < self.nlist:
             raise ValueError(f"train: {len(x)} points for nlist={self.nlist} lists; accepted: "
                              "at least one point per list")
-        if self.decoder == "bytes" and not len(x):
+        if self.codes_by_bytes and not len(x):
             raise ValueError("train: no points to fit the byte decoder on; accepted: at least one")
         self._engines = {}
-        fits_tables = self.decoder == "bytes" and (self.nlist is not None
+        fits_tables = self.codes_by_bytes and (self.nlist is not None
                                                    or self.byte_decoder is None)
         steps = ([f"k-means of {self.nlist} lists"] if self.nlist else []) + (
             ["the byte decoder's tables (hard EM)"] if fits_tables else [])
@@ -246,8 +249,8 @@ class SGHIndex:
         if self.nlist is not None:
             raise ValueError("add_codes: an index with inverted lists places each item by its "
                              "features; use add(x), or SGHIndex.from_run(run, nlist=...)")
-        if self.decoder == "bytes":
-            raise ValueError("add_codes: an index with decoder='bytes' stores its byte "
+        if self.codes_by_bytes:
+            raise ValueError("add_codes: an index of mode 'bytes' stores its byte "
                              "decoder's codes, not the encoder's; use add(x)")
         if isinstance(codes, (str, os.PathLike)) and Path(codes).suffix == ".npy":
             codes = encoded_codes(codes, self.fingerprint, self.bits)
@@ -282,7 +285,7 @@ class SGHIndex:
             self._require_training()
             probes = None if self.nlist is None else self._coarse(
                 queries, self.nprobe)[1]
-            if self.decoder == "bytes":
+            if self.mode == "bytes":
                 if probes is None:
                     D, rows = self._engine("bytes").search(queries, k, workers=threads)
                     # The scan's score lacks the query's own ||x||^2: added, D is a distance.
@@ -380,13 +383,13 @@ class SGHIndex:
                   "nlist": np.int64(self.nlist or 0), "nprobe": np.int64(self.nprobe),
                   "shortlist": np.int64(self.shortlist or 0),
                   "refine_factor": np.int64(self.refine_factor),
-                  "fingerprint": np.str_(self.fingerprint), "decoder": np.str_(self.decoder),
+                  "fingerprint": np.str_(self.fingerprint),
                   "encoding": np.str_(self.encoding or "")}
         if self._centroids is not None:
             arrays["centroids"] = self._centroids
         if self.byte_decoder is not None:
             arrays.update(self.byte_decoder.arrays(_BYTE_DECODER))
-        if self.decoder == "bytes":  # codes.faiss: faiss's additive quantizer of the same tables
+        if self.codes_by_bytes:  # codes.faiss: faiss's additive quantizer of the same tables
             faiss_codes = additive_quantizer(
                 self.byte_decoder, self._items.codes,
                 *(() if self.nlist is None else (self._items.lists, self._centroids)))
@@ -419,13 +422,12 @@ class SGHIndex:
             raise UserInputError(f"{path / INDEX_FILE} (model {arrays['fingerprint']}) and "
                                  f"{path / SCORES_FILE} (model {scores.fingerprint}) come from "
                                  "different models; save the index again")
-        decoder = str(arrays.get("decoder", "model"))
+        mode = saved_mode(arrays)
         # An index saved before encodings were a choice coded its items by local search.
-        encoding = str(arrays.get("encoding", "local_search")) if decoder == "bytes" else None
+        encoding = str(arrays.get("encoding", "local_search")) if mode == "bytes" else None
         try:
-            index = cls(scores, str(arrays["mode"]), int(arrays["nlist"]) or None, decoder,
-                        encoding)
-            if decoder == "bytes":
+            index = cls(scores, mode, int(arrays["nlist"]) or None, encoding)
+            if mode == "bytes":
                 index.byte_decoder = ByteDecoder.from_arrays(arrays, where, _BYTE_DECODER)
                 if (index.byte_decoder.bits, index.byte_decoder.dim) != (index.bits, index.dim):
                     raise ValueError("its byte decoder is of another model's codes or features")
@@ -443,10 +445,10 @@ class SGHIndex:
 
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, mode: str = "scan",
-                 nlist: int | None = None, decoder: str = "model",
-                 encoding: str | None = None, verbose: bool = False) -> SGHIndex:
+                 nlist: int | None = None, encoding: str | None = None,
+                 verbose: bool = False) -> SGHIndex:
         """The database codes and scores of a finished `sgh-train` run (ids: database rows);
-        with ``nlist`` or ``decoder="bytes"`` its dataset's features are read again (to learn
+        with ``nlist`` or mode ``"bytes"`` its dataset's features are read again (to learn
         the lists, or the byte decoder where the run has none, and to encode the database); with
         ``nlist``, ``nprobe`` is chosen on 1,000 of its training rows (`choose_nprobe`; each
         finds itself where the training rows are items of the database, as in MNIST's)."""
@@ -456,14 +458,14 @@ class SGHIndex:
         run = RunDirectory(run_dir, create=False)
         scores = ScoreSet.of_run(run)  # checked against the codes' model
         codes = load_codes(run.codes)
-        index = cls(scores, mode, nlist, decoder, encoding, verbose)
-        if nlist is None and decoder == "model":
+        index = cls(scores, mode, nlist, encoding, verbose)
+        if nlist is None and not index.codes_by_bytes:
             index._items.append(codes.database, None, None)  # ids: the database rows
             return index
-        reading = "decoder=bytes" if nlist is None else f"nlist={nlist}"
+        reading = "mode=bytes" if nlist is None else f"nlist={nlist}"
         split = recorded_split(run, reading, {"database": len(codes.database)})
         database = np.asarray(split.database, np.float32)
-        if decoder == "bytes":
+        if index.codes_by_bytes:
             if not index.is_trained:
                 index.train(np.asarray(split.train, np.float32))
             index.add(database)  # ids: the database rows
@@ -488,8 +490,8 @@ class SGHIndex:
             say_progress(message)
 
     def _require_training(self) -> None:
-        if not self.is_trained and self.decoder == "bytes":
-            raise ValueError("the index has decoder='bytes', its byte decoder not fitted yet: "
+        if not self.is_trained and self.codes_by_bytes:
+            raise ValueError("the index has mode 'bytes', its byte decoder not fitted yet: "
                              "call index.train(x) with training features first")
         if not self.is_trained:
             raise ValueError(f"the index has nlist={self.nlist} inverted lists, not learned "

@@ -33,15 +33,6 @@ class Choice:
     fields: dict
 
 
-def search_of(config: Config) -> str:
-    """The search a run's codes are made for: "scan", "rescoring" (by a score), "bytes" (the
-    byte decoder's index) or "hamming"."""
-    if config.eval.ranking in ("hamming", "bytes"):
-        return config.eval.ranking
-    return "rescoring" if config.eval.ranking == "rerank" and config.eval.rescore == "score" \
-        else "scan"
-
-
 def search_figure(config: Config, search: str, scores: ScoreSet, trained: dict) -> float:
     """A trained candidate's validation figure for `search`: the Recall K@100 of the score it
     would scan or rescore with, or of its byte decoder's index at the encoding validation chose
@@ -51,7 +42,7 @@ def search_figure(config: Config, search: str, scores: ScoreSet, trained: dict) 
     if search == "bytes":
         return scores.encodings.get(scores.encoding, math.nan)
     try:
-        kind = scores.kind_for(config.eval.score, "asymmetric" if search == "scan" else "rerank")
+        kind = scores.kind_for(config.eval.score, search)
     except ValueError as error:
         raise UserInputError(str(error)) from None
     return scores.validation_figure(kind)
@@ -91,7 +82,8 @@ def fit_and_score(config: Config, train_items: Features, validation: ValidationS
                  if search == "hamming" else
                  f"validation Recall{recall_k}@100 of its byte decoder index (the encoding "
                  "validation chose)" if search == "bytes" else
-                 f"validation Recall{recall_k}@100 of its {search} score, "
+                 f"validation Recall{recall_k}@100 of its "
+                 f"{'scan' if search == 'scan' else 'rescoring'} score, "
                  f"eval.score={config.eval.score}")
     logger.info("recipe: %r chosen, %s: %s", chosen, described,
                 ", ".join(f"{name} {entry['validation']:.4f}" for name, entry in report.items()))

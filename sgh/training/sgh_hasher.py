@@ -70,9 +70,9 @@ class SGHHasher(BinaryHasher):
     Every parameter sets the `sgh-train` key `_KEYS` maps it to (`n_bits`: `model.bits`;
     `random_state`: `trainer.seed`, or a RandomState or None to draw it from at each `fit`).
     `validation_metric="map"` needs `y` in `fit`. `candidates`: recipes `{name: {"model": {...},
-    "trainer": {...}}}`, the one whose `search` ranks the validation split best kept: "scan"
-    (the model's score, `SGHIndex(hasher)`) or "bytes" (its byte decoder's index,
-    `SGHIndex(hasher, decoder="bytes")`). `verbose`: progress lines.
+    "trainer": {...}}}`, the one whose `search` ranks the validation split best kept: the
+    `SGHIndex` mode "scan" (the model's score), "two_stage" (its rescoring score) or "bytes"
+    (its byte decoder). `verbose`: progress lines.
 
     After `fit`: `model_`, `scores_` (`ScoreSet`), `n_bits_`, `n_features_in_`, `fit_info_`.
     """
@@ -156,9 +156,10 @@ class SGHHasher(BinaryHasher):
     def fit(self, X, y=None):
         """Train on `X` (`(n, d)` floats); `y`: labels, used only by `validation_metric="map"`."""
         # Every setting checked first, and the seed drawn once.
-        if self.search not in ("scan", "bytes"):
-            raise UserInputError(f"search={self.search!r} is not known; accepted: scan (the "
-                                 "model's score), bytes (its byte decoder's index)")
+        if self.search not in ("scan", "two_stage", "bytes"):
+            raise UserInputError(f"search={self.search!r} is not known; accepted: the SGHIndex "
+                                 "modes scan (the model's score), two_stage (its rescoring "
+                                 "score), bytes (its byte decoder)")
         self._config = self.training_config()
         self._labels = None if y is None else np.asarray(y)
         try:
@@ -235,7 +236,7 @@ class SGHHasher(BinaryHasher):
                                   scores.joint_weight),
                 selection=scores.selection + " (made for Euclidean neighbours)")
         try:
-            return scores.scores[scores.kind_for(kind, "asymmetric", "SGHHasher")]
+            return scores.scores[scores.kind_for(kind, "scan", "SGHHasher")]
         except ValueError as error:
             reason = ASYMMETRIC_NEEDS_LINEAR_DECODER if self.model_.decoder_network() else None
             message = str(error) + (f"; {reason}" if reason else "")

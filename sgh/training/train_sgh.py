@@ -38,7 +38,7 @@ from sgh.training.progress import (
     TrainingScalars,
     ValidationPoints,
 )
-from sgh.training.recipe_choice import fit_and_score, search_of
+from sgh.training.recipe_choice import fit_and_score
 from sgh.training.signals import stop_on_signals
 
 logger = logging.getLogger(__name__)
@@ -60,8 +60,8 @@ def train_sgh(config: Config, split: RetrievalSplit, run_directory: RunDirectory
         _keep_training_record(trained.fields, directory)
         return trained.model, trained.fields
 
-    chosen = fit_and_score(config, train_items, validation, split.similarity, search_of(config),
-                           fit)
+    chosen = fit_and_score(config, train_items, validation, split.similarity,
+                           config.eval.ranking, fit)
     model, scores, fields = chosen.model, chosen.scores, chosen.fields
     export_encoder(model, run_directory.encoder, unit_normalise=split.similarity == "angular")
     return EncodedSplit(database=encode_packed(model, split.database),

@@ -171,6 +171,27 @@ CASES = [
     Case("dataset=file without a path", "train", lambda f: ["dataset=file"],
          "dataset.path is missing: dataset=file reads your own file; add dataset.path=FILE "
          "(.npy, .npz"),
+    # ---- sgh-train: the evaluation's former words, each naming what does its work now -------
+    Case("eval.ranking=asymmetric, the scan's former name", "train",
+         lambda f: ["eval.ranking=asymmetric"],
+         "eval.ranking=asymmetric is now eval.ranking=scan (SGHIndex's mode of that name); "
+         "accepted: hamming, scan, two_stage, bytes"),
+    Case("eval.ranking=rerank, two_stage's former name", "train",
+         lambda f: ["eval.ranking=rerank"],
+         "eval.ranking=rerank is now eval.ranking=two_stage (SGHIndex's mode of that name)"),
+    Case("eval.rescore, a retired key", "train", lambda f: ["eval.rescore=exact"],
+         "eval.rescore=exact: eval has no key 'rescore' any more; eval.ranking=two_stage "
+         "rescores by eval.score, as SGHIndex does; exact distances on your own vectors: the "
+         "search guide's rescoring recipe"),
+    Case("eval.rescore added with +", "train", lambda f: ["+eval.rescore=score"],
+         "+eval.rescore=score: eval has no key 'rescore' any more; eval.ranking=two_stage"),
+    Case("eval.shortlist_by, a retired key", "train", lambda f: ["eval.shortlist_by=hamming"],
+         "eval.shortlist_by=hamming: eval has no key 'shortlist_by' any more; "
+         "eval.ranking=two_stage shortlists by the encoder score"),
+    Case("eval.shortlist_radius, a retired key", "train",
+         lambda f: ["eval.shortlist_radius=2"],
+         "eval.shortlist_radius=2: eval has no key 'shortlist_radius' any more; "
+         "eval.ranking=two_stage shortlists the encoder score's top eval.shortlist"),
     # ---- sgh-train: sweeps, checked before any job runs -------------------------------------
     Case("several values without -m", "train", lambda f: ["model.bits=16,32"],
          "Ambiguous value for argument 'model.bits=16,32'; 1. To use it as a list, use "
@@ -272,8 +293,14 @@ CASES = [
          "eval.recal_k=5: eval has no key 'recal_k'; accepted keys: recall_k, recall_n"),
     Case("eval option unknown", "eval", lambda f: [f"codes={_codes(f)}", "eval=fast"],
          "eval=fast is not a known option; accepted: default"),
+    Case("eval.ranking=rerank when re-scoring a run", "eval",
+         lambda f: [f"run={_trained_run(f, 'none')}", "eval.ranking=rerank"],
+         "eval.ranking=rerank is now eval.ranking=two_stage (SGHIndex's mode of that name)"),
+    Case("eval.rescore when re-scoring a run", "eval",
+         lambda f: [f"run={_trained_run(f, 'none')}", "eval.rescore=exact"],
+         "eval.rescore=exact: eval has no key 'rescore' any more"),
     Case("corrupt config.yaml of a re-scored run", "eval",
-         lambda f: [f"run={_codes(_yaml_garbage(f).parent).parent}", "eval.ranking=asymmetric"],
+         lambda f: [f"run={_codes(_yaml_garbage(f).parent).parent}", "eval.ranking=scan"],
          "{tmp}/run/config.yaml: not readable YAML"),
     # ---- sgh-encode ---------------------------------------------------------------------------
     Case("uint8 input for a float-trained run", "encode",
@@ -325,6 +352,10 @@ CASES = [
     Case("index build nlist not a number", "index",
          lambda f: ["build", f"run={_trained_run(f, 'none')}", "out=I", "nlist=many"],
          "nlist=many: Value 'many' of type 'str' could not be converted to Integer"),
+    Case("index build decoder=bytes, mode=bytes's former spelling", "index",
+         lambda f: ["build", f"run={_trained_run(f, 'none')}", f"out={f / 'I'}", "decoder=bytes"],
+         "decoder=bytes: the configuration has no key 'decoder' any more; the byte decoder's "
+         "index is mode=bytes"),
     Case("export run as a bare word", "export", lambda f: [str(_trained_run(f, "none"))],
          "{tmp}/run is not key=value; write run={tmp}/run"),
     Case("export without run=", "export", lambda f: [],

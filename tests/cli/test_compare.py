@@ -301,14 +301,13 @@ def test_runs_of_other_rankings_are_their_own_rows_with_their_search_curves(tmp_
     _run(root / "0", "itq", 8, 0, 0.40, 0.10)
     _run(root / "1", "itq", 8, 0, 0.50, 0.30)
     metrics = json.loads((root / "1" / "metrics.json").read_text())
-    metrics["ranking"] = "rerank: shortlist = Hamming top 1000, rescored by ..."
+    metrics["ranking"] = "two_stage: SGHIndex(mode='two_stage', shortlist=1000)'s search: ..."
     metrics["shortlist_curve"] = {"shortlist": [10, 30, 60], "recall10@100": [0.2, 0.3, 0.35],
-                                  "queries_per_second": [900.0, 500.0, 200.0],
-                                  "rescore": "decoder"}
+                                  "queries_per_second": [900.0, 500.0, 200.0]}
     (root / "1" / "metrics.json").write_text(json.dumps(metrics))
     aggregated = aggregate(collect(root))
     assert [(e["method"], e["n_seeds"], e["map_mean"]) for e in aggregated] == [
-        ("itq", 1, 0.40), ("itq (rerank)", 1, 0.50)]  # never averaged together
+        ("itq", 1, 0.40), ("itq (two_stage)", 1, 0.50)]  # never averaged together
     assert "ranked that way instead" in markdown(aggregated)
     assert command_here("compare", [f"sweep={root}", f"out={tmp_path / 'out'}",
                                     "tensorboard=false"], cwd=tmp_path).returncode == 0

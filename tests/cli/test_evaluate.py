@@ -94,21 +94,26 @@ def test_a_codes_file_holds_no_query_features_for_an_asymmetric_ranking(tmp_path
     from sgh.config import EvalConfig
 
     path = _codes_file(tmp_path / "codes.npz")
-    for ranking in ("asymmetric", "rerank", "bytes"):
+    for ranking in ("scan", "two_stage", "bytes"):
         with pytest.raises(UserInputError, match="sgh-eval run=DIR instead of codes=FILE"):
             evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(ranking=ranking)))
     with pytest.raises(UserInputError, match="eval.ranking='nearest' is not known; accepted: "
-                                             "hamming, asymmetric, rerank, bytes"):
+                                             "hamming, scan, two_stage, bytes"):
         evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(ranking="nearest")))
+    # The former names of SGHIndex's modes: refused, naming the mode.
+    for old, new in (("asymmetric", "scan"), ("rerank", "two_stage")):
+        with pytest.raises(UserInputError, match=f"^eval.ranking={old} is now eval.ranking="
+                                                 rf"{new} \(SGHIndex's mode of that name\)"):
+            evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(ranking=old)))
     with pytest.raises(UserInputError, match="eval.shortlist=0 is impossible"):
         evaluate_codes(EvalCommandConfig(codes=str(path), eval=EvalConfig(shortlist=0)))
 
 
-def test_a_rerank_shortlists_by_the_runs_own_scan_and_says_which(tmp_path, capsys):
+def test_a_two_stage_ranking_shortlists_by_the_runs_own_scan_and_says_which(tmp_path, capsys):
     from sgh.config import BaselineConfig, Config, EvalConfig, SyntheticDatasetConfig
     from tests.helpers import trained
 
-    run_dir, _ = trained(tmp_path / "itq", Config(dataset=SyntheticDatasetConfig(),
+    run_dir, hamming = trained(tmp_path / "itq", Config(dataset=SyntheticDatasetConfig(),
                                                   model=BaselineConfig(name="itq", bits=12)))
     capsys.readouterr()
     # ITQ's one score is its encoder form: by default it both makes the shortlist and rescores
@@ -116,15 +121,14 @@ def test_a_rerank_shortlists_by_the_runs_own_scan_and_says_which(tmp_path, capsy
     with pytest.warns(UserWarning, match="the encoder score rescores the shortlist it made") \
             as caught:
         auto = evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=EvalConfig(
-            ranking="rerank", shortlist=100)))
+            ranking="two_stage", shortlist=100)))
     assert len(caught) == 1
-    assert auto["ranking"].startswith("rerank: shortlist = the top 100 by the ITQ projection")
+    assert auto["ranking"].startswith("two_stage: SGHIndex(mode='two_stage', shortlist=100)'s "
+                                      "search: the top 100 by the ITQ projection")
     # The table states the convention under the numbers, as metrics.json does.
     assert f"ranking: {auto['ranking']}" in capsys.readouterr().out
-    hamming = evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=EvalConfig(
-        ranking="rerank", shortlist=100, shortlist_by="hamming")))
-    assert hamming["ranking"].startswith("rerank: shortlist = Hamming top 100 (ties by id)")
     # The run's scan finds more of the true neighbours than Hamming distance's few levels.
+    assert hamming["ranking"].startswith("hamming")
     assert auto["recall10@100"] > hamming["recall10@100"]
 
 
@@ -139,12 +143,12 @@ def test_the_byte_decoder_index_ranks_a_run_as_it_would_serve_it(tmp_path, capsy
     assert "byte_decoder_recall10@100" not in hamming  # a baseline's run is not slowed by it
     scores = {encoding: evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=EvalConfig(
         ranking="bytes", encoding=encoding))) for encoding in ("auto", "encoder", "flip4")}
-    assert scores["auto"]["ranking"] == ("byte decoder: SGHIndex(decoder='bytes', encoding="
+    assert scores["auto"]["ranking"] == ("bytes: SGHIndex(mode='bytes', encoding="
                                          "'local_search'), its flat scan of every code, ties "
                                          "by id")
     assert scores["auto"]["recall10@100"] > scores["encoder"]["recall10@100"]
     assert scores["auto"]["recall10@100"] > hamming["recall10@100"]
-    assert "ranking: byte decoder: SGHIndex(decoder='bytes'" in capsys.readouterr().out
+    assert "ranking: bytes: SGHIndex(mode='bytes'" in capsys.readouterr().out
     with pytest.raises(UserInputError, match="eval.encoding='icm99' is not known; accepted: "
                                              "encoder, flip1 .. flip8, icm1 .. icm16, "
                                              "local_search; or auto"):
@@ -166,13 +170,14 @@ def test_a_library_warning_reaches_the_user_as_one_warning_line(tmp_path):
                                                   model=BaselineConfig(name="itq", bits=12)))
     env = {key: value for key, value in os.environ.items() if key != "SGH_DEBUG"}
     result = subprocess.run([sys.executable, "-m", "sgh.cli.evaluate", f"run={run_dir}",
-                             "eval.ranking=rerank", "eval.shortlist=100",
+                             "eval.ranking=two_stage", "eval.shortlist=100",
                              f"out={tmp_path / 'eval.json'}"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     warned = [line for line in result.stderr.splitlines() if "warning" in line.lower()]
-    assert warned == ["sgh-eval: warning: two-stage search: the encoder score rescores the "
-                      "shortlist it made, so the results are that score's scan, found more "
-                      "slowly; rescore by another score (or the exact distances), or shortlist "
-                      "by Hamming distance"]
+    assert len(warned) == 1 and warned[0].startswith(
+        "sgh-eval: warning: two-stage search: the encoder score rescores the shortlist it made, "
+        "so the results are that score's scan, found more slowly; "), warned
+    # Its advice names what the evaluation has: no exact rescoring, no Hamming shortlist.
+    assert "exact" not in warned[0] and "Hamming" not in warned[0], warned
     assert "UserWarning" not in result.stderr

@@ -74,7 +74,7 @@ def test_built_over_a_file_and_searched_from_one_as_in_python(command_here, run_
     (["search", "index=I", "input=Q", "out=R.npz", "k=0"],
      "k=0 is impossible; accepted: an integer >= 1"),
     (["search", "index=I", "input=Q", "out=R.npz", "mode=fast"],
-     "mode=fast is not known; accepted: hamming, scan, two_stage"),
+     "mode=fast is not known; accepted: hamming, scan, two_stage, bytes"),
     (["search", "index=I", "input=Q", "out=R.json"], "the results are an .npz"),
     (["build", "-m", "run=R", "nlist=2,4", "out=O"], "out=O would be written by more than one "
                                                       "job of this sweep"),
@@ -247,6 +247,14 @@ def test_nprobe_on_an_index_without_lists_is_one_line(command_here, run_and_vect
                                       f"out={tmp_path / 'results.npz'}"], place)
     one_error_line(searched, "sgh-index", "nprobe=8: the index has no inverted lists")
     assert not (tmp_path / "results.npz").exists()
+    # The encoder's codes are never searched as a byte decoder's: that is another index.
+    searched = command_here("index", ["search", f"index={tmp_path / 'flat'}", "mode=bytes",
+                                      f"input={place / 'queries.npy'}",
+                                      f"out={tmp_path / 'results.npz'}"], place)
+    line = one_error_line(searched, "sgh-index", "mode='bytes': the index's codes are the "
+                                                 "encoder's signs")
+    assert line.endswith("; build another index with mode='bytes'"), line
+    assert not (tmp_path / "results.npz").exists()
 
 
 
@@ -254,7 +262,7 @@ def test_a_build_says_what_it_is_doing_before_each_long_step(command_here, run_a
                                                              tmp_path):
     run_dir, place = run_and_vectors
     built = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
-                                   "decoder=bytes", "nlist=4", f"out={tmp_path / 'lists'}"],
+                                   "mode=bytes", "nlist=4", f"out={tmp_path / 'lists'}"],
                          place)
     assert built.returncode == 0, built.stderr
     lines = built.stderr.splitlines()
@@ -291,7 +299,7 @@ def test_the_training_sample_holds_copies_of_its_rows_not_the_batches(monkeypatc
             del rows
 
     monkeypatch.setattr(command, "_batches", batches)
-    index = type("Lists", (), {"decoder": "model", "nlist": 4})()
+    index = type("Lists", (), {"codes_by_bytes": False, "nlist": 4})()
     sample = command._training_sample(IndexBuildConfig(input="x", run="r"), index)
     assert released == [True] * 5
     assert sample.shape == (1024, 4) and sample[0, 0] == 0 and sample[-1, 0] == 4000

@@ -1,4 +1,4 @@
-"""`sgh-index build ... decoder=bytes`: a byte-decoder index of a run, over a vector file or the
+"""`sgh-index build ... mode=bytes`: a byte-decoder index of a run, over a vector file or the
 run's own dataset, searched from the command line as `SGHIndex` searches in Python; settings it
 cannot serve one line and exit status 2."""
 
@@ -25,24 +25,24 @@ def test_built_over_a_file_with_the_byte_decoder_and_searched_as_in_python(
         command_here, run_and_vectors):  # noqa: F811
     run_dir, place = run_and_vectors
     built = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
-                                   "batch_size=256", "decoder=bytes",
+                                   "batch_size=256", "mode=bytes",
                                    f"out={place / 'bytes'}"], place)
     assert built.returncode == 0, built.stderr
     assert "[sgh] added 700/700 vectors" in built.stderr
-    assert "decoder='bytes'" in built.stdout
+    assert "mode='bytes', encoding=" in built.stdout
     searched = command_here("index", ["search", f"index={place / 'bytes'}", "k=7",
                                       f"input={place / 'queries.npy'}",
                                       f"out={place / 'bytes.npz'}"], place)
     assert searched.returncode == 0, searched.stderr
-    assert "decoder='bytes'" in searched.stdout
+    assert "mode='bytes', encoding=" in searched.stdout
 
     # In Python: the decoder fitted on the file's vectors, which are then added.
     base = np.load(place / "base.npy")
-    expected = SGHIndex(ScoreSet.load(run_dir / "asymmetric.npz"), decoder="bytes")
+    expected = SGHIndex(ScoreSet.load(run_dir / "asymmetric.npz"), mode="bytes")
     expected.train(base)
     expected.add(base)
     loaded = SGHIndex.load(place / "bytes")
-    assert loaded.decoder == "bytes" and loaded.ntotal == 700
+    assert loaded.mode == "bytes" and loaded.ntotal == 700
     assert loaded.byte_decoder.fingerprint == expected.byte_decoder.fingerprint
     np.testing.assert_array_equal(loaded.encode(base), expected.encode(base))
     D, I = expected.search(np.load(place / "queries.npy"), 7)
@@ -53,7 +53,9 @@ def test_built_over_a_file_with_the_byte_decoder_and_searched_as_in_python(
     refused = command_here("index", ["search", f"index={place / 'bytes'}", "mode=hamming",
                                      f"input={place / 'queries.npy'}",
                                      f"out={place / 'hamming.npz'}"], place)
-    one_error_line(refused, "sgh-index", "mode='hamming': an index with decoder='bytes'")
+    line = one_error_line(refused, "sgh-index", "mode='hamming': the index's codes are the "
+                                                "byte decoder's")
+    assert line.endswith("; build another index with mode='hamming'"), line
     assert not (place / "hamming.npz").exists()
 
 
@@ -61,10 +63,10 @@ def test_built_with_inverted_lists_and_probed_from_the_command_line(
         command_here, run_and_vectors, tmp_path):  # noqa: F811
     run_dir, place = run_and_vectors
     built = command_here("index", ["build", f"run={run_dir}", f"input={place / 'base.npy'}",
-                                   "decoder=bytes", "nlist=6", f"out={tmp_path / 'listed'}"],
+                                   "mode=bytes", "nlist=6", f"out={tmp_path / 'listed'}"],
                          place)
     assert built.returncode == 0, built.stderr
-    assert "decoder='bytes'" in built.stdout and "nlist=6" in built.stdout
+    assert "mode='bytes'" in built.stdout and "nlist=6" in built.stdout
     loaded = SGHIndex.load(tmp_path / "listed")
     queries = np.load(place / "queries.npy")
     for nprobe in (2, 6):
@@ -82,12 +84,12 @@ def test_built_with_inverted_lists_and_probed_from_the_command_line(
 def test_built_from_the_runs_own_dataset_with_the_byte_decoder(
         command_here, run_and_vectors, tmp_path):  # noqa: F811
     run_dir, place = run_and_vectors
-    built = command_here("index", ["build", f"run={run_dir}", "decoder=bytes",
+    built = command_here("index", ["build", f"run={run_dir}", "mode=bytes",
                                    f"out={tmp_path / 'own'}"], place)
     assert built.returncode == 0, built.stderr
     loaded = SGHIndex.load(tmp_path / "own")
-    expected = SGHIndex.from_run(run_dir, decoder="bytes")  # fitted on the run's training split
-    assert loaded.decoder == "bytes" and loaded.ntotal == expected.ntotal > 0
+    expected = SGHIndex.from_run(run_dir, mode="bytes")  # fitted on the run's training split
+    assert loaded.mode == "bytes" and loaded.ntotal == expected.ntotal > 0
     assert loaded.byte_decoder.fingerprint == expected.byte_decoder.fingerprint
     queries = np.load(place / "queries.npy")
     for got, want in zip(loaded.search(queries, 9), expected.search(queries, 9), strict=True):
@@ -95,8 +97,16 @@ def test_built_from_the_runs_own_dataset_with_the_byte_decoder(
 
 
 @pytest.mark.parametrize("settings, message", [
-    (["decoder=nonsense"], "decoder=nonsense is not known; accepted: model, bytes"),
-    (["decoder=bytes", "mode=two_stage"], "mode='two_stage': an index with decoder='bytes'"),
+    (["mode=nonsense"], "mode=nonsense is not known; accepted: hamming, scan, two_stage, bytes"),
+    # The key's former spelling: one line naming the mode.
+    (["decoder=bytes"], "decoder=bytes: the configuration has no key 'decoder' any more; the "
+                        "byte decoder's index is mode=bytes"),
+    (["mode=two_stage", "decoder=bytes"], "decoder=bytes: the configuration has no key "
+                                          "'decoder' any more"),
+    (["mode=bytes", "encoding=icm99"], "encoding='icm99' is not known"),
+    (["encoding=flip4"], "encoding='flip4' says how far the byte decoder's codes go; an index "
+                         "of the modes hamming, scan and two_stage stores the encoder's own "
+                         "codes: accepted: mode='bytes', or no encoding"),
 ])
 @pytest.mark.parametrize("with_input", [False, True])
 def test_settings_the_byte_decoder_cannot_serve_are_one_line_and_exit_2(

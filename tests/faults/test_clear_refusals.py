@@ -1,8 +1,6 @@
 """Inputs that ended in a traceback, a silent wrong result or a message blaming the wrong thing:
 each is one clear line now.
 
-    TwoStageSearch     vectors as a list or a 1-D array (AttributeError, IndexError at the
-                       search), a NaN column (inf distances and id -1), shortlist=0 (named k=0)
     SGHHasher.load     a truncated weights.npz (BadZipFile), NaN weights (accepted), a
                        scores.npz of another code length (accepted)
     path length        a path beyond PATH_MAX made of short names was blamed on a 255-byte name
@@ -21,7 +19,6 @@ import pytest
 
 from sgh.artifacts.output_places import check_writable_place, disk_error_line
 from sgh.errors import UserInputError
-from sgh.search.two_stage import TwoStageSearch
 from tests.helpers import damage
 
 
@@ -31,49 +28,6 @@ def _message(call, *args, **kwargs) -> str:
     message = str(raised.value)
     assert "\n" not in message, message
     return message
-
-
-# ---- TwoStageSearch ----------------------------------------------------------------------------
-@pytest.fixture
-def database():
-    rng = np.random.default_rng(0)
-    vectors = rng.normal(size=(40, 6))
-    bits = (vectors @ rng.normal(size=(6, 16)) > 0).astype(np.uint8)
-    return np.packbits(bits, axis=1), vectors
-
-
-def test_vectors_the_exact_rule_cannot_read_are_refused_when_the_search_is_made(database):
-    codes, vectors = database
-    assert _message(TwoStageSearch, codes, bits=16, vectors=vectors.tolist()).startswith(
-        "vectors is a list; accepted: the database's original vectors as an (n, dim) numpy "
-        "array (np.asarray(vectors))")
-    assert _message(TwoStageSearch, codes, bits=16, vectors=vectors[:, 0]).startswith(
-        "vectors has shape (40,); accepted: an (n, dim) array")
-    assert "vectors has dtype <U" in _message(TwoStageSearch, codes, bits=16,
-                                              vectors=vectors.astype(str))
-
-
-def test_a_nan_column_is_refused_not_ranked_last_with_id_minus_one(database):
-    codes, vectors = database
-    vectors = vectors.copy()
-    vectors[:, 3] = np.nan
-    search = TwoStageSearch(codes, bits=16, vectors=vectors)
-    message = _message(search.search, np.zeros((2, 6)), k=5, shortlist=10, rescore="exact",
-                       query_codes=codes[:2])
-    assert "vectors holds nan at row " in message and "column 3" in message, message
-
-
-def test_shortlist_zero_is_named_shortlist(database):
-    codes, vectors = database
-    search = TwoStageSearch(codes, bits=16, vectors=vectors)
-    assert _message(search.search, vectors[:2], k=5, shortlist=0, rescore="exact",
-                    query_codes=codes[:2]) == ("shortlist=0 is impossible; accepted: an integer "
-                                               ">= 1")
-    assert _message(search.shortlist, query_codes=codes[:2], radius=-1) == (
-        "radius=-1 is impossible; accepted: an integer >= 0")
-    _, ids = search.search(vectors[:2], k=5, shortlist=10, rescore="exact",
-                           query_codes=codes[:2])
-    assert ids[:, 0].tolist() == [0, 1]  # each query finds itself
 
 
 # ---- SGHHasher.load ----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def test_the_same_command_on_a_finished_run_gives_its_results_and_changes_no_fil
     assert _files(tmp_path) == before
 
 
-@pytest.mark.parametrize("changed", ["eval.recall_n=[5,50]", "eval.ranking=rerank",
+@pytest.mark.parametrize("changed", ["eval.recall_n=[5,50]", "eval.ranking=two_stage",
                                      "model.bits=8", "trainer.seed=1"])
 def test_a_finished_baseline_run_is_not_recorded_again_under_other_settings(tmp_path, changed,
                                                                             command_here):
@@ -124,7 +124,7 @@ def test_a_finished_sgh_run_is_not_evaluated_again_in_place(tmp_path, command_he
     run_dir = tmp_path / "run"
     finished = run(_config(), run_dir)
     before = files_below(run_dir)
-    changed = ["eval.ranking=asymmetric", "eval.recall_n=[1,10]"]
+    changed = ["eval.ranking=scan", "eval.recall_n=[1,10]"]
     result = command_here("train", [*QUICK, *changed, f"hydra.run.dir={run_dir}"], tmp_path)
     line = one_error_line(result, "sgh-train", f"{run_dir} holds a finished run (model=sgh) "
                                                 "with other evaluation settings")
@@ -132,7 +132,7 @@ def test_a_finished_sgh_run_is_not_evaluated_again_in_place(tmp_path, command_he
     suggested = line.split("sgh-eval ")[1].split(", or ")[0].split()
     assert suggested == [f"run={run_dir}", *changed, "out=scores.json"], suggested
     assert command_here("eval", suggested, tmp_path).returncode == 0
-    assert "asymmetric" in json.loads((tmp_path / "scores.json").read_text())["ranking"]
+    assert json.loads((tmp_path / "scores.json").read_text())["ranking"].startswith("scan: ")
     assert json.loads((run_dir / "metrics.json").read_text()) == finished
 
 

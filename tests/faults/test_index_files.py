@@ -35,7 +35,7 @@ def saved(tmp_path_factory):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1500, 16)).astype(np.float32)
     hasher = ITQ(n_bits=16, random_state=0).fit(x)
-    listed, tables = SGHIndex(hasher, nlist=4), SGHIndex(hasher, decoder="bytes")
+    listed, tables = SGHIndex(hasher, nlist=4), SGHIndex(hasher, mode="bytes")
     for index in (listed, tables):
         index.train(x)
         index.add(x)
@@ -72,10 +72,13 @@ def _nan_centroid(centroids):
     ("lists", _set("lists", lambda lists: np.where(lists == lists.max(), 9, lists)),
      "key 'lists' holds 1500 lists for 1500 codes, in 0..9; expected one list in 0..3"),
     ("lists", _set("lists", lambda lists: lists[::-1].copy()), "in list order"),
-    ("lists", _set("decoder", np.str_("bytes")), "key 'decoder' is 'bytes' and the file lacks a "
-                                                 "byte decoder's tables"),
-    ("bytes", _set("decoder", np.str_("model")), "key 'decoder' is 'model' and the file holds a "
-                                                 "byte decoder's tables"),
+    ("lists", _set("mode", np.str_("bytes")), "key 'mode' is 'bytes' and the file lacks a "
+                                              "byte decoder's tables"),
+    ("bytes", _set("mode", np.str_("scan")), "key 'mode' is 'scan' and the file holds a "
+                                             "byte decoder's tables"),
+    # The flag of an index saved before the byte decoder was a mode is read as that mode.
+    ("lists", lambda arrays: arrays.__setitem__("decoder", np.str_("bytes")),
+     "key 'mode' is 'bytes' and the file lacks a byte decoder's tables"),
     ("lists", lambda arrays: arrays.pop("ids"), "key 'ids' is missing"),
     ("lists", lambda arrays: arrays.pop("centroids"), "key 'centroids' is missing"),
     ("lists", _set("nlist", np.str_("four")), "key 'nlist' has dtype <U4 and shape ()"),
@@ -92,14 +95,28 @@ def _nan_centroid(centroids):
 ])
 def test_a_damaged_saved_index_is_refused_in_one_line_naming_the_key(saved, tmp_path, kind,
                                                                      change, message):
-    """Such files loaded and answered (NaN centroids, lists beyond nlist, a decoder flag that
-    named the other kind of codes), or raised KeyError, TypeError, IndexError."""
+    """Such files loaded and answered (NaN centroids, lists beyond nlist, a mode that named the
+    other kind of codes), or raised KeyError, TypeError, IndexError."""
     damaged = _edited(saved[0][kind], tmp_path / "damaged", change)
     with pytest.raises(UserInputError) as refusal:
         SGHIndex.load(damaged)
     line = str(refusal.value)
     assert line.startswith(f"{damaged / 'index.npz'}: ") and "\n" not in line, line
     assert message in line, line
+
+
+def test_a_byte_decoder_index_saved_before_bytes_was_a_mode_loads_as_mode_bytes(saved, tmp_path):
+    """Such a file says decoder='bytes' beside mode 'scan'; saved again, it says mode 'bytes'."""
+    def as_before(arrays):
+        arrays.update(mode=np.str_("scan"), decoder=np.str_("bytes"))
+
+    old = _edited(saved[0]["bytes"], tmp_path / "old", as_before)
+    index, current = SGHIndex.load(old), SGHIndex.load(saved[0]["bytes"])
+    assert index.mode == "bytes" and index.encoding == current.encoding
+    queries = saved[1][:20]
+    np.testing.assert_array_equal(index.search(queries, 10)[1], current.search(queries, 10)[1])
+    with np.load(index.save(tmp_path / "again") / "index.npz") as arrays:
+        assert str(arrays["mode"]) == "bytes" and "decoder" not in arrays.files
 
 
 def test_a_folder_that_merely_holds_files_named_like_an_index_is_never_replaced(
@@ -135,7 +152,7 @@ def test_two_writers_of_one_new_out_one_wins_and_the_other_says_so(saved, tmp_pa
     with pytest.raises(UserInputError, match=f"^{target} was written by another process while "
                                              "this one was writing it"):
         first.save(target)
-    assert SGHIndex.load(target).decoder == "bytes"
+    assert SGHIndex.load(target).mode == "bytes"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["index"]
 
 
@@ -269,7 +286,7 @@ def test_a_runs_dataset_changed_since_the_run_is_refused_where_it_is_read_again(
     np.savez(path, **labelled_arrays(n_train=400, n_test=40, dim=8,
                                      rng=np.random.default_rng(5)))
     os.utime(path, ns=(recorded.st_atime_ns, recorded.st_mtime_ns + 10**9))  # a later write
-    for arguments in ({"nlist": 4}, {"decoder": "bytes"}):
+    for arguments in ({"nlist": 4}, {"mode": "bytes"}):
         with pytest.raises(UserInputError, match=f"run={run_dir} was trained on other data "
                                                  f"\\({path} \\(dataset.path\\): "):
             SGHIndex.from_run(run_dir, **arguments)

@@ -86,7 +86,7 @@ def test_queries_beyond_float32_or_whose_scores_overflow_it_are_refused_everywhe
 def test_a_byte_decoders_distances_that_overflow_float32_are_refused(unit_model):
     """||x||^2 beyond float32 made every D inf: the ranking was lost without a word."""
     scores, x = unit_model
-    index = SGHIndex(dataclasses.replace(scores, feature_conversion=None), decoder="bytes")
+    index = SGHIndex(dataclasses.replace(scores, feature_conversion=None), mode="bytes")
     index.train(x)
     index.add(x)
     with pytest.raises(ValueError, match="^queries row 1: its scores overflow float32"):
@@ -190,12 +190,12 @@ def test_every_mode_answers_float32_distances_padded_with_inf(unit_model):
 def test_saving_an_untrained_index_is_refused_and_an_empty_one_round_trips(unit_model, tmp_path):
     scores, x = unit_model
     for index, what in ((SGHIndex(scores, nlist=4), "nlist=4 inverted lists, not learned yet"),
-                        (SGHIndex(scores, decoder="bytes"), "byte decoder not fitted yet")):
+                        (SGHIndex(scores, mode="bytes"), "byte decoder not fitted yet")):
         with pytest.raises(ValueError, match=f"{what}: call index.train"):
             index.save(tmp_path / "untrained")
         assert not (tmp_path / "untrained").exists()
     with pytest.raises(ValueError, match="^train: no points to fit the byte decoder on"):
-        SGHIndex(scores, decoder="bytes").train(x[:0])  # numpy's LinAlgError, with warnings
+        SGHIndex(scores, mode="bytes").train(x[:0])  # numpy's LinAlgError, with warnings
     empty = SGHIndex.load(SGHIndex(scores).save(tmp_path / "empty"))
     assert empty.ntotal == 0 and (empty.search(x[:2], 3)[1] == -1).all()
     listed = SGHIndex(scores, nlist=4)

@@ -17,18 +17,19 @@ def _write(path, seed):
     np.savez(path, X_train=x_train, y_train=y_train, X_test=x_test, y_test=y_test)
 
 
+@pytest.mark.filterwarnings("ignore:two-stage search")  # ITQ's one score
 def test_a_rescore_on_a_changed_dataset_file_is_refused_naming_it(tmp_path):
     data = tmp_path / "clusters.npz"
     _write(data, 0)
     run_dir = tmp_path / "run"
     run(compose_config(*QUICK[1:], "dataset=file", f"dataset.path={data}",
                        "dataset.n_queries=50", "model=itq"), run_dir)
-    exact = EvalConfig(ranking="rerank", rescore="exact", shortlist=50)
-    before = evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=exact))
+    rescored = EvalConfig(ranking="two_stage", shortlist=50)  # reads the query features
+    before = evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=rescored))
     _write(data, 1)  # other vectors of the same shape: only the record tells
     with pytest.raises(UserInputError, match=rf"run={run_dir} was trained on other data \("
                                              rf"{data.resolve()} \(dataset.path\)"):
-        evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=exact))
+        evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=rescored))
     # The Hamming ranking reads no features: the codes alone are scored, as before.
     hamming = evaluate_codes(EvalCommandConfig(run=str(run_dir), eval=EvalConfig()))
     assert hamming["n_queries"] == before["n_queries"] == 50
@@ -63,6 +64,7 @@ def test_an_hdf5_file_whose_neighbours_are_not_the_nearest_is_refused(tmp_path):
     assert not (tmp_path / "run2" / "codes.npz").exists()
 
 
+@pytest.mark.filterwarnings("ignore:two-stage search")  # ITQ's one score
 def test_a_run_trained_with_a_relative_dataset_path_is_rescored_from_another_directory(
         tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()
@@ -74,10 +76,10 @@ def test_a_run_trained_with_a_relative_dataset_path_is_rescored_from_another_dir
     run(config, tmp_path / "run")
     recorded = OmegaConf.load(tmp_path / "run" / "config.yaml").dataset.path
     assert recorded == str(tmp_path / "data" / "clusters.npz")  # absolute, as read
-    exact = EvalConfig(ranking="rerank", rescore="exact", shortlist=50)
-    here = evaluate_codes(EvalCommandConfig(run=str(tmp_path / "run"), eval=exact))
+    rescored = EvalConfig(ranking="two_stage", shortlist=50)  # reads the query features
+    here = evaluate_codes(EvalCommandConfig(run=str(tmp_path / "run"), eval=rescored))
     monkeypatch.chdir(tmp_path / "elsewhere")  # no clusters.npz here: the record finds it
-    there = evaluate_codes(EvalCommandConfig(run="../run", eval=exact))
+    there = evaluate_codes(EvalCommandConfig(run="../run", eval=rescored))
     assert there["recall10@100"] == here["recall10@100"] and there["n_queries"] == 50
     # The same command, from the same directory, is the same run (its results, nothing new).
     monkeypatch.chdir(tmp_path / "data")

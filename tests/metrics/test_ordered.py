@@ -9,7 +9,7 @@ from sgh.codes import pack_bits
 from sgh.config import EvalConfig
 from sgh.metrics.ordered import ordered_metrics
 from sgh.metrics.scoring import score
-from sgh.search.rankings import hamming_distances, order_of_distances
+from tests.helpers import hamming_distances, order_of_distances
 
 
 def hamming_order(query_codes, database_codes, depth):

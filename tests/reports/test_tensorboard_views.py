@@ -181,7 +181,7 @@ def test_the_asymmetric_score_is_the_decoders_reconstruction_distance(objective,
 
 def test_the_two_stage_curve_is_shown_against_the_shortlist_size(tmp_path):
     curve = {"shortlist": [100, 300, 1000], "recall10@100": [0.5, 0.6, 0.7],
-             "queries_per_second": [900.0, 400.0, 100.0], "rescore": "decoder"}
+             "queries_per_second": [900.0, 400.0, 100.0]}
     accumulator, _ = _write(tmp_path, lambda: views.write_shortlist_curve(curve))
     recall = accumulator.Tensors("search/recall10@100")
     assert [event.step for event in recall] == [100, 300, 1000]

@@ -102,19 +102,25 @@ def test_networks_and_rescorers_print_in_one_short_line():
     assert "mlp of 1 hidden layers" in repr(encoder) and "array" not in repr(encoder)
 
 
-def test_a_two_stage_search_by_the_encoder_rescored_jointly_reuses_its_scores_exactly():
-    from sgh.search.two_stage import TwoStageSearch
+def test_a_two_stage_index_rescores_the_encoders_shortlist_by_the_joint_decoded_score():
+    from sgh.scores.score_set import ScoreSet
+    from sgh.search.sgh_index import SGHIndex
 
     model, x, rng = _model(2)
     codes = pack_bits(rng.integers(0, 2, (400, 8)).astype(np.uint8))
     encoder = model.asymmetric_scores("euclidean")["encoder"]
+    scores = ScoreSet({"encoder": encoder}, "encoder", "joint", joint_weight=0.25,
+                      decoder=model.decoder_network())
+    index = SGHIndex(scores, mode="two_stage")
+    index.shortlist, index.refine_factor = 60, 8  # 8 x 60 candidates: the encoder's exact top 60
+    index.add_codes(codes)
+    D, I = index.search(x[:6], 20)
+    candidates = AsymmetricIndex(encoder, codes).search(x[:6], 60)[1]
     joint = DecodedRescorer(model.decoder_network(), codes, "euclidean", "joint", encoder, 0.25)
-    search = TwoStageSearch(codes, score=joint, shortlist_score=encoder)
-    D, I = search.search(x[:6], 20, shortlist=60)  # the encoder's scores reused
-    candidates = search.shortlist(x[:6], 60)
-    expected_D, expected_I = joint.rescore(x[:6], candidates)  # computed afresh
+    expected_D, expected_I = joint.rescore(x[:6], candidates)
     np.testing.assert_array_equal(I, expected_I[:, :20])
-    np.testing.assert_array_equal(D, expected_D[:, :20])
+    np.testing.assert_array_equal(D, expected_D[:, :20].astype(np.float32))
+    assert (I != candidates[:, :20]).any()  # the decoder's term reorders the shortlist
 
 
 def test_an_empty_database_rescores_padding_only_as_padding():

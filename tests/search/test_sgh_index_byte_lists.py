@@ -1,4 +1,4 @@
-"""`SGHIndex(decoder="bytes", nlist=N)`: the byte decoder's codes of residuals in inverted lists.
+"""`SGHIndex(mode="bytes", nlist=N)`: the byte decoder's codes of residuals in inverted lists.
 Each item is coded as its residual to its list's centroid and ranked by its squared distance to
 ``centroid + reconstruction``; an item's distance does not depend on which other lists are
 probed; faiss opens the saved codes as its IVF additive quantizer."""
@@ -36,7 +36,7 @@ def indexes():
     hasher = ITQ(n_bits=16, random_state=0).fit(base)
     built = []
     for nlist in (None, NLIST):
-        index = SGHIndex(hasher, decoder="bytes", nlist=nlist)
+        index = SGHIndex(hasher, mode="bytes", nlist=nlist)
         index.train(base)
         index.add(base, ids=7 * np.arange(len(base)))
         built.append(index)
@@ -108,8 +108,8 @@ def test_a_saved_index_with_lists_searches_identically(indexes, tmp_path):
     _, queries, _, listed = indexes
     listed.nprobe = 3
     loaded = SGHIndex.load(listed.save(tmp_path / "listed.sghindex"))
-    assert (loaded.decoder, loaded.nlist, loaded.nprobe) == ("bytes", NLIST, 3)
-    assert "decoder='bytes'" in repr(loaded) and f"nlist={NLIST}" in repr(loaded)
+    assert (loaded.mode, loaded.nlist, loaded.nprobe) == ("bytes", NLIST, 3)
+    assert "mode='bytes'" in repr(loaded) and f"nlist={NLIST}" in repr(loaded)
     D, I = listed.search(queries, 10)
     for got, want in zip(loaded.search(queries, 10), (D, I), strict=True):
         np.testing.assert_array_equal(got, want)
@@ -134,7 +134,7 @@ def test_the_lists_scan_the_index_codes_where_they_are_and_items_added_later_joi
     D, I = listed.search(queries, 10)
     assert np.shares_memory(listed._engine("bytes_lists").codes, listed._items.codes)
     assert (np.diff(listed._items.lists) >= 0).all()
-    halves = SGHIndex(listed.scores, decoder="bytes", nlist=NLIST)
+    halves = SGHIndex(listed.scores, mode="bytes", nlist=NLIST)
     halves.byte_decoder, halves._centroids = listed.byte_decoder, listed._centroids
     halves.nprobe = 3
     half = len(base) // 2
@@ -147,7 +147,7 @@ def test_the_lists_scan_the_index_codes_where_they_are_and_items_added_later_joi
 
 def test_an_untrained_index_with_lists_refuses_items_and_queries(indexes):
     base, queries, flat, _ = indexes
-    fresh = SGHIndex(flat.scores, decoder="bytes", nlist=NLIST)
+    fresh = SGHIndex(flat.scores, mode="bytes", nlist=NLIST)
     for call in (lambda: fresh.add(base[:5]), lambda: fresh.search(queries, 3)):
         with pytest.raises(ValueError, match="not fitted yet: call index.train"):
             call()

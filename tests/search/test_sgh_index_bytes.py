@@ -1,4 +1,4 @@
-"""`SGHIndex(decoder="bytes")`: a byte decoder fitted by `train`, items stored by its posterior
+"""`SGHIndex(mode="bytes")`: a byte decoder fitted by `train`, items stored by its posterior
 modes and searched by faiss's additive-quantizer scan: better recall than the model's own scan,
 saved and loaded exactly, its codes.faiss searched by faiss alone, and every setting it cannot
 serve refused."""
@@ -36,7 +36,7 @@ def digits():
     order = np.random.default_rng(0).permutation(len(x))
     queries, base = x[order[:100]], x[order[100:]]
     hasher = ITQ(n_bits=16, random_state=0).fit(base)
-    index = SGHIndex(hasher, decoder="bytes")
+    index = SGHIndex(hasher, mode="bytes")
     index.train(base)
     index.add(base, ids=np.arange(len(base)) + ID_OFFSET)
     return hasher, base, queries, index
@@ -84,10 +84,10 @@ def test_a_saved_index_searches_identically_and_faiss_opens_its_codes(digits, tm
     _, base, queries, index = digits
     saved = index.save(tmp_path / "index")
     with np.load(saved / "index.npz") as arrays:
-        assert str(arrays["decoder"]) == "bytes"
+        assert str(arrays["mode"]) == "bytes" and "decoder" not in arrays
         assert {"byte_decoder.bits", "byte_decoder.offset", "byte_decoder.tables"} <= set(arrays)
     loaded = SGHIndex.load(saved)
-    assert loaded.decoder == "bytes" and repr(loaded) == repr(index)
+    assert loaded.mode == "bytes" and loaded.codes_by_bytes and repr(loaded) == repr(index)
     assert loaded.byte_decoder.fingerprint == index.byte_decoder.fingerprint
     D, I = index.search(queries, 25)
     for before, after in zip((D, I), loaded.search(queries, 25), strict=True):
@@ -103,6 +103,22 @@ def test_a_saved_index_searches_identically_and_faiss_opens_its_codes(digits, tm
     shared = [len(set(a) & set(b)) / 25 for a, b in zip(rows + ID_OFFSET, I, strict=True)]
     assert np.mean(shared) > 0.9
     index.save(saved)  # an index saved before is replaced
+
+
+def test_an_index_saved_before_bytes_was_a_mode_loads_as_mode_bytes(digits, tmp_path):
+    # Saved before: decoder="bytes" beside mode "scan" (the only mode such an index had).
+    _, _, queries, index = digits
+    saved = index.save(tmp_path / "index")
+    with np.load(saved / "index.npz") as arrays:
+        old = {**arrays, "mode": np.str_("scan"), "decoder": np.str_("bytes")}
+    np.savez(saved / "index.npz", **old)
+    loaded = SGHIndex.load(saved)
+    assert loaded.mode == "bytes" and loaded.codes_by_bytes and repr(loaded) == repr(index)
+    for before, after in zip(index.search(queries, 25), loaded.search(queries, 25), strict=True):
+        np.testing.assert_array_equal(before, after)
+    # Saved again, it is in today's format.
+    with np.load(loaded.save(tmp_path / "again") / "index.npz") as arrays:
+        assert str(arrays["mode"]) == "bytes" and "decoder" not in arrays
 
 
 def test_a_saved_index_with_a_broken_decoder_is_refused_naming_the_key(digits, tmp_path):
@@ -123,16 +139,25 @@ def test_a_saved_index_with_a_broken_decoder_is_refused_naming_the_key(digits, t
 
 def test_settings_it_cannot_serve_are_refused_naming_them(digits):
     hasher, base, queries, index = digits
-    with pytest.raises(ValueError, match="decoder='nonsense' is not known; accepted: model, "
-                                         "bytes"):
-        SGHIndex(hasher, decoder="nonsense")
-    for mode in ("hamming", "two_stage"):
-        with pytest.raises(ValueError, match=f"mode='{mode}': an index with decoder='bytes'"):
-            SGHIndex(hasher, mode=mode, decoder="bytes")
-        with pytest.raises(ValueError, match=f"mode='{mode}': an index with decoder='bytes'"):
+    with pytest.raises(ValueError, match="^mode='nonsense' is not known; accepted: hamming, "
+                                         "scan, two_stage, bytes$"):
+        SGHIndex(hasher, mode="nonsense")
+    # Its codes are the byte decoder's: no other mode searches them, and no other index's
+    # codes (the encoder's signs) are searched by mode bytes.
+    for mode in ("hamming", "scan", "two_stage"):
+        with pytest.raises(ValueError, match=f"^mode='{mode}': the index's codes are the byte "
+                                             "decoder's, .*; build another index with "
+                                             f"mode='{mode}'$"):
             index.mode = mode
-    assert index.mode == "scan"
-    with pytest.raises(ValueError, match="add_codes: an index with decoder='bytes'"):
+    assert index.mode == "bytes"
+    for mode in ("scan", "two_stage", "hamming"):
+        other = SGHIndex(hasher, mode=mode)
+        with pytest.raises(ValueError, match="^mode='bytes': the index's codes are the "
+                                             "encoder's signs, .*; build another index with "
+                                             "mode='bytes'$"):
+            other.mode = "bytes"
+        assert other.mode == mode and not other.codes_by_bytes
+    with pytest.raises(ValueError, match="add_codes: an index of mode 'bytes'"):
         index.add_codes(hasher.encode(base[:5]))
     # New tables would leave the items' codes another decoder's modes.
     fitted = index.byte_decoder
@@ -140,11 +165,11 @@ def test_settings_it_cannot_serve_are_refused_naming_them(digits):
         index.train(base)
     assert index.byte_decoder is fitted and index.ntotal == len(base)
 
-    untrained = SGHIndex(hasher, decoder="bytes")
+    untrained = SGHIndex(hasher, mode="bytes")
     assert not untrained.is_trained
     for call in (lambda: untrained.add(base), lambda: untrained.search(queries, 5),
                  lambda: untrained.encode(base)):
-        with pytest.raises(ValueError, match=r"decoder='bytes'.*call index.train\(x\)"):
+        with pytest.raises(ValueError, match=r"mode 'bytes'.*call index.train\(x\)"):
             call()
     assert untrained.ntotal == 0
     # An index with lists encodes before its lists are learned, as it always did.
@@ -154,7 +179,7 @@ def test_settings_it_cannot_serve_are_refused_naming_them(digits):
 
 def test_no_queries_or_no_items_give_empty_results_in_every_layout(digits):
     hasher, base, queries, index = digits
-    listed = SGHIndex(hasher, decoder="bytes", nlist=4)
+    listed = SGHIndex(hasher, mode="bytes", nlist=4)
     listed.train(base)
     listed.add(base[:200])
     for searched in (index, listed):
@@ -169,14 +194,14 @@ def test_no_queries_or_no_items_give_empty_results_in_every_layout(digits):
 def test_repr_padding_and_removal(digits, tmp_path):
     _, base, queries, index = digits
     assert repr(index) == (f"SGHIndex(16 bits, {len(base):,} items, 10 bytes each (code 2 + "
-                           "id 8), mode='scan', decoder='bytes', encoding='local_search', model "
+                           "id 8), mode='bytes', encoding='local_search', model "
                            f"{index.fingerprint})")
     small = SGHIndex.load(index.save(tmp_path / "index"))  # a copy, trained
     kept = ID_OFFSET + np.array([7, 3, 11, 5, 9])
     assert small.remove_ids(np.setdiff1d(ID_OFFSET + np.arange(len(base)), kept)) \
         == len(base) - 5
     assert repr(small).startswith("SGHIndex(16 bits, 5 items, 10 bytes each (code 2 + id 8), "
-                                  "mode='scan', decoder='bytes'")
+                                  "mode='bytes', encoding='local_search'")
     # Fewer items than k: padded as the model's scan pads, D = inf and I = -1.
     D, I = small.search(queries[:4], 8)
     assert (np.sort(I[:, :5], axis=1) == np.sort(kept)).all()
@@ -195,7 +220,7 @@ def test_angular_features_are_searched_by_their_direction(tmp_path):
     unit = unit_normalised(x, "digits")
     hasher = ITQ(n_bits=8, random_state=0).fit(unit)  # one byte: a quick fit
     scores = dataclasses.replace(SGHIndex(hasher).scores, similarity="angular")
-    index = SGHIndex(scores, decoder="bytes")
+    index = SGHIndex(scores, mode="bytes")
     index.train(x[100:])
     index.add(x[100:])
     # Scaled features are the same directions: the same codes, the same results.

@@ -1,5 +1,5 @@
 """`SGHIndex.search` runs on the threads faiss is given (faiss.omp_set_num_threads), in every mode
-and with either decoder, and returns the same results on any number of them."""
+and layout (flat, or inverted lists), and returns the same results on any number of them."""
 
 import faiss
 import numpy as np
@@ -21,20 +21,20 @@ def digits():
 
 
 def _indexes(hasher, x):
-    """(label, index) for every mode, decoder and layout."""
+    """(label, index, mode) for every mode and layout."""
     with threadpool_limits(1):
-        for decoder, nlist in (("model", None), ("model", 8), ("bytes", None), ("bytes", 8)):
-            index = SGHIndex(hasher, decoder=decoder, nlist=nlist)
-            if decoder == "bytes" or nlist:
+        for built, nlist in (("scan", None), ("scan", 8), ("bytes", None), ("bytes", 8)):
+            index = SGHIndex(hasher, mode=built, nlist=nlist)
+            if built == "bytes" or nlist:
                 index.train(x)
             index.add(x)
             if nlist:
                 index.nprobe = 3
-            modes = ("scan",) if decoder == "bytes" else ("scan", "two_stage") + (
+            modes = ("bytes",) if built == "bytes" else ("scan", "two_stage") + (
                 () if nlist else ("hamming",))
             for mode in modes:
                 index.mode = mode
-                yield f"{decoder} {mode} nlist={nlist}", index, mode
+                yield f"{mode} nlist={nlist}", index, mode
 
 
 @pytest.mark.filterwarnings("ignore:two-stage search")
@@ -63,7 +63,7 @@ def test_the_lists_distances_do_not_move_with_the_threads_of_blas():
     x = rng.standard_normal((2000, 784)).astype(np.float32)
     queries = rng.standard_normal((1000, 784)).astype(np.float32)
     with threadpool_limits(1):
-        index = SGHIndex(ITQ(n_bits=16, random_state=0).fit(x), decoder="bytes", nlist=263)
+        index = SGHIndex(ITQ(n_bits=16, random_state=0).fit(x), mode="bytes", nlist=263)
         index.train(x)
         index.add(x)
     index.nprobe = 2

@@ -51,7 +51,7 @@ def test_the_trained_decoder_is_refitted_and_its_validated_encoding_is_the_index
     np.testing.assert_array_equal(scores.byte_decoder.basis, trained.basis) \
         if trained.basis is not None else None
     assert hasher.fit_info_["byte_decoder_encoding"] == scores.encoding
-    index = SGHIndex(hasher, decoder="bytes")
+    index = SGHIndex(hasher, mode="bytes")
     assert index.is_trained and index.encoding == scores.encoding  # no train() needed
     index.add(x)
     assert index.search(queries, 10)[1].shape == (200, 10)
@@ -62,10 +62,10 @@ def test_each_encoding_codes_items_as_named_and_never_worse_than_the_encoder(fit
     decoder = hasher.scores_.byte_decoder
     errors = {}
     for encoding in ("encoder", "flip2", "flip6", "icm1", "local_search"):
-        codes = SGHIndex(hasher, decoder="bytes", encoding=encoding).encode(x)
+        codes = SGHIndex(hasher, mode="bytes", encoding=encoding).encode(x)
         residual = x.astype(np.float64) - decoder.decode(codes)
         errors[encoding] = np.einsum("ij,ij->i", residual, residual)
-    np.testing.assert_array_equal(SGHIndex(hasher, decoder="bytes", encoding="encoder").encode(x),
+    np.testing.assert_array_equal(SGHIndex(hasher, mode="bytes", encoding="encoder").encode(x),
                                   SGHIndex(hasher).encode(x))  # the encoder's own codes
     for encoding in ("flip2", "flip6", "icm1", "local_search"):
         assert (errors[encoding] <= errors["encoder"] * (1 + 1e-5) + 1e-4).all(), encoding
@@ -75,10 +75,11 @@ def test_each_encoding_codes_items_as_named_and_never_worse_than_the_encoder(fit
 
 @pytest.mark.parametrize("arguments, message", [
     ({"encoding": "flip4"}, "encoding='flip4' says how far the byte decoder's codes go; an "
-                            "index with decoder='model' stores the encoder's own codes"),
-    ({"decoder": "bytes", "encoding": "icm99"}, "encoding='icm99' is not known; accepted: "
-                                                "encoder, flip1 .. flip8"),
-    ({"decoder": "bytes", "encoding": "encoder", "nlist": 4},
+                            "index of the modes hamming, scan and two_stage stores the encoder's "
+                            "own codes: accepted: mode='bytes', or no encoding"),
+    ({"mode": "bytes", "encoding": "icm99"}, "encoding='icm99' is not known; accepted: "
+                                             "encoder, flip1 .. flip8"),
+    ({"mode": "bytes", "encoding": "encoder", "nlist": 4},
      "encoding='encoder' with nlist: items in inverted lists are coded as residuals"),
 ])
 def test_an_encoding_the_index_cannot_use_is_refused(fitted, arguments, message):
@@ -86,13 +87,30 @@ def test_an_encoding_the_index_cannot_use_is_refused(fitted, arguments, message)
         SGHIndex(fitted[0], **arguments)
 
 
+def test_an_index_keeps_the_codes_it_was_built_for(fitted):
+    # The byte decoder is a mode (no decoder= any more): its codes are its own, so an index
+    # switches into or out of it never; the encoder's three modes switch freely.
+    hasher, x, _ = fitted
+    with pytest.raises(TypeError, match="decoder"):
+        SGHIndex(hasher, decoder="bytes")
+    tables, signs = SGHIndex(hasher, mode="bytes"), SGHIndex(hasher, mode="two_stage")
+    for index, mode, held in ((tables, "scan", "the byte decoder's"),
+                              (signs, "bytes", "the encoder's signs")):
+        with pytest.raises(ValueError, match=f"^mode='{mode}': the index's codes are {held}"):
+            index.mode = mode
+    assert tables.mode == "bytes" and not hasattr(tables, "decoder")
+    for mode in ("hamming", "scan", "two_stage"):
+        signs.mode = mode
+        assert signs.mode == mode
+
+
 def test_inverted_lists_fit_a_decoder_of_residuals_and_take_any_other_encoding(fitted):
     hasher, x, queries = fitted
-    index = SGHIndex(hasher, decoder="bytes", nlist=4)
+    index = SGHIndex(hasher, mode="bytes", nlist=4)
     assert not index.is_trained and index.encoding == "local_search"  # no validated default
     index.train(x)
     assert index.byte_decoder is not hasher.scores_.byte_decoder
-    fast = SGHIndex(hasher, decoder="bytes", nlist=4, encoding="flip4")
+    fast = SGHIndex(hasher, mode="bytes", nlist=4, encoding="flip4")
     fast.train(x)
     fast.add(x)
     assert fast.search(queries, 5)[1].min() >= 0
@@ -100,7 +118,7 @@ def test_inverted_lists_fit_a_decoder_of_residuals_and_take_any_other_encoding(f
 
 def test_the_encoding_is_saved_with_the_index_and_the_decoder_with_the_scores(fitted, tmp_path):
     hasher, x, queries = fitted
-    index = SGHIndex(hasher, decoder="bytes", encoding="flip2")
+    index = SGHIndex(hasher, mode="bytes", encoding="flip2")
     index.add(x)
     index.save(tmp_path / "index")
     loaded = SGHIndex.load(tmp_path / "index")

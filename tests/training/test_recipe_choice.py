@@ -1,7 +1,7 @@
 """`validation.candidates`: several recipes trained on one validation split, the best kept.
 
 The choice is the candidate whose validation figure for the run's search is highest (here its
-scan's, `eval.ranking=asymmetric`); its weights make the run's codes, sgh-export restores them
+scan's, `eval.ranking=scan`); its weights make the run's codes, sgh-export restores them
 (its model settings, its checkpoint), and the same command again resumes every candidate at its
 last step and trains nothing.
 """
@@ -13,13 +13,13 @@ from sgh.config import candidate_config, validate
 from sgh.errors import UserInputError
 from sgh.pipeline import run
 from sgh.scores.score_set import ScoreSet
-from sgh.training.recipe_choice import search_figure, search_of
+from sgh.training.recipe_choice import search_figure
 from tests.helpers import compose_config, quick
 
 FIGURE = "best_validation_asymmetric_recall10@100"  # the scan's figure, chosen candidate's
 # Two mlp encoders of different widths over a linear base: a restore that missed the chosen
 # candidate's settings would build the wrong network and fail to read its checkpoint.
-CANDIDATES = ["validation.every=40", "validation.metric=encoder_recall", "eval.ranking=asymmetric",
+CANDIDATES = ["validation.every=40", "validation.metric=encoder_recall", "eval.ranking=scan",
               "+validation.candidates.narrow={model: {encoder: mlp, encoder_hidden: [8]}, "
               "trainer: {steps: 120}}",
               "+validation.candidates.wide={model: {encoder: mlp, encoder_hidden: [24]}, "
@@ -108,25 +108,22 @@ def test_a_byte_decoder_run_judges_candidates_by_its_index_at_the_validated_enco
     config = _config("eval.ranking=bytes")
     scores = ScoreSet({}, "encoder", "joint", validation={"encoder": 0.8}, encoding="flip4",
                       encodings={"encoder": 0.7, "flip4": 0.93, "local_search": 0.95})
-    assert search_of(config) == "bytes"
     assert search_figure(config, "bytes", scores, {}) == 0.93  # the index's, not the best
     assert np.isnan(search_figure(config, "bytes", ScoreSet({}, "encoder", "joint"), {}))
 
 
-@pytest.mark.parametrize("overrides, search, figure", [
-    ((), "hamming", 0.6),  # the figure of validation.metric, which selected the weights
-    (("eval.ranking=asymmetric",), "scan", 0.8),
-    (("eval.ranking=rerank",), "rescoring", 0.9),  # an mlp decoder's decoded joint score
-    (("eval.ranking=rerank", "eval.rescore=exact"), "scan", 0.8),  # the shortlist's scan
-    (("eval.ranking=asymmetric", "eval.score=joint"), "scan", float("nan")),  # not per bit
+@pytest.mark.parametrize("overrides, figure", [
+    ((), 0.6),  # hamming: the figure of validation.metric, which selected the weights
+    (("eval.ranking=scan",), 0.8),
+    (("eval.ranking=two_stage",), 0.9),  # an mlp decoder's decoded joint score
+    (("eval.ranking=scan", "eval.score=joint"), float("nan")),  # not per bit
 ])
-def test_a_candidate_is_judged_by_the_validation_figure_of_the_runs_search(overrides, search,
-                                                                           figure):
+def test_a_candidate_is_judged_by_the_validation_figure_of_the_runs_search(overrides, figure):
     config = _config(*overrides)
+    search = config.eval.ranking  # what fit_and_score is given: the SGHIndex mode
     scores = ScoreSet({}, "encoder", "joint", validation={
         "encoder": 0.8, "decoder (decoded)": 0.7, "joint (decoded)": 0.9})
     trained = {"validation_metric": "recall10@100", "best_validation_recall10@100": 0.6}
-    assert search_of(config) == search
     if np.isnan(figure):
         with pytest.raises(UserInputError, match="has no per-bit joint score"):
             search_figure(config, search, scores, trained)

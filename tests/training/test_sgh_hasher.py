@@ -282,8 +282,16 @@ def test_candidates_are_judged_by_the_search_the_user_deploys():
     # The figure is the chosen model's byte decoder index at its validated encoding.
     scores = hasher.scores_
     assert figures[info["recipe_chosen"]] == scores.encodings[scores.encoding]
-    with pytest.raises(UserInputError, match=r"^search='hamming' is not known; accepted: scan"):
-        SGHHasher(**settings, search="hamming").fit(_blobs())
+    # search="two_stage" (SGHIndex's mode): the validation figure of the score that rescores.
+    rescoring = SGHHasher(**settings, search="two_stage").fit(_blobs(n=400))
+    info, scores = rescoring.fit_info_, rescoring.scores_
+    assert "rescoring score" in info["recipe_figure"]
+    assert info["recipe_candidates"][info["recipe_chosen"]]["validation"] == \
+        scores.validation_figure(scores.kind_for("auto", "two_stage"))
+    for search in ("hamming", "asymmetric", "rerank"):  # and eval.ranking's former names
+        with pytest.raises(UserInputError, match=rf"^search='{search}' is not known; accepted: "
+                                                 "the SGHIndex modes scan "):
+            SGHHasher(**settings, search=search).fit(_blobs())
 
 
 def test_presets_come_from_sgh_trains_experiment_files(tmp_path, monkeypatch):
