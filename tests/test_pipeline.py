@@ -267,6 +267,23 @@ def test_a_run_from_before_new_settings_existed_still_resumes(tmp_path, caplog):
         run(_config("model.encoder=mlp"), tmp_path)
 
 
+def test_a_run_finished_before_evaluation_keys_retired_is_still_that_run(tmp_path):
+    # eval.shortlist_by, eval.shortlist_radius and eval.rescore configured only the retired
+    # rerank ranking: a Hamming run that recorded them is the same run now, shown, not redone.
+    run_dir = tmp_path
+    run(_config(), run_dir)
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    saved.eval.update(shortlist_by="auto", shortlist_radius=None, rescore="score")
+    OmegaConf.save(saved, run_dir / "config.yaml")
+    def written():  # the run's files (its lock aside, which every command takes)
+        return {path.name: path.stat().st_mtime_ns for path in run_dir.iterdir()
+                if path.is_file() and path.name != ".lock"}
+
+    before = written()
+    run(_config(), run_dir)
+    assert written() == before
+
+
 @pytest.mark.filterwarnings("ignore:two-stage search")  # ITQ's one score
 def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_run, tmp_path):
     from sgh.cli.evaluate import evaluate_codes

@@ -1,6 +1,7 @@
 """Whether a run directory's earlier run may go on under the current settings: the
 configuration and dataset files it recorded (`config.yaml`, `inputs.json`) against the current
-ones. Keys added to the schema since the run started count at their defaults.
+ones. Keys added to the schema since the run started count at their defaults; evaluation keys
+retired since then are dropped (a ranking that read them has a retired `eval.ranking` too).
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ def _comparable(values: dict) -> dict:
 
 def with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
     """An earlier run's configuration, with the keys added to the schema since then at their
-    defaults (which that run had), and its dataset files as absolute paths, as recorded now."""
+    defaults (which that run had), the evaluation keys retired since then dropped, and its
+    dataset files as absolute paths, as recorded now."""
     filled = dict(previous)
     if isinstance(previous.get("dataset"), dict):
         filled["dataset"] = absolute_file_settings(previous["dataset"])
@@ -89,6 +91,9 @@ def with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
         if dataclasses.is_dataclass(value) and isinstance(previous.get(section), dict):
             # Every section's field has a default: a fresh section holds them all.
             filled[section] = {**dataclasses.asdict(type(value)()), **filled[section]}
+    if isinstance(filled.get("eval"), dict):
+        known = {field.name for field in dataclasses.fields(config.eval)}
+        filled["eval"] = {key: value for key, value in filled["eval"].items() if key in known}
     return filled
 
 
