@@ -175,16 +175,15 @@ def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
         return
     scan = evaluation.ranking == "scan"
     setting = f"eval.ranking={evaluation.ranking} (eval.score={evaluation.score})"
-    named = evaluation.score
     if METHODS[config.model.name].uses_tensorflow and config.model.decoder == "bytes":
-        reason = (None if named in ("auto", "encoder") else
+        reason = (None if evaluation.score in ("auto", "encoder") else
                   "model.decoder=bytes has no decoder or joint score: its byte decoder ranks "
                   "codes of its own, the byte decoder index's (scored beside the codes' "
                   "ranking; eval.score=encoder scans)")
     elif METHODS[config.model.name].uses_tensorflow:
         # An mlp decoder rescores a shortlist by decoding it, but has no per-bit tables to scan.
         reason = (None if config.model.decoder == "linear" or not scan
-                  or named in ("auto", "encoder")
+                  or evaluation.score in ("auto", "encoder")
                   else f"{ASYMMETRIC_NEEDS_LINEAR_DECODER} (eval.score=encoder scans, and "
                        "eval.ranking=two_stage decodes a shortlist for the decoder and joint "
                        "scores)")
@@ -192,7 +191,7 @@ def _refuse_a_ranking_the_method_cannot_give(config: Config) -> None:
         from sgh.baselines.fitting import baseline_class
 
         reason = baseline_class(config.model.name).without_asymmetric  # SH, SpH
-        if reason is None and named not in ("auto", "encoder"):  # LSH, PCAH, ITQ
+        if reason is None and evaluation.score not in ("auto", "encoder"):  # LSH, PCAH, ITQ
             reason = ("its one score is its projection's, an encoder score; accepted: "
                       "eval.score=auto or encoder")
     if reason is not None:

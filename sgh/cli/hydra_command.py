@@ -30,12 +30,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from sgh.cli.boundary import exit_on_failure
-from sgh.cli.hydra_errors import (
-    RETIRED_KEYS,
-    hydra_error_line,
-    override_parse_line,
-    unknown_key_line,
-)
+from sgh.cli.hydra_errors import hydra_error_line, override_parse_line, unknown_key_line
 from sgh.cli.schemas import CONFIG_PATH, register_configs
 from sgh.errors import UserInputError
 
@@ -187,9 +182,9 @@ def _refuse_what_the_run_would_misread(config: DictConfig, overrides: list[Overr
                 break
             keys = [field.name for field in dataclasses.fields(schema)]
             if part not in keys:
-                raise UserInputError(unknown_key_line(
-                    override.input_line, ".".join(path) or "the configuration", part, keys, True,
-                    RETIRED_KEYS.get((schema.__name__, part))))
+                raise UserInputError(unknown_key_line(override.input_line, ".".join(path)
+                                                      or "the configuration", part, keys, True,
+                                                      schema))
             node, path = node[part], [*path, part]
 
 

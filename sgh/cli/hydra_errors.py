@@ -94,8 +94,7 @@ def _key_line(cause: OmegaConfBaseException, override: str | None) -> str:
         except Exception:  # noqa: BLE001  no parent, or one that cannot list its keys: say less
             keys = []
         return unknown_key_line(stated, full_key.rpartition(".")[0] or "the configuration", key,
-                                keys, retired=RETIRED_KEYS.get((getattr(schema, "__name__", ""),
-                                                                key)))
+                                keys, schema=schema)
     # OmegaConf's own line names the type the key accepts ("could not be converted to Integer").
     return f"{stated}: {first}"
 
@@ -115,10 +114,10 @@ RETIRED_KEYS = {
 
 
 def unknown_key_line(stated: str, section: str, key, keys: typing.Sequence[str],
-                     added: bool = False, retired: str | None = None) -> str:
-    """A key its section does not have (misspelt, or added with `+`): the keys it has; or one
-    that is gone (``retired``: what does its work now)."""
-    if retired:
+                     added: bool = False, schema=None) -> str:
+    """A key its section (typed by ``schema``) does not have (misspelt, or added with `+`): the
+    keys it has; or, for a key `RETIRED_KEYS` names, what does its work now."""
+    if retired := RETIRED_KEYS.get((getattr(schema, "__name__", ""), key)):
         return f"{stated}: {section} has no key {key!r} any more; {retired}"
     accepted = f"accepted keys: {', '.join(keys)}" if keys else "accepted: its keys"
     adding = "; a key added with + would be ignored" if added else ""

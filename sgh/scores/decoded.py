@@ -125,6 +125,18 @@ class DecoderNetwork:
         return network
 
 
+def decoded_form(kind: str, similarity: str, weight: float) -> str:
+    """How the results name an mlp decoder's rescoring score of ``kind`` (`DecodedRescorer.form`),
+    said without building one (which decodes every distinct database code)."""
+    decoder = "||x~ - x^~(h)||^2" if similarity != "inner_product" else "-<x, x^(h)>"
+    if kind == "decoder":
+        return (f"decoder (mlp), {decoder}, each shortlisted code decoded through the last "
+                "layer's split")
+    return (f"joint likelihood: -log q(h|x) - {weight:g} log p(x|h) (the encoder's likelihood "
+            f"plus {weight:g} x the mlp decoder's {decoder} / (2 rho^2)), each shortlisted code "
+            "decoded")
+
+
 class DecodedRescorer:
     """``rescore(queries, candidates)`` through an mlp decoder, for `SGHIndex`'s two_stage mode
     (module doc): ``kind`` ``decoder``, or ``joint`` with the ``encoder``'s per-bit score and the
@@ -147,12 +159,7 @@ class DecodedRescorer:
         decoded = hidden @ network.output_kernel + network.output_bias
         self._code_norms = np.einsum("ij,ij->i", decoded, decoded, dtype=np.float64)
         self._hidden = hidden if hidden.nbytes <= CACHE_BYTES else None
-        decoder = "||x~ - x^~(h)||^2" if similarity != "inner_product" else "-<x, x^(h)>"
-        self.form = (f"decoder (mlp), {decoder}, each shortlisted code decoded through the last "
-                     "layer's split" if kind == "decoder" else
-                     f"joint likelihood: -log q(h|x) - {self.weight:g} log p(x|h) (the encoder's "
-                     f"likelihood plus {self.weight:g} x the mlp decoder's {decoder} / "
-                     "(2 rho^2)), each shortlisted code decoded")
+        self.form = decoded_form(kind, similarity, self.weight)
 
     def __repr__(self) -> str:
         return (f"DecodedRescorer({self.kind}, {self.bits} bits, {len(self.database_codes)} "

@@ -25,7 +25,7 @@ from sgh.data.similarity import SIMILARITIES
 from sgh.errors import UserInputError, check_choice, one_line
 from sgh.scores.asymmetric import AsymmetricScore
 from sgh.scores.byte_decoder import ByteDecoder
-from sgh.scores.decoded import DecodedRescorer, DecoderNetwork
+from sgh.scores.decoded import DecodedRescorer, DecoderNetwork, decoded_form
 from sgh.scores.posterior_modes import Encoding
 
 _BYTE_DECODER = "byte_decoder."  # the key prefix of the byte decoder's arrays
@@ -94,19 +94,32 @@ class ScoreSet:
                 f"{self.rescore_chosen or self.chosen!r} for rescoring; {self.similarity}"
                 f"{decoder}; model {self.fingerprint})")
 
+    def _rescoring_kind(self, kind: str) -> str:
+        """``kind`` (``"auto"``: the validated choice), if a shortlist can be rescored by it."""
+        if kind == "auto":
+            kind = self.rescore_chosen or self.chosen
+        if kind not in self.scores and (self.decoder is None
+                                        or kind not in self.rescoring_kinds):
+            raise ValueError(f"no {kind} score to rescore with (there are: "
+                             f"{', '.join(self.rescoring_kinds)})")
+        return kind
+
     def rescorer(self, kind: str, database_codes: np.ndarray):
         """What rescores a shortlist of ``database_codes`` by ``kind`` (``"auto"``: the
         validated choice): the per-bit score, or a `DecodedRescorer` for an mlp decoder's."""
-        if kind == "auto":
-            kind = self.rescore_chosen or self.chosen
+        kind = self._rescoring_kind(kind)
         if kind in self.scores:
             return self.scores[kind]
-        if self.decoder is None or kind not in self.rescoring_kinds:
-            raise ValueError(f"no {kind} score to rescore with (there are: "
-                             f"{', '.join(self.rescoring_kinds)})")
         return DecodedRescorer(self.decoder, database_codes, self.similarity, kind,
                                self.scores["encoder"] if kind == "joint" else None,
                                self.joint_weight)
+
+    def rescoring_form(self, kind: str) -> str:
+        """The form of `rescorer(kind, ...)`, without building it."""
+        kind = self._rescoring_kind(kind)
+        if kind in self.scores:
+            return self.scores[kind].form
+        return decoded_form(kind, self.similarity, self.joint_weight)
 
     def validation_figure(self, kind: str) -> float:
         """The validation figure of ``kind`` (a decoded one's, for an mlp decoder's kinds)."""

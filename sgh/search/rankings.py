@@ -23,9 +23,9 @@ from sgh.search.sgh_index import SGHIndex
 BLOCK_ENTRIES = 1 << 22  # entries (query x database item) of one block of rankings
 
 
-def block_queries(n_database: int, depth: int) -> int:
-    """Queries per block so that a block holds at most `BLOCK_ENTRIES` scores or ids."""
-    return max(1, BLOCK_ENTRIES // max(1, n_database, depth))
+def block_queries(depth: int) -> int:
+    """Queries per block so that a block holds at most `BLOCK_ENTRIES` ids."""
+    return max(1, BLOCK_ENTRIES // max(1, depth))
 
 
 @dataclass
@@ -39,7 +39,7 @@ class IndexRanking:
 
     def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
         depth = min(depth, self.index.ntotal)
-        step = block_queries(0, depth)
+        step = block_queries(depth)
         for q0 in range(0, len(self.queries), step):
             q1 = min(q0 + step, len(self.queries))
             yield q0, q1, self.index.search(self.queries[q0:q1], depth)[1]
@@ -59,7 +59,7 @@ class TwoStageRanking:
     def order_blocks(self, depth: int) -> Iterator[tuple[int, int, np.ndarray]]:
         n = self.index.ntotal
         depth, shortlist = min(depth, n), min(self.index.shortlist, n)
-        step = block_queries(0, max(depth, shortlist))
+        step = block_queries(max(depth, shortlist))
         for q0 in range(0, len(self.queries), step):
             q1 = min(q0 + step, len(self.queries))
             rescored = self.index.search(self.queries[q0:q1], shortlist)[1]
@@ -115,13 +115,12 @@ def two_stage_ranking(scores: ScoreSet, kind: str, database_codes: np.ndarray,
     index.shortlist = shortlist
     first_stage = _index_of(dataclasses.replace(scores, chosen="encoder"), "scan",
                             database_codes)
-    rescorer = scores.rescorer(kind, database_codes)
     return TwoStageRanking(index, first_stage, queries, (
         f"two_stage: SGHIndex(mode='two_stage', shortlist={shortlist})'s search: the top "
         f"{shortlist} by the {scores.scores['encoder'].form} (faiss's fast scan, its top "
         f"{index.refine_factor} x {shortlist} rescored by the exact score), reordered by the "
-        f"{rescorer.form}; then the rest of the database in the encoder score's order; ties "
-        "by id"))
+        f"{scores.rescoring_form(kind)}; then the rest of the database in the encoder score's "
+        "order; ties by id"))
 
 
 def _index_of(scores: ScoreSet, mode: str, database_codes: np.ndarray) -> SGHIndex:

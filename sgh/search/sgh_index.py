@@ -87,10 +87,9 @@ class SGHIndex:
     def __init__(self, model, mode: str = "scan", nlist: int | None = None,
                  encoding: str | None = None, verbose: bool = False) -> None:
         self.verbose = verbose
-        if mode not in MODES:
-            raise ValueError(f"mode={mode!r} is not known; accepted: {', '.join(MODES)}")
-        # The codes the index stores, for good: the byte decoder's, or the encoder's signs.
-        self.codes_by_bytes = mode == "bytes"
+        self.nlist = None if nlist is None else check_int("nlist", nlist, 1)
+        self._mode = mode  # the codes it stores, for good (`codes_by_bytes`): checked next
+        self.mode = mode
         self.scores = ScoreSet.of_model(model)
         # Inverted lists code residuals, which the model's decoder was not trained on.
         self.byte_decoder: ByteDecoder | None = (
@@ -100,8 +99,6 @@ class SGHIndex:
         self.bits = self.scores.scores["encoder"].bits
         self.dim = self.scores.scores["encoder"].dim
         self.fingerprint = self.scores.fingerprint
-        self.nlist = None if nlist is None else check_int("nlist", nlist, 1)
-        self.mode = mode
         self._nprobe, self.shortlist = 1, None
         self.refine_factor = DEFAULT_REFINE_FACTOR
         self._items = IndexItems(-(-self.bits // 8), listed=self.nlist is not None)
@@ -128,6 +125,11 @@ class SGHIndex:
             raise ValueError("mode='hamming' scans every code; inverted lists (nlist) serve "
                              "the scan and two_stage modes")
         self._mode = mode
+
+    @property
+    def codes_by_bytes(self) -> bool:
+        """Whether the codes are the byte decoder's (mode "bytes", for good), not the encoder's."""
+        return self._mode == "bytes"
 
     @property
     def nprobe(self) -> int:
@@ -285,7 +287,7 @@ class SGHIndex:
             self._require_training()
             probes = None if self.nlist is None else self._coarse(
                 queries, self.nprobe)[1]
-            if self.mode == "bytes":
+            if self.codes_by_bytes:
                 if probes is None:
                     D, rows = self._engine("bytes").search(queries, k, workers=threads)
                     # The scan's score lacks the query's own ||x||^2: added, D is a distance.
