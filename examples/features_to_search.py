@@ -11,7 +11,7 @@ import argparse
 import numpy as np
 from sklearn.datasets import load_digits
 
-from sgh import HammingIndex, SGHHasher, euclidean_neighbours, mean_average_precision, recall_at_n
+from sgh import SGHHasher, SGHIndex, euclidean_neighbours, mean_average_precision, recall_at_n
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--steps", type=int, default=5000, help="training steps (default 5000)")
@@ -25,10 +25,11 @@ query, base = order[:100], order[100:]
 hasher = SGHHasher(n_bits=32, random_state=0, steps=steps).fit(x[base])  # 32-bit codes
 base_codes, query_codes = hasher.encode(x[base]), hasher.encode(x[query])  # (n, 4) uint8
 
-index = HammingIndex(32)
-index.add(base_codes)
-distances, ids = index.search(query_codes, k=10)  # 10 nearest codes per query, ties by id
-print(f"query 0: database items {ids[0].tolist()} at Hamming distances {distances[0].tolist()}")
+index = SGHIndex(hasher, mode="hamming")  # the model's codes and their search, as faiss's are
+index.add(x[base])  # ids 0 .. n - 1, the rows of x[base]
+distances, ids = index.search(x[query], k=10)  # 10 nearest codes per query, ties by id
+print(f"query 0: database items {ids[0].tolist()} at Hamming distances "
+      f"{distances[0].astype(int).tolist()}")
 
 truth = euclidean_neighbours(x[query], x[base], k=10)  # exact Euclidean 10-NN, ties by index
 label_map = mean_average_precision(query_codes, base_codes, 32, y[query], y[base])["map"]

@@ -30,7 +30,7 @@ _OWNERS = {
     "sgh.model.export": "export_encoder load_encoder",
     # codes, search, baselines, metrics (numpy)
     "sgh.codes": "pack_bits unpack_bits code_health", "sgh.hasher": "BinaryHasher",
-    "sgh.search": "HammingIndex", "sgh.scores.asymmetric": "AsymmetricScore",
+    "sgh.scores.asymmetric": "AsymmetricScore",
     "sgh.scores.score_set": "ScoreSet", "sgh.search.sgh_index": "SGHIndex",
     "sgh.baselines": "LSH PCAH ITQ SH SpH",
     "sgh.metrics": "mean_average_precision recall_at_n evaluate_labels hash_lookup pr_curve",
@@ -38,9 +38,14 @@ _OWNERS = {
 }
 _EXPORTS = {name: module for module, names in _OWNERS.items() for name in names.split()}
 __all__ = ["__version__", *_EXPORTS]
+# Names that were public, and what does their job now.
+_RETIRED = {"HammingIndex": "codes alone are searched by faiss.IndexBinaryFlat, a model's codes "
+                            "by SGHIndex(model, mode='hamming') (docs/guide/search.md)"}
 
 
 def __getattr__(name: str):
+    if name in _RETIRED:
+        raise AttributeError(f"sgh.{name} is no longer part of sgh: {_RETIRED[name]}")
     if name not in _EXPORTS:
         raise AttributeError(f"module 'sgh' has no attribute {name!r}")
     module = _EXPORTS[name]

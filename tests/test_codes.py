@@ -147,19 +147,17 @@ def test_code_entropy_and_bit_entropy():
 
 @pytest.mark.parametrize("stored", [np.int64(0), np.float64(12), np.array([12, 12])])
 def test_every_file_with_a_code_length_reads_it_with_the_same_check(tmp_path, stored):
-    # codes.npz, a saved HammingIndex and a saved asymmetric score: one rule, one message.
+    # codes.npz and a saved asymmetric score: one rule, one message.
     from sgh.artifacts.codes_file import load_codes
     from sgh.scores.score_set import ScoreSet
-    from sgh.search import HammingIndex
 
     codes = np.zeros((2, 2), np.uint8)
     files = {
         "codes": dict(bits=stored, database=codes, query=codes),
-        "index": dict(bits=stored, codes=codes),
         "score": dict(bits=stored, query_projection=np.zeros((3, 12)),
                       query_offset=np.zeros(12), form=np.str_("encoder"), kind=np.str_("encoder")),
     }
-    readers = {"codes": load_codes, "index": HammingIndex.load, "score": ScoreSet.load_score}
+    readers = {"codes": load_codes, "score": ScoreSet.load_score}
     for name, arrays in files.items():
         path = tmp_path / f"{name}.npz"
         np.savez(path, **arrays)

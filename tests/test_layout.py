@@ -95,11 +95,11 @@ def test_only_the_command_line_knows_hydra_and_nothing_reaches_back_up_to_it():
 
 
 def test_the_numpy_rooms_import_neither_the_config_stack_nor_tensorflow():
-    # `from sgh import HammingIndex` and the metrics are for numpy users: no omegaconf, Hydra or
+    # `from sgh import pack_bits` and the metrics are for numpy users: no omegaconf, Hydra or
     # TensorFlow behind them (seconds of imports, and heavy dependencies, for nothing).
     assert modules_loaded_by(
         "import sgh.search, sgh.scores, sgh.metrics, sgh.codes, sgh.data\n"
-        "from sgh import HammingIndex, mean_average_precision",
+        "from sgh import pack_bits, mean_average_precision",
         ("omegaconf", "hydra", "tensorflow", "keras")) == []
 
 

@@ -68,7 +68,7 @@ class ScoreSet:
         if reason is not None:
             raise ValueError(f"{type(model).__name__} has no asymmetric score: {reason}; "
                              "SGHIndex needs a per-bit score (SGH, ITQ, PCAH, LSH): search "
-                             "these codes with sgh.HammingIndex")
+                             "these codes by Hamming distance with faiss.IndexBinaryFlat")
         return cls.of_projection(model.asymmetric_score(), type(model).__name__)
 
     @classmethod

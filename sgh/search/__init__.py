@@ -1,8 +1,4 @@
-"""Search over binary codes, the last stage: `SGHIndex` (a model's codes searched by the scores
-of `sgh.scores` on faiss's fast-scan kernels, in the modes the evaluation ranks by), and
-`HammingIndex` (codes alone by Hamming distance, written as faiss files with `write_faiss`).
+"""Search over binary codes, the last stage: `SGHIndex` (:mod:`sgh.search.sgh_index`), a model's
+codes searched by the scores of `sgh.scores` on faiss's kernels, in the modes the evaluation ranks
+by. Codes without a model (SH, SpH) are searched by faiss's own ``IndexBinaryFlat``.
 """
-
-from sgh.search.hamming_index import MISSING_DISTANCE, MISSING_ID, HammingIndex
-
-__all__ = ["MISSING_DISTANCE", "MISSING_ID", "HammingIndex"]

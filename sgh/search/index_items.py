@@ -9,9 +9,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.search.hamming_index import check_ids
-
 LIST_NUMBER = np.int32  # an item's list (faiss's IVF indexes hold fewer than 2**31 lists)
+MISSING_ID = -1  # faiss's I where a query has fewer than k results
+
+
+def check_ids(ids, n: int) -> np.ndarray:
+    """``ids`` as a fresh ``(n,)`` int64 array; ValueError quoting what is wrong."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or len(ids) != n or (ids.dtype.kind not in "iu" and ids.size):
+        raise ValueError(f"ids must be a 1-D integer array, one id per code ({n}), got dtype "
+                         f"{ids.dtype} and shape {ids.shape}")
+    if ids.dtype.kind == "u" and ids.size and ids.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"ids must fit in int64, got {ids.max()}")
+    ids = ids.astype(np.int64)
+    if (ids == MISSING_ID).any():
+        raise ValueError(f"ids must not be {MISSING_ID} (the id of a missing neighbour), got "
+                         f"it at position {int(np.argmax(ids == MISSING_ID))}")
+    return ids
 
 
 class IndexItems:

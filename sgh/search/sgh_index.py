@@ -44,9 +44,8 @@ from sgh.scores.score_set import ScoreSet
 from sgh.search.coarse_lists import coarse_quantizer, learned_centroids, nearest_lists
 from sgh.search.faiss_codes import additive_quantizer
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
-from sgh.search.hamming_index import HammingIndex, check_ids
 from sgh.search.index_features import refuse_overflow, served_features
-from sgh.search.index_items import IndexItems
+from sgh.search.index_items import IndexItems, check_ids
 from sgh.search.inverted_table_scan import InvertedTableScan
 from sgh.search.saved_index_checks import check_saved_arrays, saved_mode
 from sgh.search.two_stage import default_shortlist, padded, rescored, warn_if_one_score
@@ -168,8 +167,7 @@ class SGHIndex:
         held = self.bytes_per_item
         return (f"SGHIndex({self.bits} bits, {self.ntotal:,} items, {sum(held.values())} bytes "
                 f"each ({' + '.join(f'{field} {size}' for field, size in held.items())}), "
-                f"mode={self.mode!r}{score}"
-                f"{lists}, model {self.fingerprint})")
+                f"mode={self.mode!r}{score}{lists}, model {self.fingerprint})")
 
     def encode(self, x: np.ndarray) -> np.ndarray:
         """Packed codes of features ``x``: the encoder score's signs, or the byte decoder's
@@ -360,8 +358,10 @@ class SGHIndex:
             if not isinstance(rescorer, AsymmetricScore):
                 return rescorer
             engine = AsymmetricIndex(rescorer)
-        elif name == "hamming":
-            engine = HammingIndex(self.bits)
+        elif name == "hamming":  # ties by position (the order added), as faiss breaks them
+            import faiss
+
+            engine = faiss.IndexBinaryFlat(8 * self._items.codes.shape[1])
         elif name == "bytes":
             engine = AsymmetricIndex(self.byte_decoder)
         else:

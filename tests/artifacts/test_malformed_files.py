@@ -15,7 +15,6 @@ from sgh.artifacts.codes_file import load_codes
 from sgh.errors import UserInputError
 from sgh.scores.asymmetric import decoder_score
 from sgh.scores.score_set import ScoreSet
-from sgh.search import HammingIndex
 
 # SGH_FUZZ_EXAMPLES=N runs more examples (a longer hunt); CI runs the default.
 FUZZ = settings(max_examples=int(os.environ.get("SGH_FUZZ_EXAMPLES", 30)), deadline=None,
@@ -35,17 +34,12 @@ def _valid_archives() -> dict[str, bytes]:
         decoder_score(rng.normal(size=(16, 3)), np.zeros(3), "euclidean").save(
             Path(folder) / "score.npz")
         out["score"] = (Path(folder) / "score.npz").read_bytes()
-        index = HammingIndex(16)
-        index.add(codes)
-        index.save(Path(folder) / "index.npz")
-        out["index"] = (Path(folder) / "index.npz").read_bytes()
     return out
 
 
 VALID = _valid_archives()
 READERS = {"codes": (load_codes, (UserInputError, ValueError)),
-           "score": (ScoreSet.load_score, (ValueError,)),
-           "index": (HammingIndex.load, (ValueError,))}
+           "score": (ScoreSet.load_score, (ValueError,))}
 
 
 def _read(kind: str, content: bytes) -> None:

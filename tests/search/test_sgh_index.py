@@ -25,7 +25,6 @@ from sgh.errors import UserInputError
 from sgh.scores.asymmetric import make_score
 from sgh.scores.asymmetric_index import AsymmetricIndex
 from sgh.search.fast_scan import FastScanIndex
-from sgh.search.hamming_index import HammingIndex
 from sgh.search.sgh_index import SGHIndex
 from tests.helpers import trained
 
@@ -126,7 +125,7 @@ def test_an_index_of_a_hasher_encodes_as_it_does_and_scans_by_its_score(itq_data
                            f"mode='scan', score='encoder', model {index.fingerprint})")
 
     index.mode = "hamming"
-    hamming = HammingIndex(16)
+    hamming = faiss.IndexBinaryFlat(16)
     hamming.add(hasher.encode(x))
     np.testing.assert_array_equal(index.search(queries, 10)[1],
                                   hamming.search(hasher.encode(queries), 10)[1] + 500)
@@ -222,12 +221,41 @@ def test_codes_and_scores_of_different_models_are_never_searched_together(itq_da
         SGHIndex.load(tmp_path / "first")
 
 
-def test_a_hasher_without_a_per_bit_score_is_sent_to_the_hamming_index(itq_data):
+def test_hamming_mode_ties_by_the_order_added_ids_and_padding_as_faiss(itq_data):
+    # Codes set directly: 16 items in four groups of equal codes, added in two batches with ids.
+    hasher, _, _ = itq_data
+    index = SGHIndex(hasher, mode="hamming")
+    empty = index.search(np.zeros((2, index.dim), np.float32), 3)
+    assert np.isinf(empty[0]).all() and (empty[1] == -1).all()
+    rng = np.random.default_rng(3)
+    groups = rng.integers(0, 256, (4, 2), dtype=np.uint8)
+    codes = groups[rng.integers(0, 4, 16)]
+    index.add_codes(codes[:9], ids=np.arange(9) * 7 + 100)
+    index.add_codes(codes[9:], ids=np.arange(9, 16) * 7 + 100)
+    query = np.zeros((1, index.dim), np.float32)
+    query_code = index.encode(query)
+    distances = np.unpackbits(codes ^ query_code, axis=1).sum(axis=1)
+    rows = np.lexsort((np.arange(16), distances))  # by distance, then by the order added
+    D, I = index.search(query, 20)
+    np.testing.assert_array_equal(I[0, :16], rows * 7 + 100)
+    np.testing.assert_array_equal(D[0, :16], distances[rows].astype(np.float32))
+    assert D.dtype == np.float32 and np.isinf(D[0, 16:]).all() and (I[0, 16:] == -1).all()
+
+
+def test_the_retired_hamming_index_names_what_does_its_job():
+    import sgh
+
+    with pytest.raises(AttributeError, match=r"^sgh.HammingIndex is no longer part of sgh: "
+                                             r"codes alone are searched by faiss.IndexBinaryFlat"):
+        getattr(sgh, "HammingIndex")  # noqa: B009 (the attribute is the test)
+
+
+def test_a_hasher_without_a_per_bit_score_is_sent_to_faiss_binary_index(itq_data):
     _, x, _ = itq_data
     for sh in (SH(n_bits=8).fit(x), SH(n_bits=8)):  # the class says it: fitted or not
         with pytest.raises(ValueError, match=f"^SH has no asymmetric score: "
                                              f"{SH.without_asymmetric}; .* search these codes "
-                                             "with sgh.HammingIndex$"):
+                                             "by Hamming distance with faiss.IndexBinaryFlat$"):
             SGHIndex(sh)
     with pytest.raises(NotFittedError):  # ITQ has a score, once fitted: not sent elsewhere
         SGHIndex(ITQ(n_bits=8))
