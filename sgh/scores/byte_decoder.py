@@ -237,13 +237,15 @@ class ByteDecoder:
                    None if basis is None else basis.astype(np.float32))
 
 
-def one_byte_terms(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+def one_byte_terms(terms: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.float32]:
     """Per-item terms held in one byte, as faiss holds its norms (`norm_levels` over their
-    range): ``(levels, decoded, step)``, ``decoded[level]`` within ``step / 2`` of the term."""
+    range): ``(levels, decoded, error)``, ``decoded[levels]`` within ``error`` of the terms
+    (about half a level's width), the bound the scans prune by."""
     low, high = (float(terms.min()), float(terms.max())) if len(terms) else (0.0, 0.0)
-    step = (high - low) / 256
-    decoded = (low + (np.arange(256) + 0.5) * step).astype(np.float32)
-    return norm_levels(terms, low, high), decoded, step
+    decoded = (low + (np.arange(256) + 0.5) * (high - low) / 256).astype(np.float32)
+    levels = norm_levels(terms, low, high)
+    error = np.abs(decoded[levels] - terms).max() if len(terms) else np.float32(0)
+    return levels, decoded, error
 
 
 def norm_levels(norms: np.ndarray, low: float, high: float) -> np.ndarray:

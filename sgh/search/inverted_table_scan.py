@@ -102,10 +102,7 @@ class InvertedTableScan:
         return out
 
     def _term_bounds(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
-        """``(levels, level_terms, error)``: each item's cross terms in one byte
-        (`one_byte_terms`), ``level_terms[level]`` within ``error`` of them; computed once."""
+        """`one_byte_terms` of the items' terms, computed once."""
         if self._bounds is None:
-            terms = self.score.item_terms(self.codes)
-            levels, level_terms, _ = one_byte_terms(terms)
-            self._bounds = (levels, level_terms, np.abs(level_terms[levels] - terms).max())
+            self._bounds = one_byte_terms(self.score.item_terms(self.codes))
         return self._bounds
