@@ -48,11 +48,11 @@ class IndexRanking:
 @dataclass
 class TwoStageRanking:
     """``index`` (mode two_stage)'s search at its shortlist S, then the rest of the database in
-    ``first_stage``'s order (the encoder score's scan, the shortlist's own order): for every
-    N <= S its first N are what ``index.search(k=N)`` returns. Ids are database rows."""
+    its first stage's order (the encoder score's scan, the shortlist's own order, which the
+    index's mode scan gives where its chosen score is the encoder's): for every N <= S its first
+    N are what ``index.search(k=N)`` returns. Ids are database rows."""
 
     index: SGHIndex
-    first_stage: SGHIndex
     queries: np.ndarray
     description: str  # the results file's `ranking`
 
@@ -69,12 +69,20 @@ class TwoStageRanking:
             # The rest: the first stage's first `depth` ids less the shortlisted ones, in its
             # order. At least depth - S remain, so the row fills up, each id once (a deeper
             # first stage may leave out a shortlisted id, never put it twice).
-            order = self.first_stage.search(self.queries[q0:q1], depth)[1]
+            order = self._first_stage_order(self.queries[q0:q1], depth)
             merged = np.empty((q1 - q0, depth), np.int64)
             for row, (first, ordered) in enumerate(zip(rescored, order, strict=True)):
                 rest = ordered[~np.isin(ordered, first)]
                 merged[row] = np.concatenate([first, rest])[:depth]
             yield q0, q1, merged
+
+    def _first_stage_order(self, queries: np.ndarray, depth: int) -> np.ndarray:
+        """The encoder score's scan, by the same index and its engine of the shortlist."""
+        self.index.mode = "scan"
+        try:
+            return self.index.search(queries, depth)[1]
+        finally:
+            self.index.mode = "two_stage"
 
 
 def byte_decoder_ranking(scores: ScoreSet | None, database: Features, queries: np.ndarray,
@@ -110,12 +118,10 @@ def two_stage_ranking(scores: ScoreSet, kind: str, database_codes: np.ndarray,
                       queries: np.ndarray, shortlist: int) -> TwoStageRanking:
     """The ranking of ``SGHIndex(scores, mode="two_stage")`` with ``shortlist``, rescoring by
     ``kind`` (ids = rows), then the encoder score's scan order beyond the shortlist."""
-    index = _index_of(dataclasses.replace(scores, rescore_chosen=kind), "two_stage",
-                      database_codes)
+    index = _index_of(dataclasses.replace(scores, chosen="encoder", rescore_chosen=kind),
+                      "two_stage", database_codes)
     index.shortlist = shortlist
-    first_stage = _index_of(dataclasses.replace(scores, chosen="encoder"), "scan",
-                            database_codes)
-    return TwoStageRanking(index, first_stage, queries, (
+    return TwoStageRanking(index, queries, (
         f"two_stage: SGHIndex(mode='two_stage', shortlist={shortlist})'s search: the top "
         f"{shortlist} by the {scores.scores['encoder'].form} (faiss's fast scan, its top "
         f"{index.refine_factor} x {shortlist} rescored by the exact score), reordered by the "

@@ -293,14 +293,14 @@ class SGHIndex:
                 else:
                     D, rows = self._engine("bytes_lists").search(queries, k, probes, threads)
                 refuse_overflow(D, rows >= 0)  # squared distances beyond float32
-            elif self.mode == "scan":
-                D, rows = self._engine("scan").search(queries, k, probes, threads)
+            elif self.mode == "scan":  # the encoder's scan is the shortlist's engine: one build
+                engine = "shortlist" if self.scores.chosen == "encoder" else "scan"
+                D, rows = self._engine(engine).search(queries, k, probes, threads)
             else:
                 depth = (default_shortlist(k, self.ntotal) if self.shortlist is None
                          else max(k, check_int("shortlist", self.shortlist, 1)))
                 depth = min(depth, max(self.ntotal, 1))  # no longer than the items: padded
-                candidates = self._engine("shortlist").search(queries, depth, probes,
-                                                              threads)[1]
+                candidates = self._engine("shortlist").search(queries, depth, probes, threads)[1]
                 D, rows = padded(*rescored(self._engine("rescore"), queries, candidates,
                                            threads), k)
         if D.dtype != np.float32:  # one convention for every mode: Hamming, decoded scores too
