@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sgh.compiled import compiled
 from sgh.scores.asymmetric_index import BOUNDED_QUERIES_PER_PAIR, ROUNDING
 from sgh.scores.byte_decoder import one_byte_terms
 from sgh.scores.lookup_kernels import (
@@ -91,14 +92,12 @@ class InvertedTableScan:
         return D, I
 
     def _list_distances(self, queries: np.ndarray, probes: np.ndarray) -> np.ndarray:
-        """``(nq, nprobe)`` float32 ``||q - c_l||^2`` of each probed list, summed in numpy's
-        fixed order: the coarse step's distances (faiss's BLAS) differ in their last bits
-        between thread counts, and would move D with them."""
+        """``(nq, nprobe)`` float32 ``||q - c_l||^2`` of each probed list, summed in one fixed
+        order (`squared_distances_to_rows`): the coarse step's distances (faiss's BLAS) differ
+        in their last bits between thread counts, and would move D with them."""
         out = np.empty(probes.shape, np.float32)
-        for start in range(0, len(probes), QUERY_BLOCK):
-            rows = slice(start, start + QUERY_BLOCK)
-            differences = queries[rows, None, :] - self.centroids[np.maximum(probes[rows], 0)]
-            out[rows] = np.einsum("qpd,qpd->qp", differences, differences)
+        squared_distances_to_rows(np.ascontiguousarray(queries, np.float32), self.centroids,
+                                  probes, out)
         return out
 
     def _term_bounds(self) -> tuple[np.ndarray, np.ndarray, np.float32]:
@@ -106,3 +105,32 @@ class InvertedTableScan:
         if self._bounds is None:
             self._bounds = one_byte_terms(self.score.item_terms(self.codes))
         return self._bounds
+
+
+LANES = 8  # partial sums of `squared_distances_to_rows`: one vector register of float32
+
+
+@compiled
+def squared_distances_to_rows(queries, rows, chosen, out):
+    """``out[q, p] = ||queries[q] - rows[chosen[q, p]]||^2`` in float32 (``chosen`` -1: row 0),
+    read in place. Dimension d adds into partial sum d % LANES, and the partial sums meet in one
+    fixed tree: the order is written out, so the compiler may vectorise it but not change it, and
+    the bits are the same on every thread count and processor."""
+    dim = queries.shape[1]
+    body = dim - dim % LANES
+    partial = np.empty(LANES, np.float32)
+    for q in range(queries.shape[0]):
+        query = queries[q]
+        for p in range(chosen.shape[1]):
+            row = rows[max(chosen[q, p], 0)]
+            partial[:] = 0.0
+            for d in range(0, body, LANES):
+                for lane in range(LANES):
+                    difference = query[d + lane] - row[d + lane]
+                    partial[lane] += difference * difference
+            s = (((partial[0] + partial[1]) + (partial[2] + partial[3]))
+                 + ((partial[4] + partial[5]) + (partial[6] + partial[7])))
+            for d in range(body, dim):
+                difference = query[d] - row[d]
+                s += difference * difference
+            out[q, p] = s
