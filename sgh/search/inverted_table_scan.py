@@ -4,10 +4,10 @@ An item coded as its residual to its list's centroid ``c_l`` is reconstructed as
 a query's squared distance to it, ``||q - c_l||^2 - 2 <q - c_l, x^(h)> + ||x^(h)||^2``, is one
 constant per probed list, the query's lookup tables minus the centroid's, and the item's cross
 terms of the norm (`ByteDecoder.item_terms`), computed from the codes once per call for the
-items of the lists its queries probe: B bytes per item. A call whose queries probe each list
-too seldom to share those terms reads a one-byte bound of each item's terms (kept in memory
-once computed) and computes the exact terms only where the bound could reach the top k, as
-`AsymmetricIndex`'s flat scan does for a few queries: the same results to the bit. The codes
+items of the lists its queries probe: B bytes per item. A call whose probed lists hold more
+items than its queries' heaps would take in reads a one-byte bound of each item's terms (kept in
+memory once computed) and computes the exact terms only where the bound could reach the top k,
+as `AsymmetricIndex`'s flat scan does for a few queries: the same results to the bit. The codes
 come in list order, so that each probed list is one contiguous run, read in place.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from sgh.compiled import compiled
-from sgh.scores.asymmetric_index import BOUNDED_QUERIES_PER_PAIR, ROUNDING
+from sgh.scores.asymmetric_index import ROUNDING
 from sgh.scores.byte_decoder import one_byte_terms
 from sgh.scores.lookup_kernels import (
     QUERY_BLOCK,
@@ -59,8 +59,7 @@ class InvertedTableScan:
         I = np.full((len(tables), k), -1, np.int64)
         probed = np.unique(probes[probes >= 0])
         pair_tables = self.score.pair_tables
-        # Queries per probed list: below this the terms would be shared among too few of them.
-        bounded = probes.size < BOUNDED_QUERIES_PER_PAIR * len(pair_tables) * len(probed)
+        bounded = self._bounded_is_cheaper(probes, probed, k)
         if bounded:
             levels, level_terms, error = self._term_bounds()
             # Each query's allowance: the bound's error, and float32 rounding of its sums.
@@ -90,6 +89,17 @@ class InvertedTableScan:
 
         run_query_blocks(scan, len(tables), workers)
         return D, I
+
+    def _bounded_is_cheaper(self, probes: np.ndarray, probed: np.ndarray, k: int) -> bool:
+        """Whether the bounded scan computes fewer items' cross terms than the call's lists hold.
+        The unbounded scan computes them for every item of every probed list, once; the bounded
+        one for about the items that enter each query's heap: ``k (1 + ln(v / k))`` of the ``v``
+        items a query visits, a heap's expected intake in random order (all ``v`` where
+        ``v <= k``). Both give the same results to the bit."""
+        sizes = np.diff(self.starts)
+        visited = sizes[probes[probes >= 0]].sum() / max(1, len(probes))
+        entering = visited if visited <= k else k * (1.0 + np.log(visited / k))
+        return sizes[probed].sum() > len(probes) * entering
 
     def _list_distances(self, queries: np.ndarray, probes: np.ndarray) -> np.ndarray:
         """``(nq, nprobe)`` float32 ``||q - c_l||^2`` of each probed list, summed in one fixed
