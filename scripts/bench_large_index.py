@@ -85,7 +85,7 @@ def memory_per_item(index: SGHIndex) -> dict:
     n = index.ntotal
     parts = {name: float(size) for name, size in index.bytes_per_item.items()}
     if index.mode != "bytes":  # the byte decoder's scans read the index's own codes
-        scan = index._engine("scan")  # the model's scan, built
+        scan = index._engine(index.scores.chosen)  # the model's scan (engines by score kind)
         engine = scan._index()  # its faiss index
         ivf = faiss.try_extract_index_ivf(engine)
         parts["norms_for_the_refine"] = scan.norms.nbytes / n

@@ -283,8 +283,7 @@ class SGHIndex:
             D, rows = self._engine("hamming").search(self._codes_of(queries), k)
         else:
             self._require_training()
-            probes = None if self.nlist is None else self._coarse(
-                queries, self.nprobe)[1]
+            probes = None if self.nlist is None else self._coarse(queries, self.nprobe)[1]
             if self.codes_by_bytes:
                 if probes is None:
                     D, rows = self._engine("bytes").search(queries, k, workers=threads)
@@ -293,14 +292,13 @@ class SGHIndex:
                 else:
                     D, rows = self._engine("bytes_lists").search(queries, k, probes, threads)
                 refuse_overflow(D, rows >= 0)  # squared distances beyond float32
-            elif self.mode == "scan":  # the encoder's scan is the shortlist's engine: one build
-                engine = "shortlist" if self.scores.chosen == "encoder" else "scan"
-                D, rows = self._engine(engine).search(queries, k, probes, threads)
+            elif self.mode == "scan":
+                D, rows = self._engine(self.scores.chosen).search(queries, k, probes, threads)
             else:
                 depth = (default_shortlist(k, self.ntotal) if self.shortlist is None
                          else max(k, check_int("shortlist", self.shortlist, 1)))
                 depth = min(depth, max(self.ntotal, 1))  # no longer than the items: padded
-                candidates = self._engine("shortlist").search(queries, depth, probes, threads)[1]
+                candidates = self._engine("encoder").search(queries, depth, probes, threads)[1]
                 D, rows = padded(*rescored(self._engine("rescore"), queries, candidates,
                                            threads), k)
         if D.dtype != np.float32:  # one convention for every mode: Hamming, decoded scores too
@@ -346,9 +344,10 @@ class SGHIndex:
         if name == "bytes_lists":
             return InvertedTableScan(self.byte_decoder, self._items.codes, self._items.lists,
                                      self._centroids)
-        if name in ("scan", "shortlist"):
-            kind = self.scores.chosen if name == "scan" else "encoder"
-            engine = FastScanIndex(self.scores.scores[kind], self.nlist)
+        # A score kind names its fast scan: mode scan's (the chosen kind) and mode two_stage's
+        # shortlist (the encoder's), one engine where the two are the same kind.
+        if name in self.scores.scores:
+            engine = FastScanIndex(self.scores.scores[name], self.nlist)
             engine.add(self._items.codes, self._items.lists)  # lists: read with nlist only
             return engine
         if name == "rescore":
@@ -396,7 +395,8 @@ class SGHIndex:
                 self.byte_decoder, self._items.codes,
                 *(() if self.nlist is None else (self._items.lists, self._centroids)))
         else:  # the index the mode searches
-            faiss_codes = self._engine("scan" if self.mode == "scan" else "shortlist")._index()
+            faiss_codes = self._engine(
+                self.scores.chosen if self.mode == "scan" else "encoder")._index()
         with atomic_directory(path, replaces=SAVED_INDEX) as staging:
             np.savez(staging / INDEX_FILE, **arrays)
             self.scores.save(staging / SCORES_FILE)
