@@ -26,9 +26,8 @@ from sgh.scores.lookup_kernels import (
     run_query_blocks,
     scan_scores,
     scan_top_k,
-    sort_heaps,
-    sorted_heaps,
 )
+from sgh.scores.top_k import sort_heaps, sorted_heaps
 
 # A top k of at least 1 / DENSE_TOP_SHARE of the database comes from every score, partitioned:
 # the heap would take in most items.

@@ -31,7 +31,7 @@ from sgh.scores.asymmetric import (
     hidden_layers,
 )
 from sgh.scores.asymmetric_index import AsymmetricIndex
-from sgh.scores.lookup_kernels import sorted_heaps
+from sgh.scores.top_k import sorted_heaps
 
 CACHE_BYTES = 1 << 30  # phi of the distinct database codes is kept while it takes at most this
 DECODE_ROWS = 8192  # codes run through the hidden layers at a time

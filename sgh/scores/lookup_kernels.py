@@ -17,41 +17,23 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from sgh.compiled import compiled, resolved_workers
+from sgh.scores.top_k import (
+    CAPACITY_PER_K,
+    NO_BAR,
+    RESERVOIR_FROM_K,
+    keep_smallest,
+    key_score,
+    offer,
+    score_key,
+    sort_heap,
+    sort_heaps,
+    write_sorted,
+)
 
 TILE_ITEMS = 1 << 14  # codes of a tile: 128 KB at 64 bits, which stays in L2
 # Queries per kernel call: their tables stay in L2 together, and each call is long enough that
 # dispatch costs nothing.
 QUERY_BLOCK = 64
-
-
-@compiled
-def _sift_down(scores, ids, position, size):
-    """Restore the max-heap on (score, id) below ``position``."""
-    while True:
-        left = 2 * position + 1
-        if left >= size:
-            return
-        child = left
-        right = left + 1
-        if right < size and (scores[right] > scores[left]
-                             or (scores[right] == scores[left] and ids[right] > ids[left])):
-            child = right
-        if scores[child] > scores[position] or (scores[child] == scores[position]
-                                                 and ids[child] > ids[position]):
-            scores[child], scores[position] = scores[position], scores[child]
-            ids[child], ids[position] = ids[position], ids[child]
-            position = child
-        else:
-            return
-
-
-@compiled
-def _offer(scores, ids, score, item_id, k):
-    """Put (score, id), which beats the heap's root, in the root's place; the new root score."""
-    scores[0] = score
-    ids[0] = item_id
-    _sift_down(scores, ids, 0, k)
-    return scores[0]
 
 
 @compiled
@@ -112,13 +94,13 @@ def scan_top_k(tables, codes, norms, pair_tables, id_offset, heap_scores, heap_i
                     s3 += t3[at]
                 # Ids grow, so an equal score never displaces a kept item (ties: smaller id).
                 if s0 < w0:
-                    w0 = _offer(heap_scores[q], heap_ids[q], s0, id_offset + i, k)
+                    w0 = offer(heap_scores[q], heap_ids[q], s0, id_offset + i, k)
                 if s1 < w1:
-                    w1 = _offer(heap_scores[q + 1], heap_ids[q + 1], s1, id_offset + i, k)
+                    w1 = offer(heap_scores[q + 1], heap_ids[q + 1], s1, id_offset + i, k)
                 if s2 < w2:
-                    w2 = _offer(heap_scores[q + 2], heap_ids[q + 2], s2, id_offset + i, k)
+                    w2 = offer(heap_scores[q + 2], heap_ids[q + 2], s2, id_offset + i, k)
                 if s3 < w3:
-                    w3 = _offer(heap_scores[q + 3], heap_ids[q + 3], s3, id_offset + i, k)
+                    w3 = offer(heap_scores[q + 3], heap_ids[q + 3], s3, id_offset + i, k)
             q += 4
         for rest in range(q, nq):  # the last nq % 4 queries, one at a time
             table = tables[rest].reshape(-1)
@@ -129,7 +111,7 @@ def scan_top_k(tables, codes, norms, pair_tables, id_offset, heap_scores, heap_i
                 for j in range(code_bytes):
                     s += table[j * 256 + flat_codes[base + j]]
                 if s < worst:
-                    worst = _offer(heap_scores[rest], heap_ids[rest], s, id_offset + i, k)
+                    worst = offer(heap_scores[rest], heap_ids[rest], s, id_offset + i, k)
 
 
 @compiled
@@ -194,27 +176,7 @@ def bounded_scan_top_k(tables, codes, levels, level_terms, slack, pair_tables, h
                 for j in range(code_bytes):
                     s += table[j * 256 + flat_codes[base + j]]
                 if s < worst:
-                    worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
-
-
-@compiled
-def sort_heaps(heap_scores, heap_ids):
-    """Sort each row's max-heap on ``(score, id)`` in place, ascending (a heapsort, cheaper than
-    `sorted_heaps`); empty slots (``+inf``, -1) end up last."""
-    k = heap_scores.shape[1]
-    for q in range(heap_scores.shape[0]):
-        scores, ids = heap_scores[q], heap_ids[q]
-        for end in range(k - 1, 0, -1):
-            scores[0], scores[end] = scores[end], scores[0]
-            ids[0], ids[end] = ids[end], ids[0]
-            _sift_down(scores, ids, 0, end)
-
-
-def sorted_heaps(heap_scores: np.ndarray, heap_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows in any order sorted by (score, id); empty slots (``+inf``, -1) last."""
-    order = np.lexsort((heap_ids, heap_scores), axis=-1)
-    return (np.take_along_axis(heap_scores, order, axis=1),
-            np.take_along_axis(heap_ids, order, axis=1))
+                    worst = offer(heap_scores[q], heap_ids[q], s, i, k)
 
 
 @compiled
@@ -237,7 +199,7 @@ def rescore_top_k(tables, codes, norms, candidates, heap_scores, heap_ids):
                 s += table[j * 256 + codes[i, j]]
             # Candidates come in any order: an equal score displaces the root by a smaller row.
             if s < worst or (s == worst and i < heap_ids[q, 0]):
-                worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+                worst = offer(heap_scores[q], heap_ids[q], s, i, k)
     sort_heaps(heap_scores, heap_ids)
 
 
@@ -250,20 +212,26 @@ def list_pair_terms(pair_tables, codes, starts, lists, out):
 
 
 @compiled
-def scan_lists_top_k(tables, list_tables, constants, codes, terms, starts, probes, heap_scores,
-                     heap_ids):
-    """Each query's k best ``(score, row)`` among the codes (of residuals, in list order: list ``l``
-    holds rows ``starts[l] .. starts[l + 1] - 1``) of the lists it ``probes`` (-1 skipped). A score
-    is ``(terms[i] + t[0, c0] + t[1, c1] + ...) + constants[q, p]`` in float32, ``t = tables[q] -
-    list_tables[l]``: the same whichever other lists are probed. The lists come in any order, so
-    a score equal to the heap's root displaces it when its row is smaller: ties by row."""
+def scan_lists_top_k(tables, list_tables, constants, codes, terms, starts, probes, out_scores,
+                     out_rows):
+    """Each query's k best ``(score, row)`` among the codes (of residuals, in list order: list
+    ``l`` holds rows ``starts[l] .. starts[l + 1] - 1``) of the lists it ``probes`` (-1
+    skipped), sorted, into ``out_scores``, ``out_rows`` (``(nq, k)``, padded ``+inf`` / -1). A
+    score is ``(terms[i] + t[0, c0] + t[1, c1] + ...) + constants[q, p]`` in float32, ``t =
+    tables[q] - list_tables[l]``: the same whichever other lists are probed. Kept by a heap,
+    from `RESERVOIR_FROM_K` on by a reservoir (`sgh.scores.top_k`), both by ``(score, row)``, so
+    the lists' order does not matter."""
     nq, code_bytes = tables.shape[0], tables.shape[1]
-    k = heap_scores.shape[1]
+    k = out_scores.shape[1]
     width = code_bytes * 256
     table = np.empty(width, np.float32)
+    heap = k < RESERVOIR_FROM_K
+    keys = np.empty(0 if heap else CAPACITY_PER_K * k, np.uint64)
     for q in range(nq):
         query_table = tables[q].reshape(-1)
-        worst = heap_scores[q, 0]
+        count, bar, worst = 0, NO_BAR, np.float32(np.inf)
+        out_scores[q] = np.inf
+        out_rows[q] = -1
         for p in range(probes.shape[1]):
             chosen = probes[q, p]
             if chosen < 0:
@@ -277,25 +245,44 @@ def scan_lists_top_k(tables, list_tables, constants, codes, terms, starts, probe
                 for j in range(code_bytes):
                     s += table[j * 256 + codes[i, j]]
                 s += constant
-                if s < worst or (s == worst and i < heap_ids[q, 0]):
-                    worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+                if s > worst:
+                    continue
+                if heap:
+                    if s < worst or i < out_rows[q, 0]:
+                        worst = offer(out_scores[q], out_rows[q], s, i, k)
+                    continue
+                key = score_key(s, i)
+                if key < bar:
+                    keys[count] = key
+                    count += 1
+                    if count == keys.shape[0]:
+                        bar, count = keep_smallest(keys, count, k), k
+                        worst = key_score(bar)
+        if heap:
+            sort_heap(out_scores[q], out_rows[q])
+        else:
+            write_sorted(keys, count, k, out_scores[q], out_rows[q])
 
 
 @compiled
 def bounded_scan_lists_top_k(tables, list_tables, constants, codes, levels, level_terms, slack,
-                             pair_tables, starts, probes, heap_scores, heap_ids):
+                             pair_tables, starts, probes, out_scores, out_rows):
     """`scan_lists_top_k` for a few queries: each item's term first bounded by
     ``level_terms[levels[i]]`` (within ``slack[q]``), and computed from ``pair_tables`` only
-    where that bound could enter the query's heap, summed as `scan_lists_top_k` sums it
+    where that bound could reach the query's bar, summed as `scan_lists_top_k` sums it
     (bit-identical results)."""
     nq, code_bytes = tables.shape[0], tables.shape[1]
-    k = heap_scores.shape[1]
+    k = out_scores.shape[1]
     width = code_bytes * 256
     table = np.empty(width, np.float32)
     term = np.empty(1, np.float32)
+    heap = k < RESERVOIR_FROM_K
+    keys = np.empty(0 if heap else CAPACITY_PER_K * k, np.uint64)
     for q in range(nq):
         query_table = tables[q].reshape(-1)
-        worst = heap_scores[q, 0]
+        count, bar, worst = 0, NO_BAR, np.float32(np.inf)
+        out_scores[q] = np.inf
+        out_rows[q] = -1
         for p in range(probes.shape[1]):
             chosen = probes[q, p]
             if chosen < 0:
@@ -314,8 +301,23 @@ def bounded_scan_lists_top_k(tables, list_tables, constants, codes, levels, leve
                     for j in range(code_bytes):
                         s += table[j * 256 + codes[i, j]]
                     s += constant
-                    if s < worst or (s == worst and i < heap_ids[q, 0]):
-                        worst = _offer(heap_scores[q], heap_ids[q], s, i, k)
+                    if s > worst:
+                        continue
+                    if heap:
+                        if s < worst or i < out_rows[q, 0]:
+                            worst = offer(out_scores[q], out_rows[q], s, i, k)
+                        continue
+                    key = score_key(s, i)
+                    if key < bar:
+                        keys[count] = key
+                        count += 1
+                        if count == keys.shape[0]:
+                            bar, count = keep_smallest(keys, count, k), k
+                            worst = key_score(bar)
+        if heap:
+            sort_heap(out_scores[q], out_rows[q])
+        else:
+            write_sorted(keys, count, k, out_scores[q], out_rows[q])
 
 
 def run_query_blocks(scan, n_queries: int, workers: int | None, block: int = QUERY_BLOCK) -> None:

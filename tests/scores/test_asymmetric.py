@@ -14,8 +14,9 @@ from sgh.scores.asymmetric import (
     projection_score,
 )
 from sgh.scores.asymmetric_index import AsymmetricIndex
-from sgh.scores.lookup_kernels import scan_top_k, sort_heaps, sorted_heaps
+from sgh.scores.lookup_kernels import scan_top_k
 from sgh.scores.score_set import ScoreSet
+from sgh.scores.top_k import sort_heaps, sorted_heaps
 
 
 def _decoder(bits, dim, seed=0):

@@ -14,8 +14,9 @@ from threadpoolctl import threadpool_limits
 from sgh.codes import pack_bits
 from sgh.scores.asymmetric_index import AsymmetricIndex
 from sgh.scores.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder, norm_levels
-from sgh.scores.lookup_kernels import scan_top_k, sort_heaps
+from sgh.scores.lookup_kernels import scan_top_k
 from sgh.scores.posterior_modes import Encoding, posterior_modes, valid_values
+from sgh.scores.top_k import sort_heaps
 from sgh.search.faiss_codes import additive_quantizer
 
 

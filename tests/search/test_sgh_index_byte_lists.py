@@ -11,6 +11,7 @@ from threadpoolctl import threadpool_limits
 
 from sgh import ITQ
 from sgh.errors import UserInputError
+from sgh.scores.top_k import RESERVOIR_FROM_K
 from sgh.search.index_features import served_features
 from sgh.search.inverted_table_scan import squared_distances_to_rows
 from sgh.search.sgh_index import SGHIndex
@@ -93,14 +94,15 @@ def test_fewer_lists_scan_only_theirs_and_give_each_item_its_distance_to_the_bit
         np.testing.assert_array_equal(found, everything[q][in_probed][: len(found)])
 
 
-def test_a_query_alone_gets_the_results_it_gets_among_many(indexes):
+@pytest.mark.parametrize("k", [10, RESERVOIR_FROM_K, 60])  # kept by a heap, by a reservoir
+def test_a_query_alone_gets_the_results_it_gets_among_many(indexes, k):
     # Alone, a query's lists would share the cross terms with no other: the scan reads each
     # item's one-byte bound and computes the terms only where it could reach the top k.
     _, queries, _, listed = indexes
     listed.nprobe = 3
-    D, I = listed.search(queries, 10)
+    D, I = listed.search(queries, k)
     for q in range(0, len(queries), 9):
-        D1, I1 = listed.search(queries[q : q + 1], 10)
+        D1, I1 = listed.search(queries[q : q + 1], k)
         np.testing.assert_array_equal(I1[0], I[q])
         np.testing.assert_array_equal(D1[0], D[q])
 
