@@ -270,7 +270,8 @@ def bounded_scan_lists_top_k(tables, list_tables, constants, codes, levels, leve
     """`scan_lists_top_k` for a few queries: each item's term first bounded by
     ``level_terms[levels[i]]`` (within ``slack[q]``), and computed from ``pair_tables`` only
     where that bound could reach the query's bar, summed as `scan_lists_top_k` sums it
-    (bit-identical results)."""
+    (bit-identical results). Its own kernel, the top-k lines written out as there: one kernel
+    with the bound behind a flag, or a call per key, slowed the plain scan (benchmarks/LOG.md)."""
     nq, code_bytes = tables.shape[0], tables.shape[1]
     k = out_scores.shape[1]
     width = code_bytes * 256
