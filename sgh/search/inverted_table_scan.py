@@ -43,6 +43,7 @@ class InvertedTableScan:
         self.codes = np.ascontiguousarray(codes)
         self._bounds = None
         self.starts = np.searchsorted(lists, np.arange(len(centroids) + 1)).astype(np.int64)
+        self.sizes = np.diff(self.starts)  # each list's items, for the choice of scan per call
         # The tables are affine in the query, so the table of ``q - c`` is the query's minus
         # ``tables(c) - tables(0)``: what a list's centroid takes away.
         self.centroids = centroids = np.asarray(centroids, np.float32)
@@ -100,10 +101,9 @@ class InvertedTableScan:
         ``v <= k``). A reservoir (`sgh.scores.top_k`, for larger k) takes in more, as it lowers
         its bar only when full; at k = 100 the rule was as fast with it as with the heap. Both
         scans give the same results to the bit."""
-        sizes = np.diff(self.starts)
-        visited = sizes[probes[probes >= 0]].sum() / max(1, len(probes))
+        visited = self.sizes[probes[probes >= 0]].sum() / max(1, len(probes))
         entering = visited if visited <= k else k * (1.0 + np.log(visited / k))
-        return sizes[probed].sum() > len(probes) * entering
+        return self.sizes[probed].sum() > len(probes) * entering
 
     def _list_distances(self, queries: np.ndarray, probes: np.ndarray) -> np.ndarray:
         """``(nq, nprobe)`` float32 ``||q - c_l||^2`` of each probed list, summed in one fixed
