@@ -8,6 +8,7 @@ from sgh.scores.top_k import (
     CAPACITY_PER_K,
     MAX_ROWS,
     NO_BAR,
+    RANK_SORT_UP_TO,
     keep_smallest,
     key_score,
     offer,
@@ -73,7 +74,8 @@ def _heap(scores, rows, k):
     return heap_scores[0], heap_rows[0]
 
 
-@pytest.mark.parametrize("n, k", [(0, 5), (3, 5), (5, 5), (40, 1), (500, 7), (2000, 60)])
+@pytest.mark.parametrize("n, k", [(0, 5), (3, 5), (5, 5), (40, 1), (500, 7), (2000, 60),
+                                  (3000, RANK_SORT_UP_TO + 1)])  # the last: sorted, not ranked
 def test_the_reservoir_keeps_what_the_heap_keeps_in_any_order(n, k):
     rng = np.random.default_rng(n + k)
     scores = _scores(rng, n)
@@ -92,8 +94,10 @@ def test_the_reservoir_keeps_what_the_heap_keeps_in_any_order(n, k):
 def test_keep_smallest_moves_the_k_smallest_first_and_returns_the_kth():
     # What it leaves beyond k is not kept: the reservoir counts k after it.
     rng = np.random.default_rng(3)
-    for n in (1, 2, 9, 100, 1000):
-        keys = rng.integers(0, 50, n).astype(np.uint64)  # many equal keys
+    cases = [rng.integers(0, 50, n).astype(np.uint64) for n in (1, 2, 9, 100, 1000)]
+    cases.append(np.full(300, 7, np.uint64))  # a pass finds no key below its pivot
+    for keys in cases:  # many equal keys
+        n = len(keys)
         for k in {1, max(1, n // 2), n}:
             work = keys.copy()
             kth = keep_smallest(work, n, k)
