@@ -98,9 +98,10 @@ class InvertedTableScan:
         The unbounded scan computes them for every item of every probed list, once; the bounded
         one for about the items that enter each query's top k: ``k (1 + ln(v / k))`` of the ``v``
         items a query visits, a heap's expected intake in random order (all ``v`` where
-        ``v <= k``). A reservoir (`sgh.scores.top_k`, for larger k) takes in more, as it lowers
-        its bar only when full; at k = 100 the rule was as fast with it as with the heap. Both
-        scans give the same results to the bit."""
+        ``v <= k``). It counts a term as costing the same in both scans, and a reservoir
+        (`sgh.scores.top_k`, for larger k) as taking in what a heap would, though it takes in
+        more and the plain scan sums its terms about 3x cheaper (pair by pair): it leans to the
+        bounds (benchmarks/LOG.md). Both scans give the same results to the bit."""
         visited = self.sizes[probes[probes >= 0]].sum() / max(1, len(probes))
         entering = visited if visited <= k else k * (1.0 + np.log(visited / k))
         return self.sizes[probed].sum() > len(probes) * entering
