@@ -4,11 +4,12 @@ An item coded as its residual to its list's centroid ``c_l`` is reconstructed as
 a query's squared distance to it, ``||q - c_l||^2 - 2 <q - c_l, x^(h)> + ||x^(h)||^2``, is one
 constant per probed list, the query's lookup tables minus the centroid's, and the item's cross
 terms of the norm (`ByteDecoder.item_terms`), computed from the codes once per call for the
-items of the lists its queries probe: B bytes per item. A call whose probed lists hold more
-items than its queries' top k would take in reads a one-byte bound of each item's terms (kept in
-memory once computed) and computes the exact terms only where the bound could reach the top k,
-as `AsymmetricIndex`'s flat scan does for a few queries: the same results to the bit. The codes
-come in list order, so that each probed list is one contiguous run, read in place.
+items of the lists its queries probe: B bytes per item. A call whose probed lists hold many
+more items than its queries' top k would take in reads a one-byte bound of each item's terms
+(kept in memory once computed) and computes the exact terms only where the bound could reach the
+top k (`bounded_scan_is_cheaper` chooses), as `AsymmetricIndex`'s flat scan does for a few
+queries: the same results to the bit. The codes come in list order, so that each probed list is
+one contiguous run, read in place.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ from sgh.scores.lookup_kernels import (
     run_query_blocks,
     scan_lists_top_k,
 )
-from sgh.scores.top_k import MAX_ROWS
+from sgh.scores.top_k import CAPACITY_PER_K, MAX_ROWS, RESERVOIR_FROM_K
+
+# What one item's cross term costs the bounded scan, read from the pair tables code by code,
+# against the plain scan, which sums the probed lists' terms pair table by pair table
+# (`list_pair_terms`): measured on MNIST and SIFT10K (benchmarks/LOG.md).
+BOUNDED_TERM_COST = 3.0
 
 
 class InvertedTableScan:
@@ -63,7 +69,7 @@ class InvertedTableScan:
         I = np.empty((len(tables), k), np.int64)
         probed = np.unique(probes[probes >= 0])
         pair_tables = self.score.pair_tables
-        bounded = self._bounded_is_cheaper(probes, probed, k)
+        bounded = bounded_scan_is_cheaper(self.sizes, probes, probed, k)
         if bounded:
             levels, level_terms, error = self._term_bounds()
             # Each query's allowance: the bound's error, and float32 rounding of its sums.
@@ -93,19 +99,6 @@ class InvertedTableScan:
         run_query_blocks(scan, len(tables), workers)
         return D, I
 
-    def _bounded_is_cheaper(self, probes: np.ndarray, probed: np.ndarray, k: int) -> bool:
-        """Whether the bounded scan computes fewer items' cross terms than the call's lists hold.
-        The unbounded scan computes them for every item of every probed list, once; the bounded
-        one for about the items that enter each query's top k: ``k (1 + ln(v / k))`` of the ``v``
-        items a query visits, a heap's expected intake in random order (all ``v`` where
-        ``v <= k``). It counts a term as costing the same in both scans, and a reservoir
-        (`sgh.scores.top_k`, for larger k) as taking in what a heap would, though it takes in
-        more and the plain scan sums its terms about 3x cheaper (pair by pair): it leans to the
-        bounds (benchmarks/LOG.md). Both scans give the same results to the bit."""
-        visited = self.sizes[probes[probes >= 0]].sum() / max(1, len(probes))
-        entering = visited if visited <= k else k * (1.0 + np.log(visited / k))
-        return self.sizes[probed].sum() > len(probes) * entering
-
     def _list_distances(self, queries: np.ndarray, probes: np.ndarray) -> np.ndarray:
         """``(nq, nprobe)`` float32 ``||q - c_l||^2`` of each probed list, summed in one fixed
         order (`squared_distances_to_rows`): the coarse step's distances (faiss's BLAS) differ
@@ -120,6 +113,32 @@ class InvertedTableScan:
         if self._bounds is None:
             self._bounds = one_byte_terms(self.score.item_terms(self.codes))
         return self._bounds
+
+
+def bounded_scan_is_cheaper(sizes: np.ndarray, probes: np.ndarray, probed: np.ndarray,
+                            k: int) -> bool:
+    """Whether a call's queries, each scanning its ``probes`` lists (of ``sizes`` items; -1:
+    none) for its k best, cost less with the one-byte bounds than with every probed item's cross
+    term computed once (``probed``: the call's lists, each once). The plain scan computes
+    ``sizes[probed].sum()`` terms; the bounded scan about those that enter each query's top k,
+    at `BOUNDED_TERM_COST` each (`expected_intake`). Both give the same results to the bit."""
+    visited = sizes[probes[probes >= 0]].sum() / max(1, len(probes))
+    return BOUNDED_TERM_COST * len(probes) * expected_intake(visited, k) < sizes[probed].sum()
+
+
+def expected_intake(visited: float, k: int) -> float:
+    """How many of ``visited`` items, in random order, enter a query's top k: a heap (k below
+    `RESERVOIR_FROM_K`) takes the first k and then item i with chance k / i, about
+    ``k (1 + ln(v / k))``. A reservoir takes the first ``C k`` (``C`` = `CAPACITY_PER_K`) and
+    then every item below its bar, which it moves only when full, to the k-th best of the n seen:
+    ``(C - 1) k`` more enter in about the next ``(C - 1) n``, so ``(C - 1) k`` for each factor
+    ``C`` of items, ``C k + (C - 1) k ln(v / C k) / ln C``."""
+    held = k if k < RESERVOIR_FROM_K else CAPACITY_PER_K * k
+    if visited <= held:
+        return float(visited)
+    if k < RESERVOIR_FROM_K:
+        return k * (1.0 + np.log(visited / k))
+    return held + (held - k) * np.log(visited / held) / np.log(CAPACITY_PER_K)
 
 
 LANES = 8  # partial sums of `squared_distances_to_rows`: one vector register of float32

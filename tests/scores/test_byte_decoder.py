@@ -233,7 +233,7 @@ def test_the_scan_holds_the_codes_alone_and_ranks_by_distance_to_the_reconstruct
 
 @pytest.mark.parametrize("bits", [16, 32, 64])
 def test_a_few_queries_a_call_scan_by_one_byte_bounds_to_the_same_results(bits):
-    # Fewer queries than two per byte pair: each item's pair term is read as a one-byte bound
+    # Fewer queries than 4 per 3 byte pairs: each item's pair term is read as a one-byte bound
     # and computed only where the bound could enter the top k. The results are those of the
     # per-tile scan to the bit, ties (repeated codes) by id included.
     decoder = _random_decoder(bits=bits)

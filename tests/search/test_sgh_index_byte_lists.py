@@ -12,6 +12,7 @@ from threadpoolctl import threadpool_limits
 from sgh import ITQ
 from sgh.errors import UserInputError
 from sgh.scores.top_k import RESERVOIR_FROM_K
+from sgh.search import inverted_table_scan
 from sgh.search.index_features import served_features
 from sgh.search.inverted_table_scan import squared_distances_to_rows
 from sgh.search.sgh_index import SGHIndex
@@ -95,9 +96,25 @@ def test_fewer_lists_scan_only_theirs_and_give_each_item_its_distance_to_the_bit
 
 
 @pytest.mark.parametrize("k", [10, RESERVOIR_FROM_K, 60])  # kept by a heap, by a reservoir
+def test_both_scans_of_the_lists_give_the_same_results_to_the_bit(indexes, k, monkeypatch):
+    # Forced each way: the one-byte bounds with the exact terms computed only where they could
+    # reach the top k, and every probed item's terms computed once for all the call's queries.
+    _, queries, _, listed = indexes
+    listed.nprobe = 3
+    results = []
+    for bounded in (True, False):
+        monkeypatch.setattr(inverted_table_scan, "bounded_scan_is_cheaper",
+                            lambda *_, bounded=bounded: bounded)
+        results.append(listed.search(queries, k))
+    (bounded_D, bounded_I), (plain_D, plain_I) = results
+    np.testing.assert_array_equal(bounded_I, plain_I)
+    np.testing.assert_array_equal(bounded_D, plain_D)
+
+
+@pytest.mark.parametrize("k", [10, RESERVOIR_FROM_K, 60])
 def test_a_query_alone_gets_the_results_it_gets_among_many(indexes, k):
-    # Alone, a query's lists would share the cross terms with no other: the scan reads each
-    # item's one-byte bound and computes the terms only where it could reach the top k.
+    # Alone, a query's lists share their items' terms with no other query's: the scan may read
+    # the one-byte bounds where among many it computes each term once.
     _, queries, _, listed = indexes
     listed.nprobe = 3
     D, I = listed.search(queries, k)
