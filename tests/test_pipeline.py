@@ -185,6 +185,7 @@ DEEP = ["model.encoder=mlp", "model.decoder=mlp", "model.encoder_hidden=[24]",
         "model.decoder_hidden=[24]", "model.gradient_estimator=unbiased", "validation.every=20"]
 
 
+@pytest.mark.slow  # 5-10 s: a whole training run
 def test_a_deep_model_runs_resumes_and_exports_through_the_pipeline(tmp_path, caplog):
     import logging
 
@@ -248,6 +249,7 @@ def test_a_deep_model_rescores_its_shortlist_by_decoding_it(tmp_path):
         "encoder", "decoder (decoded)", "joint (decoded)"}
 
 
+@pytest.mark.slow  # 5-10 s: a whole training run
 def test_a_run_from_before_new_settings_existed_still_resumes(tmp_path, caplog):
     # A config.yaml written before keys were added to the schema (here the network settings)
     # describes a run that had their defaults: resuming it is not "another configuration".
@@ -315,6 +317,7 @@ def test_a_finished_run_is_rescored_in_every_ranking_without_training(finished_r
     assert trained["recall10@100"] == pytest.approx(asymmetric["recall10@100"], abs=1e-12)
 
 
+@pytest.mark.slow  # 5-10 s: a whole training run
 def test_the_table_reports_the_byte_decoder_index_a_user_would_serve(tmp_path):
     # A run of SGH with its byte decoder: the decoder trained, refitted and its encoding chosen
     # on the validation split; the byte decoder index's search of the test queries beside the

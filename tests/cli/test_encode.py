@@ -240,6 +240,7 @@ def _sgh_encode(*arguments):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # ~5 s: sgh-encode started as a process
 def test_command_line(trained):
     root, run_dir, base, database_codes = trained
     bvecs, _ = _inputs(root, base)["bvecs"]

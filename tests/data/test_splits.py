@@ -18,6 +18,7 @@ def _dataset(path, **overrides):
     return FileDatasetConfig(**{"name": "test", "path": str(path), **overrides})
 
 
+@pytest.mark.slow  # ~10 s: reads and splits the bundled MNIST
 def test_protocol_a_on_bundled_mnist():
     split = load_split(_dataset(BUNDLED_DATA_DIR / "mnist" / "mnist.npz", name="mnist"))
     raw = np.load(BUNDLED_DATA_DIR / "mnist" / "mnist.npz")

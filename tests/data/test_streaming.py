@@ -252,6 +252,7 @@ def test_a_streamed_run_equals_the_in_memory_run(ann_files, in_memory_run, tmp_p
     assert metrics["n_train"] == 2400 and metrics["best_step"] > 0
 
 
+@pytest.mark.slow  # 5-10 s: a whole training run
 def test_a_streamed_run_resumes_exactly(ann_files, in_memory_run, tmp_path):
     # Stopped after 100 steps (its checkpoint stands for a killed run's), resumed to 300: the
     # batches continue from the step, not from a reader's position.

@@ -152,6 +152,7 @@ def test_without_patience_a_stalled_validation_trains_every_step(tmp_path):
     assert metrics["steps"] == 200 and metrics["best_step"] == 40
 
 
+@pytest.mark.slow  # 5-10 s: a whole training run
 def test_a_resumed_run_with_patience_stops_where_an_uninterrupted_one_does(tmp_path,
                                                                           monkeypatch):
     # Interrupted (a Ctrl-C) right after the checkpoint of step 80, one point without

@@ -30,6 +30,7 @@ def _config(*overrides):
     return compose_config(*quick(*overrides))
 
 
+@pytest.mark.slow  # 5-10 s: a whole training run
 def test_the_candidate_that_ranks_validation_best_makes_the_codes_and_is_restored(tmp_path):
     from sgh.data import load_split
     from sgh.model.encoding import encode_packed

@@ -133,6 +133,7 @@ def test_damaged_best_weights_come_from_the_training_checkpoint_of_their_step(tm
         run.weights_of_step(7)
 
 
+@pytest.mark.slow  # 5-10 s: a whole training run
 def test_a_run_resumes_past_damaged_checkpoints_to_the_same_codes(tmp_path, caplog):
     """End to end: a run whose latest checkpoint, then whose best weights, are damaged, and
     whose codes are lost (as by a kill before they were written: a finished run is not opened

@@ -38,6 +38,7 @@ def test_every_default_is_sgh_trains_default():
         assert value == getattr(getattr(config, section), key), parameter
 
 
+@pytest.mark.slow  # 5-10 s: a whole training run
 def test_the_estimator_encodes_exactly_as_sgh_train(tmp_path):
     # The same configuration through both doors: sgh-train's run and SGHHasher.fit on the same
     # training set give the same codes, bit for bit (validation and model selection included).
