@@ -35,7 +35,7 @@ DENSE_TOP_SHARE = 16
 # A call of fewer queries than this many per byte pair scans by the items' one-byte bounds
 # (`bounded_scan_top_k`): with the term per tile, each query's share of the pairs costs more.
 # The scans cross between 6 and 12 queries a call at 32 bits (MNIST, SIFT10K) and between 24
-# and 64 at 64 bits (MNIST), the more queries the smaller k (benchmarks/LOG.md).
+# and 64 at 64 bits (MNIST), later for a smaller k (benchmarks/LOG.md).
 BOUNDED_QUERIES_PER_PAIR = 4 / 3
 ROUNDING = 1e-5  # the bound's float32 rounding allowance, relative to the largest partial sum
 
