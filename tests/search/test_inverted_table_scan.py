@@ -2,6 +2,8 @@
 (`tests/search/test_sgh_index_byte_lists.py` forces each): the bounded scan computes the cross
 terms of the items that enter a query's top k, the plain scan those of every probed item once."""
 
+import heapq
+
 import numpy as np
 import pytest
 
@@ -16,9 +18,16 @@ def _simulated_intake(visited: int, k: int, trials: int = 40) -> float:
     counts = []
     for _ in range(trials):
         scores = rng.permutation(visited)
-        if k < RESERVOIR_FROM_K:  # in while below the k-th best so far
-            taken = sum(1 for i, s in enumerate(scores)
-                        if i < k or s < np.partition(scores[:i], k - 1)[k - 1])
+        if k < RESERVOIR_FROM_K:  # in while below the k-th best so far (a max-heap's root)
+            taken, best = 0, []
+            for s in scores:
+                if len(best) < k:
+                    heapq.heappush(best, -s)
+                elif s < -best[0]:
+                    heapq.heapreplace(best, -s)
+                else:
+                    continue
+                taken += 1
         else:  # in while below the bar, moved to the k-th best when the slots are full
             taken, held, bar = 0, [], np.inf
             for s in scores:
