@@ -8,6 +8,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-slow lint bench clean
 
+# numpy asks the kernel for huge pages for every array of 4 MB or more. Where a fresh huge page
+# is slow to fault in (virtual machines that hand freed memory back to their host), a run's
+# evaluation, which allocates and frees many such arrays, spent a quarter of its time in the
+# kernel (docs/performance.md#large-arrays-and-huge-pages). Set it to 1 to keep numpy's default.
+export NUMPY_MADVISE_HUGEPAGE ?= 0
+
 # constraints.txt pins the tested dependency set (docs/development.md); pyproject.toml's lower
 # bounds are what a user's `pip install .` resolves against.
 $(STAMP): pyproject.toml constraints.txt

@@ -27,7 +27,7 @@ from sgh.scores.lookup_kernels import (
     scan_scores,
     scan_top_k,
 )
-from sgh.scores.top_k import sort_heaps, sorted_heaps
+from sgh.scores.top_k import rows_by_score, sort_heaps, sorted_heaps
 
 # A top k of at least 1 / DENSE_TOP_SHARE of the database comes from every score, partitioned:
 # the heap would take in most items.
@@ -188,8 +188,12 @@ class AsymmetricIndex:
 
 def smallest_by_score_then_id(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Each row's k smallest ``(score, id)`` of ``(nq, n)`` scores, sorted: ``(D, I)``, the
-    order and ties of the heap scan, from a partition instead."""
+    order and ties of the heap scan, from a partition instead (or, for most of the row, from
+    one sort: the partition's extra passes then cost more than sorting what it skips)."""
     k = min(k, scores.shape[1])
+    if 2 * k >= scores.shape[1]:
+        ids = rows_by_score(scores)[:, :k]
+        return np.take_along_axis(scores, ids, axis=1), ids
     threshold = np.partition(scores, k - 1, axis=1)[:, k - 1 : k]
     below, at = scores < threshold, scores == threshold
     # Of the items at the threshold, the smallest ids fill the places left.
@@ -198,3 +202,4 @@ def smallest_by_score_then_id(scores: np.ndarray, k: int) -> tuple[np.ndarray, n
     values = np.take_along_axis(scores, ids, axis=1)
     order = np.argsort(values, axis=1, kind="stable")  # equal scores stay in id order
     return np.take_along_axis(values, order, axis=1), np.take_along_axis(ids, order, axis=1)
+

@@ -12,6 +12,7 @@ from sgh.scores.top_k import (
     keep_smallest,
     key_score,
     offer,
+    rows_by_score,
     score_key,
     sort_heaps,
     sorted_heaps,
@@ -110,3 +111,14 @@ def test_sorted_heaps_sorts_rows_by_score_then_id_with_empty_slots_last():
     I = np.array([[5, -1, 9, 3]], np.int64)
     got = sorted_heaps(D, I)
     np.testing.assert_array_equal(got[1], [[9, 3, 5, -1]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rows_by_score_is_a_stable_argsort(dtype):
+    # Exact ties, zeros of both signs (equal, so in column order) and infinities.
+    rng = np.random.default_rng(7)
+    scores = np.stack([_scores(rng, 500) for _ in range(6)]).astype(dtype)
+    scores[:, ::9] = np.inf
+    np.testing.assert_array_equal(rows_by_score(scores),
+                                  np.argsort(scores, axis=1, kind="stable"))
+    assert rows_by_score(scores).dtype == np.int64
