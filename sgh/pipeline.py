@@ -119,6 +119,8 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
         codes["fingerprint"] = np.str_(encoded.scores.fingerprint)
     if split.has_labels:
         codes.update(database_labels=split.database_labels, query_labels=split.query_labels)
+    logger.info("scoring the codes: %s queries against %s database items", f"{len(split.query):,}",
+                f"{len(split.database):,}")
     ranking = evaluation_ranking(config.eval, encoded.database, encoded.scores, split.query,
                                  split.database, encoded.without_scores, split.train)
     metrics = {

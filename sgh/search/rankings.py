@@ -8,6 +8,7 @@ The metrics of :mod:`sgh.metrics.ordered` score a ranking given as ids in rank o
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ from sgh.scores.asymmetric import ASYMMETRIC_NEEDS_LINEAR_DECODER
 from sgh.scores.byte_decoder import FIT_ROWS
 from sgh.scores.score_set import ScoreSet
 from sgh.search.sgh_index import SGHIndex
+
+logger = logging.getLogger(__name__)
 
 BLOCK_ENTRIES = 1 << 22  # entries (query x database item) of one block of rankings
 
@@ -95,6 +98,9 @@ def byte_decoder_ranking(scores: ScoreSet | None, database: Features, queries: n
     if scores is None or (scores.byte_decoder is None and train is None):
         return None
     index = SGHIndex(scores, mode="bytes", encoding=None if encoding == "auto" else encoding)
+    # Coding a large database (local search) takes a while: say what the wait is for.
+    logger.info("coding the %s database items by the byte decoder (encoding %s), then scoring "
+                "its index", f"{len(database):,}", index.encoding)
     if not index.is_trained:
         index.train(np.asarray(take_rows(train, evenly_spaced(len(train), FIT_ROWS)), np.float32))
     for _, rows in iter_chunks(database):  # in memory or streamed; ids: the rows

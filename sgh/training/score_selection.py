@@ -45,6 +45,9 @@ def select_scores(model: SGH, validation: ValidationSet | None, train_items: Fea
     per_bit = model.asymmetric_scores(similarity)
     network = model.decoder_network()
     database = _selection_database(train_items)
+    logger.info("fitting the byte decoder on %s training items%s", f"{len(database):,}",
+                "; choosing the scores and its encoding on the validation split"
+                if validation is not None else "")
     codes = encode_packed(model, database)
     if validation is None:
         return score_set(model, per_bit, network, similarity, 1.0, "encoder", "encoder",
