@@ -202,4 +202,3 @@ def smallest_by_score_then_id(scores: np.ndarray, k: int) -> tuple[np.ndarray, n
     values = np.take_along_axis(scores, ids, axis=1)
     order = np.argsort(values, axis=1, kind="stable")  # equal scores stay in id order
     return np.take_along_axis(values, order, axis=1), np.take_along_axis(ids, order, axis=1)
-
