@@ -60,11 +60,18 @@ def rows_by_score(scores: np.ndarray) -> np.ndarray:
     than the stable sort on MNIST's 69,000 scores a query (benchmarks/LOG.md)."""
     if scores.dtype != np.float32 or scores.shape[1] > MAX_ROWS:
         return np.argsort(scores, axis=1, kind="stable")
-    bits = (scores + np.float32(0.0)).view(np.uint32)  # -0 + 0 is +0: -0 orders as +0
-    keys = np.where(bits & _SIGN, ~bits, bits | _SIGN).astype(np.uint64) << _SHIFT
-    keys |= np.arange(scores.shape[1], dtype=np.uint64)
+    keys = np.empty(scores.shape, np.uint64)
+    _row_keys(scores, keys)
     keys.sort(axis=1)
     return (keys & _ROW_MASK).astype(np.int64)
+
+
+@compiled
+def _row_keys(scores, keys):
+    """``keys[q, c]`` = `score_key` of ``(scores[q, c], c)``."""
+    for q in range(scores.shape[0]):
+        for c in range(scores.shape[1]):
+            keys[q, c] = score_key(scores[q, c], c)
 
 
 @compiled
