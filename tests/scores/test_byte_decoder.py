@@ -388,3 +388,27 @@ def test_a_subspace_decoder_scores_as_its_tables_in_full_coordinates(digits):
     for bad in (subspace.basis[:-1], subspace.basis[:, :0], np.eye(64, dtype=np.float32)):
         with pytest.raises(ValueError, match="key 'd.basis' must be float"):
             ByteDecoder.from_arrays({**subspace.arrays("d."), "d.basis": bad}, "where.npz", "d.")
+
+
+@pytest.mark.parametrize("dim, basis_dims", [(40, None), (300, 260)])
+def test_a_querys_tables_are_the_same_to_the_bit_alone_in_any_batch_and_on_any_threads(
+        dim, basis_dims):
+    # 300 features onto 260 basis dimensions, then 260 onto the tables: sums longer than the
+    # one BLAS pass each part is summed in.
+    rng = np.random.default_rng(3)
+    basis = (None if basis_dims is None else
+             np.linalg.qr(rng.standard_normal((dim, basis_dims)))[0].astype(np.float32))
+    r = dim if basis is None else basis_dims
+    decoder = ByteDecoder(32, rng.standard_normal(dim).astype(np.float32),
+                          rng.standard_normal((4, 256, r)).astype(np.float32), basis)
+    queries = (3 * rng.standard_normal((150, dim))).astype(np.float32)
+    tables = decoder.lookup_tables(queries)
+    # The tables are the float64 sums, rounded once into float32 and once per BLAS pass.
+    books = decoder.books.astype(np.float64)
+    exact = (np.einsum("jvd,jvd->jv", books, books)[None]
+             - 2 * np.einsum("qd,jvd->qjv", queries.astype(np.float64), books))
+    np.testing.assert_allclose(tables, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+    for rows in (slice(7, 8), slice(0, 2), slice(3, 40), slice(149, 150)):
+        np.testing.assert_array_equal(decoder.lookup_tables(queries[rows]), tables[rows])
+    with threadpool_limits(2):
+        np.testing.assert_array_equal(decoder.lookup_tables(queries), tables)
