@@ -292,11 +292,11 @@ def _coordinates(features: np.ndarray, offset: np.ndarray, basis: np.ndarray | N
 
 
 # What keeps each row of a float32 BLAS product the same to the bit in any batch and on any
-# threads: OpenBLAS's kernels (numpy's own) sum each element term after term in one pass when the sum has at
-# most `_FIXED_ORDER_TERMS` terms (longer ones it may split by the batch's shape) and the
-# product's width is a multiple of its kernels' (`_FIXED_ORDER_WIDTH`: at other widths the
-# edge kernels sum otherwise); a single row goes through two rows, as its matrix-vector kernel
-# sums in another order.
+# threads: OpenBLAS's kernels (numpy's own) sum each element term after term in one pass when
+# the sum has at most `_FIXED_ORDER_TERMS` terms (longer ones it may split by the batch's shape)
+# and the product's width is a multiple of its kernels' (`_FIXED_ORDER_WIDTH`: at other widths
+# the edge kernels sum otherwise); a single row goes through two rows, as its matrix-vector
+# kernel sums in another order.
 _FIXED_ORDER_TERMS, _FIXED_ORDER_WIDTH = 128, 64
 
 
