@@ -27,6 +27,7 @@ import numpy as np
 
 from sgh.codes import stored_bits, validate_codes
 from sgh.data.feature_statistics import principal_directions
+from sgh.scores.fixed_order import dots, padded_width, product
 from sgh.scores.lookup_kernels import pair_terms
 from sgh.scores.posterior_modes import (
     Encoding,
@@ -140,16 +141,15 @@ class ByteDecoder:
 
     def lookup_tables(self, queries: np.ndarray) -> np.ndarray:
         """``(nq, bytes, 256)`` float32: ``||C'_j[v]||^2 - 2 <x, C'_j[v]>`` (module doc), taken in
-        the tables' subspace (``<x, U c> = <U^T x, c>``) by float32 products in `_fixed_order`:
-        a query's tables are the same to the bit alone, in any batch and on any threads."""
+        the tables' subspace (``<x, U c> = <U^T x, c>``) by float32 products in a fixed order
+        (`sgh.scores.fixed_order`): a query's tables are the same alone or in any batch."""
         queries = np.ascontiguousarray(queries, np.float32)
-        within = queries if self.basis is None else _fixed_order(queries, self._basis32)
-        tables = _fixed_order(within, self._minus_twice_tables_t)
+        within = queries if self.basis is None else product(queries, self._basis32)
+        tables = product(within, self._minus_twice_tables_t)
         tables += self._books_squared32
-        # The offset's share, one number per query on the first byte's entries, summed per
-        # query by numpy (no BLAS call, whose order may depend on the batch).
-        shift = -2.0 * np.sum(queries * self._offset64, axis=1)
-        tables[:, :256] += shift.astype(np.float32)[:, None]
+        offset_share = np.empty(len(queries))  # <x, t>, on the first byte's entries
+        dots(queries, self._offset64, offset_share)
+        tables[:, :256] += (-2.0 * offset_share).astype(np.float32)[:, None]
         return tables.reshape(len(tables), len(self.tables), 256)
 
     def item_terms(self, codes: np.ndarray) -> np.ndarray:
@@ -205,11 +205,7 @@ class ByteDecoder:
 
     @functools.cached_property
     def _basis32(self) -> np.ndarray:
-        """The basis with zero columns up to a multiple of `_FIXED_ORDER_WIDTH` (`_fixed_order`)."""
-        dim, r = self.basis.shape
-        padded = np.zeros((dim, -(-r // _FIXED_ORDER_WIDTH) * _FIXED_ORDER_WIDTH), np.float32)
-        padded[:, :r] = self.basis
-        return padded
+        return padded_width(self.basis)
 
     @functools.cached_property
     def _books_squared32(self) -> np.ndarray:
@@ -289,29 +285,6 @@ def _coordinates(features: np.ndarray, offset: np.ndarray, basis: np.ndarray | N
     # Centred before the product: x U - t U would cancel where the features' mean is large.
     centred = np.asarray(features, np.float32) - offset
     return centred if basis is None else centred @ basis
-
-
-# What keeps each row of a float32 BLAS product the same to the bit in any batch and on any
-# threads: OpenBLAS's kernels (numpy's own) sum each element term after term in one pass when
-# the sum has at most `_FIXED_ORDER_TERMS` terms (longer ones it may split by the batch's shape)
-# and the product's width is a multiple of its kernels' (`_FIXED_ORDER_WIDTH`: at other widths
-# the edge kernels sum otherwise); a single row goes through two rows, as its matrix-vector
-# kernel sums in another order.
-_FIXED_ORDER_TERMS, _FIXED_ORDER_WIDTH = 128, 64
-
-
-def _fixed_order(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """``rows @ matrix`` in float32 (``matrix``'s width a multiple of `_FIXED_ORDER_WIDTH`),
-    each row's result the same to the bit in any batch and on any threads: sums of at most
-    `_FIXED_ORDER_TERMS` terms by BLAS, added in a fixed order."""
-    n = len(rows)
-    if n == 1:
-        rows = np.concatenate([rows, rows])
-    step = _FIXED_ORDER_TERMS
-    out = rows[:, :step] @ matrix[:step]
-    for start in range(step, rows.shape[1], step):
-        out += rows[:, start : start + step] @ matrix[start : start + step]
-    return out[:n]
 
 
 def _least_squares(centred: np.ndarray, codes: np.ndarray, valid: np.ndarray) -> np.ndarray:

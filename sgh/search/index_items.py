@@ -72,9 +72,11 @@ class IndexItems:
 
     def ids_of(self, rows: np.ndarray) -> np.ndarray:
         """The ids of ``rows`` (-1: padding, as faiss), int64."""
+        if self._ids is None:  # the ids are the rows, which every engine pads with -1
+            return rows.astype(np.int64, copy=False)
         found = rows >= 0
         ids = np.full(rows.shape, -1, np.int64)
-        ids[found] = rows[found] if self._ids is None else self.ids[rows[found]]
+        ids[found] = self.ids[rows[found]]
         return ids
 
     def new_ids(self, n: int, ids) -> np.ndarray | None:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.compiled import compiled
 from sgh.scores.asymmetric_index import ROUNDING
 from sgh.scores.byte_decoder import one_byte_terms
+from sgh.scores.fixed_order import squared_distances_to_rows
 from sgh.scores.lookup_kernels import (
     QUERY_BLOCK,
     bounded_scan_lists_top_k,
@@ -139,32 +139,3 @@ def expected_intake(visited: float, k: int) -> float:
     if k < RESERVOIR_FROM_K:
         return k * (1.0 + np.log(visited / k))
     return held + (held - k) * np.log(visited / held) / np.log(CAPACITY_PER_K)
-
-
-LANES = 8  # partial sums of `squared_distances_to_rows`: one vector register of float32
-
-
-@compiled
-def squared_distances_to_rows(queries, rows, chosen, out):
-    """``out[q, p] = ||queries[q] - rows[chosen[q, p]]||^2`` in float32 (``chosen`` -1: row 0),
-    read in place. Dimension d adds into partial sum d % LANES, and the partial sums meet in one
-    fixed tree: the order is written out, so the compiler may vectorise it but not change it, and
-    the bits are the same on every thread count and processor."""
-    dim = queries.shape[1]
-    body = dim - dim % LANES
-    partial = np.empty(LANES, np.float32)
-    for q in range(queries.shape[0]):
-        query = queries[q]
-        for p in range(chosen.shape[1]):
-            row = rows[max(chosen[q, p], 0)]
-            partial[:] = 0.0
-            for d in range(0, body, LANES):
-                for lane in range(LANES):
-                    difference = query[d + lane] - row[d + lane]
-                    partial[lane] += difference * difference
-            s = (((partial[0] + partial[1]) + (partial[2] + partial[3]))
-                 + ((partial[4] + partial[5]) + (partial[6] + partial[7])))
-            for d in range(body, dim):
-                difference = query[d] - row[d]
-                s += difference * difference
-            out[q, p] = s

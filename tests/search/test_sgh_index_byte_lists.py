@@ -14,7 +14,6 @@ from sgh.errors import UserInputError
 from sgh.scores.top_k import RESERVOIR_FROM_K
 from sgh.search import inverted_table_scan
 from sgh.search.index_features import served_features
-from sgh.search.inverted_table_scan import squared_distances_to_rows
 from sgh.search.sgh_index import SGHIndex
 
 NLIST = 8
@@ -185,23 +184,3 @@ def test_an_index_saved_before_residual_codes_is_refused_in_one_line(indexes, tm
     np.savez(saved / "index.npz", **old)
     with pytest.raises(UserInputError, match="key 'format' is not 'sgh-index 2'.*build it again"):
         SGHIndex.load(saved)
-
-
-@pytest.mark.parametrize("dim", [5, 8, 50, 784])
-def test_a_lists_constant_is_its_squared_distance_the_same_in_any_batch(dim):
-    # The probed lists' ||q - c||^2, summed in one written order: close to float64's, and the
-    # same bits for a query whichever queries and lists share its call; -1 reads list 0.
-    rng = np.random.default_rng(dim)
-    queries = rng.standard_normal((30, dim)).astype(np.float32)
-    centroids = rng.standard_normal((20, dim)).astype(np.float32)
-    probes = rng.integers(-1, 20, (30, 6))
-    out = np.empty(probes.shape, np.float32)
-    squared_distances_to_rows(queries, centroids, probes, out)
-    exact = ((queries[:, None].astype(np.float64)
-              - centroids[np.maximum(probes, 0)].astype(np.float64)) ** 2).sum(-1)
-    np.testing.assert_allclose(out, exact, rtol=1e-5)
-    alone = np.empty((1, 1), np.float32)
-    for q, p in [(0, 0), (17, 3), (29, 5)]:
-        squared_distances_to_rows(queries[q : q + 1], centroids, probes[q : q + 1, p : p + 1],
-                                  alone)
-        assert alone[0, 0] == out[q, p]
