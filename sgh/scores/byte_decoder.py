@@ -197,11 +197,9 @@ class ByteDecoder:
     def _minus_twice_tables_t(self) -> np.ndarray:
         """``(r', bytes * 256)`` float32 ``-2 C^T`` (the doubling exact), zero rows below ``r``
         where the basis has zero columns (`_basis32`)."""
-        flat = self.tables.reshape(-1, self.tables.shape[2])
-        rows = self._basis32.shape[1] if self.basis is not None else flat.shape[1]
-        padded = np.zeros((rows, len(flat)), np.float32)
-        padded[: flat.shape[1]] = -2.0 * flat.T
-        return padded
+        tables_t = -2.0 * self.tables.reshape(-1, self.tables.shape[2]).T
+        missing = 0 if self.basis is None else self._basis32.shape[1] - len(tables_t)
+        return np.ascontiguousarray(np.pad(tables_t, ((0, missing), (0, 0))), np.float32)
 
     @functools.cached_property
     def _basis32(self) -> np.ndarray:

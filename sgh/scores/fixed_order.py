@@ -56,7 +56,10 @@ def dots(rows, vector, out):
         for d in range(0, body, LANES):
             for lane in range(LANES):
                 partial[lane] += row[d + lane] * vector[d + lane]
-        out[i] = _tree(partial) + _tail_dot(row, vector, body)
+        tail = 0.0
+        for d in range(body, dim):
+            tail += row[d] * vector[d]
+        out[i] = _tree(partial) + tail
 
 
 @compiled
@@ -92,10 +95,3 @@ def _tree(partial):
             partial[lane] += partial[lane + width]
     return partial[0]
 
-
-@compiled
-def _tail_dot(row, vector, start):
-    s = 0.0
-    for d in range(start, row.shape[0]):
-        s += row[d] * vector[d]
-    return s
