@@ -74,9 +74,10 @@ class IndexItems:
         """The ids of ``rows`` (-1: padding, as faiss), int64."""
         if self._ids is None:  # the ids are the rows, which every engine pads with -1
             return rows.astype(np.int64, copy=False)
-        found = rows >= 0
-        ids = np.full(rows.shape, -1, np.int64)
-        ids[found] = self.ids[rows[found]]
+        if not len(self.ids):  # an empty index: all padding
+            return np.full(rows.shape, MISSING_ID, np.int64)
+        ids = self.ids.take(rows)  # the padding's -1 takes the last id, then is put back
+        ids[rows < 0] = MISSING_ID
         return ids
 
     def new_ids(self, n: int, ids) -> np.ndarray | None:

@@ -67,7 +67,7 @@ class InvertedTableScan:
         constants = self._list_distances(queries, probes)
         D = np.empty((len(tables), k), np.float32)  # every row written by the scan
         I = np.empty((len(tables), k), np.int64)
-        probed = np.unique(probes[probes >= 0])
+        probed = np.flatnonzero(np.bincount(probes[probes >= 0], minlength=len(self.sizes)))
         pair_tables = self.score.pair_tables
         bounded = bounded_scan_is_cheaper(self.sizes, probes, probed, k)
         if bounded:

@@ -41,7 +41,7 @@ from sgh.scores.asymmetric_index import AsymmetricIndex
 from sgh.scores.byte_decoder import ByteDecoder
 from sgh.scores.posterior_modes import index_encoding
 from sgh.scores.score_set import ScoreSet
-from sgh.search.coarse_lists import coarse_quantizer, learned_centroids, nearest_lists
+from sgh.search.coarse_lists import CoarseQuantizer, learned_centroids
 from sgh.search.faiss_codes import additive_quantizer
 from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.index_features import refuse_overflow, served_features
@@ -191,7 +191,7 @@ class SGHIndex:
         return features if lists is None else features - self._centroids[lists]
 
     def _lists_of(self, features: np.ndarray) -> np.ndarray | None:
-        return None if self.nlist is None else self._coarse(features, 1)[1][:, 0]
+        return None if self.nlist is None else self._coarse(features, 1)[:, 0]
 
     def _codes_of(self, features: np.ndarray) -> np.ndarray:  # of features `served_features` read
         return pack_bits(self.scores.scores["encoder"].code_weights(features) <= 0)
@@ -283,7 +283,7 @@ class SGHIndex:
             D, rows = self._engine("hamming").search(self._codes_of(queries), k)
         else:
             self._require_training()
-            probes = None if self.nlist is None else self._coarse(queries, self.nprobe)[1]
+            probes = None if self.nlist is None else self._coarse(queries, self.nprobe)
             if self.codes_by_bytes:
                 if probes is None:
                     D, rows = self._engine("bytes").search(queries, k, workers=threads)
@@ -482,10 +482,10 @@ class SGHIndex:
             index.choose_nprobe(queries, truth)
         return index
 
-    def _coarse(self, x: np.ndarray, nearest: int) -> tuple[np.ndarray, np.ndarray]:
+    def _coarse(self, x: np.ndarray, nearest: int) -> np.ndarray:  # (n, nearest) lists
         if "coarse" not in self._engines:
-            self._engines["coarse"] = coarse_quantizer(self._centroids)
-        return nearest_lists(self._engines["coarse"], x, nearest)
+            self._engines["coarse"] = CoarseQuantizer(self._centroids)
+        return self._engines["coarse"].nearest(x, nearest)
 
     def _progress(self, message: str) -> None:
         if self.verbose:

@@ -54,7 +54,7 @@ def _reconstructions(listed):
 
 def test_items_are_coded_as_residuals_and_ranked_by_distance_to_their_reconstruction(indexes):
     base, queries, flat, listed = indexes
-    lists = listed._coarse(served_features(base, listed.scores), 1)[1][:, 0]
+    lists = listed._coarse(served_features(base, listed.scores), 1)[:, 0]
     np.testing.assert_array_equal(
         listed.encode(base),
         listed.byte_decoder.encode(base - listed._centroids[lists], flat._codes_of(base)))
@@ -83,8 +83,8 @@ def test_fewer_lists_scan_only_theirs_and_give_each_item_its_distance_to_the_bit
     all_D, everything = listed.search(queries, len(base))
     listed.nprobe = 2
     D, I = listed.search(queries, 20)
-    probed = listed._coarse(served_features(queries, listed.scores), 2)[1]
-    item_lists = listed._coarse(served_features(base, listed.scores), 1)[1][:, 0]
+    probed = listed._coarse(served_features(queries, listed.scores), 2)
+    item_lists = listed._coarse(served_features(base, listed.scores), 1)[:, 0]
     for q in range(len(queries)):
         found = I[q][I[q] >= 0]
         assert np.isin(item_lists[found // 7], probed[q]).all()

@@ -1,0 +1,64 @@
+"""The coarse quantizer: each vector's nearest lists, exactly, the same alone and in any batch on
+any threads where it ranks them itself, faiss's flat search beyond `PRODUCT_TERMS` dimensions."""
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from sgh.scores.fixed_order import PRODUCT_TERMS
+from sgh.search.coarse_lists import BLOCK_PRODUCTS, CoarseQuantizer
+
+
+def exact_nearest(x, centroids, count):
+    """The float64 distances' order, ties to the smaller list."""
+    distances = ((x.astype(np.float64)[:, None, :] - centroids[None]) ** 2).sum(axis=2)
+    return np.argsort(distances, axis=1, kind="stable")[:, :count]
+
+
+# 50 and 128 dimensions: ranked here; 200: by faiss. 100 and 5,000 lists: the products padded to
+# 128 and 5,056 columns, whose zero padding would outrank every far centroid if it were read;
+# 5,000 lists: several blocks of rows.
+@pytest.mark.parametrize("dim, nlist", [(50, 100), (128, 5000), (200, 100)])
+def test_the_nearest_lists_are_the_exact_nearest_centroids(dim, nlist):
+    rng = np.random.default_rng(dim)
+    centroids = (rng.standard_normal((nlist, dim)) + 3.0).astype(np.float32)
+    rows = 2 * max(1, BLOCK_PRODUCTS // (nlist + 64)) + 5
+    x = rng.standard_normal((rows, dim)).astype(np.float32)
+    quantizer = CoarseQuantizer(centroids)
+    np.testing.assert_array_equal(quantizer.nearest(x, 7), exact_nearest(x, centroids, 7))
+    np.testing.assert_array_equal(quantizer.nearest(x, 1)[:, 0],
+                                  exact_nearest(x, centroids, 1)[:, 0])
+    assert quantizer.nearest(x[:3], nlist + 10).shape == (3, nlist)  # at most every list
+
+
+def test_a_vectors_lists_are_the_same_alone_in_any_batch_and_on_any_threads():
+    # Equal distances up to float32 rounding: the ranking's last bits decide between them.
+    rng = np.random.default_rng(1)
+    dim = PRODUCT_TERMS
+    centroids = rng.standard_normal((300, dim)).astype(np.float32)
+    x = np.repeat(rng.standard_normal((1, dim)), 200, axis=0).astype(np.float32)
+    x += rng.standard_normal(x.shape).astype(np.float32) * 1e-3
+    quantizer = CoarseQuantizer(centroids)
+    with threadpool_limits(1):
+        lists = quantizer.nearest(x, 20)
+        for batch in (slice(5, 6), slice(0, 2), slice(10, 73), slice(199, 200)):
+            np.testing.assert_array_equal(quantizer.nearest(x[batch], 20), lists[batch])
+    with threadpool_limits(2):
+        np.testing.assert_array_equal(quantizer.nearest(x, 20, workers=2), lists)
+
+
+def test_equal_distances_go_to_the_smaller_list():
+    centroids = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]], np.float32)
+    quantizer = CoarseQuantizer(centroids)
+    np.testing.assert_array_equal(quantizer.nearest(np.zeros((2, 2), np.float32), 4),
+                                  [[0, 1, 2, 3]] * 2)
+
+
+@pytest.mark.parametrize("dim", [8, 200])
+def test_a_vector_whose_distances_overflow_is_named(dim):
+    centroids = np.ones((10, dim), np.float32)
+    x = np.zeros((4, dim), np.float32)
+    x[2] = 3e38
+    with pytest.raises(ValueError, match="row 2 of the features: its distances to the lists' "
+                                         "centroids overflow float32"):
+        CoarseQuantizer(centroids).nearest(x, 3)
