@@ -1,15 +1,14 @@
 """The coarse quantizer of an index's inverted lists, as faiss's IVF indexes have one: ``nlist``
 k-means centroids of training features, and the lists nearest each vector.
 
-`CoarseQuantizer.nearest` ranks a vector's lists by ``||c||^2 - 2 <x, c>`` (its own ``||x||^2``
-ranks nothing), as faiss's flat index does. faiss keeps each vector's nearest in a heap fed
-every distance, which costs more than the products where the vectors are short and the lists
-many; for vectors of at most `PRODUCT_TERMS` dimensions the products are one BLAS call, in a
-fixed order (`sgh.scores.fixed_order.product`: a vector's lists the same alone, in any batch
-and on any number of threads, ties to the smaller list), and a compiled pass over each block,
-still in cache, offers the heap only the distances below its worst: 1.7-2.6x faiss's queries/s
-at glove-50's and SIFT10K's lists. Longer vectors need several BLAS calls for that order, and
-there faiss's flat search is as fast or faster (benchmarks/LOG.md): it does the work.
+`CoarseQuantizer.nearest` ranks a vector's lists by ``||c||^2 - 2 <x, c>``, as faiss's flat
+index does; but faiss feeds every distance to a heap, which costs more than the products where
+vectors are short and lists many. Vectors of at most `PRODUCT_TERMS` dimensions take one BLAS
+call in a fixed order (`sgh.scores.fixed_order.product`: a vector's lists the same alone, in
+any batch and on any threads; ties to the smaller list), and a compiled pass over each block
+still in cache offers the heap only what beats its worst: 1.9-2.6x faiss's speed at glove-50's
+and SIFT10K's lists. Longer vectors need several BLAS calls for that order, and there faiss's
+flat search is as fast or faster (benchmarks/LOG.md).
 """
 
 from __future__ import annotations
@@ -54,47 +53,49 @@ class CoarseQuantizer:
                                         centroids.astype(np.float64)).astype(np.float32)
 
     def nearest(self, x: np.ndarray, count: int, workers: int | None = None) -> np.ndarray:
-        """``(n, min(count, nlist))`` int64: the lists of the nearest centroids to each row of
-        ``x``, nearest first, on ``workers`` threads (None, and always in faiss's flat search:
-        as many as faiss is given); ValueError naming the first row where no distance is
-        finite."""
+        """``(n, min(count, nlist))`` int64: each row's nearest lists, nearest first, on
+        ``workers`` threads (None, and in faiss's search: faiss's); ValueError naming the first
+        row with no finite distance."""
         import faiss
 
         x = np.ascontiguousarray(x, np.float32)
         count = min(count, self.nlist)
-        workers = faiss.omp_get_max_threads() if workers is None else workers
         if self._flat is not None:
             ranked, lists = self._flat.search(x, count)
+            unplaced = np.flatnonzero((lists < 0).any(axis=1) | ~np.isfinite(ranked).all(axis=1))
         else:
             lists = np.empty((len(x), count), np.int64)
-            ranked = np.empty((len(x), count), np.float32)
             block = max(1, BLOCK_PRODUCTS // self._minus_twice_t.shape[1])
+            unplaced = []
 
             def select(start: int) -> None:
                 rows = slice(start, start + block)
                 with np.errstate(over="ignore", invalid="ignore"):  # refused below, by row
                     products = product(x[rows], self._minus_twice_t)
-                _nearest_columns(products, self._squared_norms, ranked[rows], lists[rows])
+                first = _nearest_columns(products, self._squared_norms, lists[rows])
+                if first >= 0:
+                    unplaced.append(start + first)
 
-            run_query_blocks(select, len(x), workers, block)
-        unplaced = (lists < 0).any(axis=1) | ~np.isfinite(ranked).all(axis=1)
-        if unplaced.any():
-            raise ValueError(f"row {int(np.argmax(unplaced))} of the features: its distances to "
-                             "the lists' centroids overflow float32 (features far beyond the "
-                             "scale the model was trained on); scale them as its training "
-                             "features were")
+            run_query_blocks(select, len(x), faiss.omp_get_max_threads() if workers is None
+                             else workers, block)
+        if len(unplaced):
+            raise ValueError(f"row {min(unplaced)} of the features: its distances to the lists' "
+                             "centroids overflow float32 (features far beyond the scale the "
+                             "model was trained on); scale them as its training features were")
         return lists
 
 
 @compiled
-def _nearest_columns(products, squared_norms, out_ranked, out_columns):
-    """Each row's ``k`` smallest ``squared_norms[c] + products[r, c]`` (``k``: the outputs'
+def _nearest_columns(products, squared_norms, out_columns):
+    """Each row's ``k`` smallest ``squared_norms[c] + products[r, c]`` (``k``: the output's
     width; ``c`` below ``len(squared_norms)``, the products' padding ignored), ascending, ties
-    to the smaller column, into ``out_ranked`` and ``out_columns``; ``+inf`` / -1 where fewer
-    are below ``+inf`` (a NaN is never kept)."""
+    to the smaller column, into ``out_columns``; the first row with fewer than ``k`` finite
+    ones (a NaN is never kept), or -1."""
     k = out_columns.shape[1]
+    ranked = np.empty(k, np.float32)
+    unplaced = -1
     for r in range(out_columns.shape[0]):
-        ranked, columns = out_ranked[r], out_columns[r]
+        columns = out_columns[r]
         ranked[:] = np.inf
         columns[:] = -1
         worst = np.float32(np.inf)
@@ -104,3 +105,6 @@ def _nearest_columns(products, squared_norms, out_ranked, out_columns):
             if s < worst:  # columns come in order: an equal score keeps the smaller column
                 worst = offer(ranked, columns, s, c, k)
         sort_heap(ranked, columns)
+        if unplaced < 0 and not (np.isfinite(ranked[0]) and np.isfinite(ranked[k - 1])):
+            unplaced = r
+    return unplaced
