@@ -109,10 +109,10 @@ class RunDirectory:
         return part
 
     @classmethod
-    def existing(cls, path: str | os.PathLike, key: str = "run") -> RunDirectory:
+    def existing(cls, path: str | os.PathLike) -> RunDirectory:
         run = cls(path, create=False)
-        if not (run.path / CONFIG_FILE).is_file():
-            raise UserInputError(f"{key}={run.path}: no {CONFIG_FILE} there; expected an "
+        if not run.config_file.is_file():
+            raise UserInputError(f"run={run.path}: no {CONFIG_FILE} there; expected an "
                                  "sgh-train run directory")
         return run
 
@@ -278,8 +278,7 @@ class RunDirectory:
 
     def write_config(self, config) -> None:
         self._mark()
-        with atomic_file(self.config_file) as temporary:
-            temporary.write_text(OmegaConf.to_yaml(OmegaConf.structured(config)))
+        write_bytes(self.config_file, OmegaConf.to_yaml(OmegaConf.structured(config)).encode())
 
     def write_inputs(self, inputs: list[InputFile]) -> None:
         self._mark()

@@ -4,6 +4,7 @@ Every writer of an output path the user chose asks here first, before any work."
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from pathlib import Path
 
 from sgh.artifacts.run_directory import EVAL_FILE, INPUTS_FILE, RUN_ENTRIES, RunDirectory
@@ -46,10 +47,8 @@ def refuse_a_runs_input(setting: str, path: str | os.PathLike, run_dir: str | os
     for item in recorded:
         same = resolved == Path(item.path)
         if not same and given.exists():
-            try:
+            with suppress(OSError):  # the recorded file is gone: not the same
                 same = os.path.samefile(given, item.path)
-            except OSError:
-                same = False
         if same:
             raise UserInputError(
                 f"{setting}={path} is {item.path}, the {item.setting} the run {run_dir} was "

@@ -101,10 +101,8 @@ def recording_to(directory: str | Path, staged_at: Path | None = None,
 def recording_as_the_only_file(directory: str | Path) -> Iterator[EventFile]:
     """Record this block's summaries as the one event file of `directory`, which the caller
     owns (`sgh.artifacts.atomic.refuse_to_replace`): the earlier ones are removed, so a rerun
-    shows one set of summaries, not two. TensorBoard never reads it half-made: it is written
-    under a staging name TensorBoard does not read (`.events.XXXXXXXX.tmp`, which the next
-    writer removes if this one is killed, `sgh.artifacts.atomic.staging`) and renamed into
-    place when the block succeeds."""
+    shows one set of summaries, not two. TensorBoard never reads it half-made: it is staged
+    (`_STAGED_EVENTS`, `sgh.artifacts.atomic.staging`) and renamed into place on success."""
     directory = Path(directory)
     with staging(directory / _STAGED_EVENTS) as staged:
         with recording_to(directory, staged_at=staged) as writer:
@@ -119,10 +117,8 @@ def recording() -> bool:
     return _current.get() is not None
 
 
-def _write(summary: summary_pb2.Summary, step: int) -> None:
-    writer = _current.get()
-    if writer is not None:
-        writer.add(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
+def _write(summary: summary_pb2.Summary, step: int) -> None:  # only while `recording()`
+    _current.get().add(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
 
 
 def scalar(tag: str, value: float, step: int, description: str | None = None) -> None:
@@ -134,9 +130,8 @@ def scalar(tag: str, value: float, step: int, description: str | None = None) ->
 def histogram(tag: str, values, step: int, description: str | None = None) -> None:
     """The values' distribution in the Histograms and Distributions tabs (TensorBoard's 30
     equal-width buckets, as `tf.summary.histogram`)."""
-    if recording():
-        data = np.asarray(values, np.float64).ravel()
-        _write(histogram_summary.histogram_pb(tag, data, description=description), step)
+    if recording():  # histogram_pb flattens the values to float64 itself
+        _write(histogram_summary.histogram_pb(tag, values, description=description), step)
 
 
 def image(tag: str, pixels: np.ndarray, step: int, description: str | None = None) -> None:
@@ -144,10 +139,16 @@ def image(tag: str, pixels: np.ndarray, step: int, description: str | None = Non
     (converted to 8 bits as `tf.image.convert_image_dtype` does) or uint8."""
     if not recording():
         return
+    from PIL import Image  # only runs that show images pay for its import
+
     pixels = np.asarray(pixels)
     if pixels.dtype != np.uint8:
         pixels = np.clip(np.floor(pixels * 255.5), 0, 255).astype(np.uint8)
-    encoded_image(tag, png(pixels), step, description)
+    if pixels.ndim == 3 and pixels.shape[2] == 1:
+        pixels = pixels[:, :, 0]
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    encoded_image(tag, buffer.getvalue(), step, description)
 
 
 def encoded_image(tag: str, png_bytes: bytes, step: int, description: str | None = None) -> None:
@@ -161,18 +162,6 @@ def encoded_image(tag: str, png_bytes: bytes, step: int, description: str | None
                                                           description=description)
         tensor(tag, np.array([str(width).encode(), str(height).encode(), png_bytes],
                              dtype=object), step, metadata)
-
-
-def png(pixels: np.ndarray) -> bytes:
-    """uint8 pixels (height, width[, 1 or 3 channels]) as PNG bytes."""
-    from PIL import Image  # only runs that show images pay for its import
-
-    pixels = np.asarray(pixels, np.uint8)
-    if pixels.ndim == 3 and pixels.shape[2] == 1:
-        pixels = pixels[:, :, 0]
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def tensor(tag: str, values: np.ndarray, step: int,

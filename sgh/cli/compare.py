@@ -14,7 +14,6 @@ from pathlib import Path
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from sgh.artifacts.output_places import disk_error_line
 from sgh.cli.boundary import exit_on_failure
 from sgh.cli.out_file_command import run_out_file_command
 from sgh.config import CompareCommandConfig
@@ -33,7 +32,8 @@ def _check_arguments(config: CompareCommandConfig) -> None:
 
 
 def _compare(config: CompareCommandConfig) -> None:
-    with exit_on_failure("sgh-compare", output_key="out"):  # here, or `run_job` prints its own
+    # Here, or `run_job` prints its own; a disk error names out=, else the sweep it writes into.
+    with exit_on_failure("sgh-compare", output_key="out", output_path=config.out or config.sweep):
         _check_arguments(config)
         sweep, out = config.sweep, config.out
         # Before reading and plotting every run: access() answers for read-only mounts too.
@@ -46,10 +46,7 @@ def _compare(config: CompareCommandConfig) -> None:
             if out is None and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise _read_only(sweep, f"{os.strerror(error.errno).lower()} "
                                         f"({error.filename or sweep})") from None
-            line = disk_error_line(error, "out", out or sweep)
-            if line is None:
-                raise
-            raise UserInputError(line) from None
+            raise
         print(table)
         for path in paths:
             print(f"[sgh] wrote {path}")

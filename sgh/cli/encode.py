@@ -121,8 +121,7 @@ def encode_file(config: EncodeCommandConfig) -> dict:
               "bits": encoder.bits, "fingerprint": _model_fingerprint(config),
               "encoder": os.path.abspath(encoder_path), "input": os.path.abspath(config.input),
               "key": config.key, "conversion": conversion}
-    write_bytes(record_path(out), (json.dumps(record, indent=1) + "\n").encode(),
-                replaces=_RECORD)
+    write_bytes(record_path(out), (json.dumps(record, indent=1) + "\n").encode(), replaces=_RECORD)
     summary = {"n": n, "dim": dim, "bits": encoder.bits, "conversion": conversion,
                "seconds": seconds, "vectors_per_second": n / seconds if seconds > 0 else None,
                "out": str(out), "record": str(record_path(out)), "encoder": str(encoder_path),
@@ -145,8 +144,7 @@ def _model_fingerprint(config: EncodeCommandConfig) -> str | None:
         return None
 
 
-def _stream_codes(vectors, encoder, out: Path, batch_size: int, training,
-                  input_scale: str) -> str:
+def _stream_codes(vectors, encoder, out: Path, batch_size: int, training, input_scale: str) -> str:
     """Read, convert, encode and append `batch_size` rows at a time; return the conversion.
     A plain file handle, not `open_memmap`: a map's written pages stay resident until unmapped."""
     n = len(vectors)

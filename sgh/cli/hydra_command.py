@@ -23,7 +23,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.core.utils import run_job
-from hydra.errors import HydraException, OverrideParseException
+from hydra.errors import HydraException
 from hydra.types import HydraContext, RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -116,10 +116,7 @@ def _quoted_beyond_ascii(text: str) -> str:
 
 
 def _parsed(text: str) -> Override:
-    try:
-        (parsed,) = OverridesParser.create().parse_overrides([text])
-    except OverrideParseException as error:
-        raise UserInputError(hydra_error_line(error)) from error
+    (parsed,) = OverridesParser.create().parse_overrides([text])  # unreadable: the boundary's line
     if not parsed.key_or_group:
         raise UserInputError(override_parse_line(text, "no key before the '='"))
     return parsed
@@ -196,10 +193,8 @@ def _run(config: DictConfig, typed, prepare) -> None:
     callbacks.on_run_start(config=config, config_name=config.hydra.job.config_name)
     done = run_job(task_function=lambda _: task(), config=config, job_dir_key="hydra.run.dir",
                    job_subdir_key=None, hydra_context=HydraContext(
-                       config_loader=GlobalHydra.instance().config_loader(),
-                       callbacks=callbacks))
-    callbacks.on_run_end(config=config, config_name=config.hydra.job.config_name,
-                         job_return=done)
+                       config_loader=GlobalHydra.instance().config_loader(), callbacks=callbacks))
+    callbacks.on_run_end(config=config, config_name=config.hydra.job.config_name, job_return=done)
     done.return_value  # noqa: B018  raises the task's exception (a bug: it reports the user's)
 
 

@@ -19,12 +19,7 @@ from sgh.artifacts.output_places import check_writable_place
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_outputs import refuse_a_run_file
 from sgh.cli.boundary import exit_on_failure
-from sgh.cli.input_scale import (
-    refuse_another_scale,
-    refuse_unscaled_rows,
-    scaled,
-    training_scale,
-)
+from sgh.cli.input_scale import refuse_another_scale, refuse_unscaled_rows, scaled, training_scale
 from sgh.cli.out_file_command import run_out_file_command
 from sgh.config import INPUT_SCALES, IndexBuildConfig, IndexSearchConfig
 from sgh.data.neighbours import exact_neighbours

@@ -36,8 +36,7 @@ def register_configs() -> None:
                            # `sgh`, `sgh-search` (experiment=search): a run directory's recipe
                            ("sgh_recipe", lambda method, experiment: method if experiment is None
                             else f"{method}-{str(experiment).replace('/', '-')}")):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, resolver)
+        OmegaConf.register_new_resolver(name, resolver, replace=True)
     store = ConfigStore.instance()
     store.store(name="config_schema", node=schema.Config)
     store.store(name="eval_command_schema", node=schema.EvalCommandConfig)

@@ -32,8 +32,7 @@ logger = logging.getLogger(__name__)
 # The second this command started (`_2`, `_3` ... once `_directory` found the name taken), one
 # value for the whole command: Hydra's `now` is read again at each composition.
 _start_time = ""
-if not OmegaConf.has_resolver("sgh_start_time"):
-    OmegaConf.register_new_resolver("sgh_start_time", lambda: _start_time)
+OmegaConf.register_new_resolver("sgh_start_time", lambda: _start_time, replace=True)
 
 
 def _train(config: Config, existed: frozenset[Path] | None = None) -> float | None:

@@ -14,16 +14,10 @@ import numpy as np
 from sgh.data.ann_files import loaded_features, refuse_companion_paths
 from sgh.data.feature_conversion import conversion_of, require_same_scaling
 from sgh.data.ground_truth import checked_ids
-from sgh.data.hdf5_files import (
-    _ANN_FILE,
-    Hdf5Vectors,
-    _member_names,
-    _opened,
-    _string_attribute,
-)
+from sgh.data.hdf5_files import _ANN_FILE, Hdf5Vectors, _member_names, _opened, _string_attribute
 from sgh.data.similarity import conversion_with, nearness, resolve_similarity
 from sgh.data.split import RetrievalSplit, ann_split
-from sgh.data.streamed_features import choose_streaming
+from sgh.data.streamed_features import choose_streaming, evenly_spaced
 from sgh.data.vector_file import _where
 from sgh.errors import UserInputError
 
@@ -74,7 +68,7 @@ def _spot_check_neighbours(where: str, truth: np.ndarray, query: np.ndarray,
     be scored on a wrong ground truth, silently."""
     k = min(_SPOT_CHECKED_NEIGHBOURS, truth.shape[1])
     key = "minus the inner product" if similarity == "inner_product" else "squared distance"
-    rows = np.unique(np.linspace(0, len(query) - 1, _SPOT_CHECKED_QUERIES).astype(int))
+    rows = evenly_spaced(len(query), _SPOT_CHECKED_QUERIES)
     # Imported here: `import sgh.data` should not load numba (a streaming reader's whole memory
     # budget is smaller than numba's import).
     from sgh.data.neighbours import exact_neighbours

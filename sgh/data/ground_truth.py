@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sgh.data.similarity import NEIGHBOUR_LABELS
+from sgh.data.split import RetrievalSplit
 from sgh.errors import UserInputError
-
-if TYPE_CHECKING:
-    from sgh.data.split import RetrievalSplit
 
 logger = logging.getLogger(__name__)
 

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from sgh.data.vector_file import MAT_NUMERIC_CLASSES, VectorFile, _where
+from sgh.data.vector_file import MAT_MATRIX, MAT_NUMERIC_CLASSES, VectorFile, _where
 from sgh.errors import UserInputError, one_line
 
 HDF5_SUFFIXES = (".hdf5", ".h5")
 _ANN_FILE = ("an ann-benchmarks HDF5 file: train (the database and training set), test (the "
              "queries), optional neighbors (test x K ids into train, 0-based) and distances")
 _MAT_FILE = "a MATLAB v7.3 .mat file (save(..., '-v7.3'))"
-_MATRIX = f"a full numeric matrix ({', '.join(MAT_NUMERIC_CLASSES)})"
 # take(): rows this close are read as one range (reading the rows between costs less than
 # another call), of at most _MAX_SPAN_BYTES.
 _MERGE_GAP_BYTES = 1 << 16
@@ -166,9 +165,9 @@ class Hdf5Vectors(VectorFile):
             with _hdf5_errors(where, "is corrupt in the HDF5 file"):
                 sparse = "MATLAB_sparse" in member.attrs
             kind = "sparse" if sparse else (matlab_class or "struct")
-            raise UserInputError(f"{where} is a MATLAB {kind} array; expected {_MATRIX}")
+            raise UserInputError(f"{where} is a MATLAB {kind} array; expected {MAT_MATRIX}")
         if matlab_class is not None and matlab_class not in MAT_NUMERIC_CLASSES:
-            raise UserInputError(f"{where} is a MATLAB {matlab_class} array; expected {_MATRIX}")
+            raise UserInputError(f"{where} is a MATLAB {matlab_class} array; expected {MAT_MATRIX}")
         stored = _numbers(member, where)
         with _hdf5_errors(where, "is corrupt in the HDF5 file"):
             empty = "MATLAB_empty" in member.attrs
@@ -191,16 +190,15 @@ class Hdf5Vectors(VectorFile):
                 yield member
 
     def _rows(self, member, start: int, stop: int) -> np.ndarray:
-        if self.matlab:
-            return np.ascontiguousarray(member[:, start:stop].T)
-        return member[start:stop]
-
-    def _finish(self, rows: np.ndarray) -> np.ndarray:
+        """Rows [start, stop) as MATLAB has them (transposed, logical as bool) if `matlab`."""
+        if not self.matlab:
+            return member[start:stop]
+        rows = np.ascontiguousarray(member[:, start:stop].T)
         return rows.astype(np.bool_) if self._logical else rows
 
     def _read(self, start, stop):
         with self._dataset() as member:
-            return self._finish(self._rows(member, start, stop))
+            return self._rows(member, start, stop)
 
     def _take_unstrided(self, rows):
         # h5py's fancy indexing is slow: read sorted distinct rows as ranges instead.
@@ -214,7 +212,7 @@ class Hdf5Vectors(VectorFile):
         with self._dataset() as member:
             for first, last in _ranges(unique, gap, span):
                 block = self._rows(member, int(unique[first]), int(unique[last - 1]) + 1)
-                taken[first:last] = self._finish(block[unique[first:last] - unique[first]])
+                taken[first:last] = block[unique[first:last] - unique[first]]
         return taken[inverse.reshape(-1)]
 
 

@@ -39,11 +39,6 @@ class MalformedMat(Exception):
     """The structure is broken; the message says where."""
 
 
-def is_mat_v4(head: bytes) -> bool:
-    """scipy's rule: a v4 file's first four bytes (its type word) contain a zero byte."""
-    return 0 in head[:4]
-
-
 def check_mat5_structure(handle: BinaryIO) -> set[str]:
     """Walk every data element of an open v5 file, raising MalformedMat if one is broken; return
     the complex variables' names (scipy's `mat_dtype=True` would drop their imaginary part)."""

@@ -45,12 +45,10 @@ def _as_features(array: np.ndarray, name: str, finite_checked: bool = False) -> 
     """``array`` as a 2-D real array; ValueError naming ``name`` otherwise, or for NaN/Inf
     unless the caller checks those itself (`finite_checked`)."""
     array = np.asarray(array)
-    if array.ndim != 2 or not (np.issubdtype(array.dtype, np.floating)
-                               or np.issubdtype(array.dtype, np.integer)):
+    if array.ndim != 2 or array.dtype.kind not in "iuf":
         raise ValueError(f"{name} must be a 2-D real array (n, dim), got dtype {array.dtype} "
                          f"and shape {array.shape}")
-    if not finite_checked and np.issubdtype(array.dtype, np.floating) \
-            and not np.isfinite(array).all():
+    if not finite_checked and array.dtype.kind == "f" and not np.isfinite(array).all():
         raise ValueError(f"{name} contains NaN or infinite values; neighbours are undefined")
     return array
 

@@ -31,10 +31,6 @@ CHUNK_BYTES = 1 << 25
 STREAM_READERS = ("mmap", "pread")
 
 
-def default_chunk_rows(dim: int) -> int:
-    return max(1, CHUNK_BYTES // (4 * dim))
-
-
 class StreamedFeatures:
     """The float32 features of a `VectorFile`, read on demand; `unit_normalise`: every row
     divided by its L2 norm as it is read (angular)."""
@@ -111,9 +107,7 @@ class StreamedFeatures:
 
     def chunks(self, chunk_rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
         """(start, float32 rows [start, start + chunk_rows)) over all visible rows, in order."""
-        chunk_rows = chunk_rows or default_chunk_rows(self.shape[1])
-        for start in range(0, len(self), chunk_rows):
-            yield start, self.read(start, min(start + chunk_rows, len(self)))
+        return iter_chunks(self, chunk_rows)
 
     def load(self) -> np.ndarray:
         """All visible rows in memory (for consumers that need them whole: the baselines)."""
@@ -144,12 +138,13 @@ def iter_chunks(features: Features, chunk_rows: int | None = None
                 ) -> Iterator[tuple[int, np.ndarray]]:
     """(start, float32 rows) in chunks of `chunk_rows`, for in-memory and streamed features
     alike (the same boundaries, so chunked sums agree bit for bit)."""
-    chunk_rows = chunk_rows or default_chunk_rows(features.shape[1])
-    if isinstance(features, StreamedFeatures):
-        yield from features.chunks(chunk_rows)
-        return
+    chunk_rows = chunk_rows or max(1, CHUNK_BYTES // (4 * features.shape[1]))
     for start in range(0, len(features), chunk_rows):
-        yield start, np.asarray(features[start:start + chunk_rows], np.float32)
+        stop = min(start + chunk_rows, len(features))
+        if isinstance(features, StreamedFeatures):
+            yield start, features.read(start, stop)
+        else:
+            yield start, np.asarray(features[start:stop], np.float32)
 
 
 def take_rows(features: Features, ids: np.ndarray) -> np.ndarray:

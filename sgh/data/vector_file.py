@@ -16,6 +16,7 @@ from sgh.errors import UserInputError
 # Classes of plain numeric MATLAB arrays (scipy.io.whosmat's, and v7.3's `MATLAB_class`).
 MAT_NUMERIC_CLASSES = ("double", "single", "logical", "int8", "uint8", "int16", "uint16",
                        "int32", "uint32", "int64", "uint64")
+MAT_MATRIX = f"a full numeric matrix ({', '.join(MAT_NUMERIC_CLASSES)})"
 
 
 class VectorFile:

@@ -3,9 +3,9 @@
 
 `.npy` and texmex files are read by positioned reads of the rows asked (a memory map kept alive
 would count its pages in RSS); `.npz` and v4/v5 `.mat` files whole, on the first `read`; HDF5
-and v7.3 `.mat` files by `sgh.data.hdf5_files`, imported only when needed. Everything wrong with
-a file is one `UserInputError` line naming it (and the key) and saying what is accepted; object
-(pickled) arrays are refused and never unpickled.
+and v7.3 `.mat` files by `sgh.data.hdf5_files`. Everything wrong with a file is one
+`UserInputError` line naming it (and the key) and saying what is accepted; object (pickled)
+arrays are refused and never unpickled.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from sgh.data.mat5_structure import MalformedMat, check_mat5_structure, is_mat_v4
-from sgh.data.vector_file import MAT_NUMERIC_CLASSES, VectorFile
+from sgh.data.hdf5_files import HDF5_SUFFIXES, Mat73Arrays, open_hdf5_vectors, variable_names
+from sgh.data.mat5_structure import MalformedMat, check_mat5_structure
+from sgh.data.vector_file import MAT_MATRIX, MAT_NUMERIC_CLASSES, VectorFile
 from sgh.errors import UserInputError, one_line
 
 ACCEPTED_SUFFIXES = (".npy", ".npz", ".fvecs", ".bvecs", ".ivecs", ".mat", ".hdf5", ".h5")
@@ -41,9 +42,7 @@ MALFORMED_FILE_ERRORS = (ValueError, SyntaxError, TypeError, KeyError, EOFError,
 
 def _positioned_read(path: Path, dtype: np.dtype, offset: int, count: int):
     """`count` items of `dtype` at byte `offset`, or a one-line error if the file is short."""
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        values = np.fromfile(handle, dtype=dtype, count=count)
+    values = np.fromfile(path, dtype=dtype, count=count, offset=offset)
     if len(values) != count:
         raise UserInputError(f"{path} is truncated (expected {count * dtype.itemsize} bytes at "
                              f"offset {offset}, found {len(values) * dtype.itemsize})")
@@ -136,9 +135,7 @@ class TexmexVectors(VectorFile):
 def list_keys(path: Path) -> list[str]:
     """The names of the arrays in a `.npz`, `.mat` or HDF5 file, from its directory or headers."""
     suffix = path.suffix.lower()
-    if suffix in (".hdf5", ".h5") or (suffix == ".mat" and is_mat_v73(path)):
-        from sgh.data.hdf5_files import variable_names
-
+    if suffix in HDF5_SUFFIXES or (suffix == ".mat" and is_mat_v73(path)):
         return variable_names(path, matlab=suffix == ".mat")
     if suffix == ".mat":
         return [name for name, _, _ in _whosmat(path)]
@@ -206,8 +203,8 @@ class MatVectors(WholeArrayVectors):
         key = _only_key(path, list(variables), key)
         shape, kind = variables[key]
         if kind not in MAT_NUMERIC_CLASSES:
-            raise UserInputError(f"{path}: key {key!r} is a MATLAB {kind} array; expected a "
-                                 f"full numeric matrix ({', '.join(MAT_NUMERIC_CLASSES)})")
+            raise UserInputError(f"{path}: key {key!r} is a MATLAB {kind} array; "
+                                 f"expected {MAT_MATRIX}")
         dtype = np.dtype("bool" if kind == "logical"
                          else {"double": "float64", "single": "float32"}.get(kind, kind))
         super().__init__(path, key, shape, dtype)
@@ -229,9 +226,11 @@ def is_mat_v73(path: Path) -> bool:
 def _check_mat_file(path: Path) -> set[str]:
     """Refuse a v4/v5 file that would crash scipy's reader; return its complex variables' names."""
     with open(path, "rb") as handle:
-        head = handle.read(128)
-        if len(head) < 4 or is_mat_v4(head):
-            return set()  # v4 has no compiled reader to crash; scipy reports its errors
+        # A v4 file by scipy's rule: a zero byte in its first four (its type word). v4 has no
+        # compiled reader to crash; scipy reports its errors.
+        head = handle.read(4)
+        if len(head) < 4 or 0 in head:
+            return set()
         handle.seek(0)
         try:
             return check_mat5_structure(handle)
@@ -259,8 +258,6 @@ def read_mat_arrays(path: Path, names: list[str] | None = None):
     `names` given; vectors come back as (1, n) or (n, 1). All of a v7.3 file's come as a lazy
     mapping (`sgh.data.hdf5_files.Mat73Arrays`)."""
     if is_mat_v73(path):
-        from sgh.data.hdf5_files import Mat73Arrays
-
         arrays = Mat73Arrays(path)
         return arrays if names is None else {name: arrays[name] for name in names}
     import scipy.io
@@ -325,9 +322,7 @@ def open_vectors(path, key: str | None = None) -> VectorFile:
             return NpyVectors(path)
         if suffix == ".npz":
             return NpzVectors(path, key)
-        if suffix in (".hdf5", ".h5") or (suffix == ".mat" and is_mat_v73(path)):
-            from sgh.data.hdf5_files import open_hdf5_vectors
-
+        if suffix in HDF5_SUFFIXES or (suffix == ".mat" and is_mat_v73(path)):
             return open_hdf5_vectors(path, key, matlab=suffix == ".mat")
         if suffix == ".mat":
             return MatVectors(path, key)

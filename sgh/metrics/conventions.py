@@ -51,7 +51,7 @@ def check_policies(**policies: object) -> None:
 
 def check_cutoffs(values: int | Iterable[int], name: str = "k_values") -> list[int]:
     """Positive integer cut-offs as python ints, in the order given."""
-    array = np.atleast_1d(np.asarray(values if not isinstance(values, range) else list(values)))
+    array = np.atleast_1d(np.asarray(values))
     if array.ndim != 1 or array.size == 0 or not np.issubdtype(array.dtype, np.integer) \
             or array.min() < 1:
         raise ValueError(f"{name} must be positive integers, got {values!r}")
@@ -160,7 +160,7 @@ def average_over_queries(per_query: dict[str, np.ndarray], relevant_counts: np.n
     with more axes; nan when no query is scored), ``n_queries``, ``n_scored``,
     ``n_no_relevant``, ``no_relevant_policy``.
     """
-    check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
+    check_policies(no_relevant=no_relevant)
     missing = relevant_counts == 0
     if no_relevant == "error" and missing.any():
         raise ValueError(f"{int(missing.sum())} of {missing.size} queries have no relevant "

@@ -223,7 +223,6 @@ def distance_histograms(query_codes: np.ndarray, database_codes: np.ndarray, bit
 
 
 def _map(function, tasks: list[slice], workers: int) -> list:
-    """``function`` over the tasks, on a thread pool when there are several workers and tasks."""
     if workers == 1 or len(tasks) <= 1:
         return [function(task) for task in tasks]
     with ThreadPoolExecutor(max_workers=min(workers, len(tasks))) as pool:

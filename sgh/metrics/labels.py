@@ -19,7 +19,6 @@ from sgh.metrics.tie_aware import harmonic_numbers
 
 
 def _cutoff_list(values: int | Iterable[int] | None, name: str) -> list[int]:
-    """Validated cut-offs; None or empty: none."""
     values = [] if values is None else list(np.atleast_1d(values))
     return check_cutoffs(values, name) if values else []
 

@@ -7,8 +7,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from sgh.codes import validate_codes
-from sgh.errors import check_choice
-from sgh.metrics.conventions import TIES, check_cutoffs
+from sgh.metrics.conventions import check_cutoffs, check_policies
 from sgh.metrics.histograms import distance_histograms
 from sgh.metrics.ranking import per_query_relevant_retrieved
 from sgh.metrics.relevance import neighbour_relevance
@@ -30,7 +29,7 @@ def recall_at_n(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
 
     Returns ``{N: recall}`` for the cut-offs ``n_values``, in the order given; nan without queries.
     """
-    check_choice("ties", ties, TIES)
+    check_policies(ties=ties)
     query_codes = validate_codes(query_codes, bits, "query codes")
     database_codes = validate_codes(database_codes, bits, "database codes")
     if database_codes.shape[0] == 0:

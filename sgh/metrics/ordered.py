@@ -15,12 +15,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from sgh.errors import check_choice
 from sgh.metrics.conventions import (
     DEFAULT_DENOMINATOR,
-    DENOMINATORS,
     average_over_queries,
     average_precision_of_sums,
+    check_policies,
 )
 from sgh.metrics.relevance import label_relevance, neighbour_relevance
 
@@ -36,7 +35,7 @@ def ordered_metrics(ranking, n_queries: int, n_database: int,
     Returns a flat dict: ``map``, ``map@K``, ``precision@K``, ``recall@K``,
     ``map_queries_without_relevant`` (labels); ``recall{K}@{N}`` (ground truth).
     """
-    check_choice("denominator", denominator, DENOMINATORS)
+    check_policies(denominator=denominator)
     if n_database == 0:
         raise ValueError("the database is empty (0 items); nothing can be ranked")
     map_k, recall_n = [int(k) for k in map_k], [int(n) for n in recall_n]

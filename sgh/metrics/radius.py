@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.errors import check_choice, check_int
-from sgh.metrics.conventions import NO_RELEVANT_POLICIES, average_over_queries
+from sgh.errors import check_int
+from sgh.metrics.conventions import average_over_queries, check_policies
 from sgh.metrics.histograms import DistanceHistograms, label_histograms
 
 
@@ -55,12 +55,11 @@ def hash_lookup(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
     """Precision, recall, F1 (of the means) and ``n_retrieved_nothing`` of hash lookup within
     Hamming radius ``radius`` >= 0 (inclusive), with the query counts; see the module docstring.
     """
-    check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
+    check_policies(no_relevant=no_relevant)
     at = check_radius(radius, bits)
-    histograms = label_histograms(query_codes, database_codes, bits, query_labels, database_labels,
-                                  workers=workers)
     # One point of the curve: pr_curve and evaluate_labels agree with it to the last bit.
-    result = pr_curve_of_histograms(histograms, no_relevant)
+    result = pr_curve(query_codes, database_codes, bits, query_labels, database_labels,
+                      no_relevant, workers)
     del result["radius"]
     precision, recall = result.pop("precision")[at], result.pop("recall")[at]
     return {"radius": int(radius), "precision": precision, "recall": recall,
@@ -74,7 +73,7 @@ def pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
              workers: int | None = None) -> dict:
     """Precision and recall of hash lookup at every radius 0..bits: lists ``radius``,
     ``precision``, ``recall``, ``n_retrieved_nothing``, with the query counts."""
-    check_choice("no_relevant", no_relevant, NO_RELEVANT_POLICIES)
+    check_policies(no_relevant=no_relevant)
     histograms = label_histograms(query_codes, database_codes, bits, query_labels, database_labels,
                                   workers=workers)
     return pr_curve_of_histograms(histograms, no_relevant)

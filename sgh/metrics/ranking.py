@@ -121,11 +121,9 @@ def _top_k_metric(name: str, labelled: tuple, k_values, ties, no_relevant, worke
     per_query = {}
     for k in cutoffs:
         retrieved = per_query_relevant_retrieved(histograms, k, ties)
-        if name == "precision":
-            per_query[k] = retrieved / min(k, histograms.n_database)
-        else:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                per_query[k] = retrieved / total_relevant
+        divisor = min(k, histograms.n_database) if name == "precision" else total_relevant
+        with np.errstate(invalid="ignore", divide="ignore"):  # R = 0: recall nan
+            per_query[k] = retrieved / divisor
     result = average_over_queries(per_query, total_relevant, no_relevant)
     return {name: {k: result.pop(k) for k in cutoffs}, **result, "ties": ties}
 

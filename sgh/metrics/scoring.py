@@ -46,8 +46,7 @@ def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config
         index = getattr(ranking, "index", None)
         if groundtruth is not None and getattr(index, "mode", None) == "two_stage":
             n = 100 if 100 in config.recall_n else max(config.recall_n)
-            metrics["shortlist_curve"] = shortlist_curve(index, ranking.queries, groundtruth,
-                                                         k, n)
+            metrics["shortlist_curve"] = shortlist_curve(index, ranking.queries, groundtruth, k, n)
     elif database_labels is not None:
         for ties, suffix in (("expected", ""), ("stable", "_stable")):
             result = evaluate_labels(query_codes, database_codes, bits, query_labels,
@@ -77,8 +76,7 @@ def score(database_codes: np.ndarray, query_codes: np.ndarray, bits: int, config
 
 
 def score_search(ranking, prefix: str, config, n_database: int,
-                 database_labels: np.ndarray | None = None,
-                 query_labels: np.ndarray | None = None,
+                 database_labels: np.ndarray | None = None, query_labels: np.ndarray | None = None,
                  groundtruth: np.ndarray | None = None) -> dict:
     """`score`'s label and neighbour metrics of another ranking of the same queries (ties by
     id), under keys ``prefix + key``, beside ``prefix + "ranking"``: its description."""

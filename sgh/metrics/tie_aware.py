@@ -37,12 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sgh.errors import check_choice
-from sgh.metrics.conventions import (
-    DEFAULT_DENOMINATOR,
-    DENOMINATORS,
-    average_precision_of_sums,
-)
+from sgh.metrics.conventions import DEFAULT_DENOMINATOR, average_precision_of_sums, check_policies
 
 # Cells (queries x values of X) of one hypergeometric chunk: bounds memory for large K.
 _HYPERGEOMETRIC_CELLS = 1 << 20
@@ -133,7 +128,7 @@ def expected_average_precision(counts: np.ndarray, relevant: np.ndarray, k: int 
     From the ``(queries, bits + 1)`` per-distance counts of all / relevant items (see the module
     docstring); ``harmonic``: :func:`harmonic_numbers` of at least n_database (None: computed).
     """
-    check_choice("denominator", denominator, DENOMINATORS)
+    check_policies(denominator=denominator)
     n_database = int(counts[0].sum()) if counts.shape[0] else 0
     harmonic = harmonic_numbers(n_database) if harmonic is None else harmonic
     total_relevant = relevant.sum(axis=1)

@@ -68,8 +68,7 @@ def ste_sign(x) -> tf.Tensor:
 @tf.custom_gradient
 def _ste_sign(x):
     def grad(g):
-        g = _or_zeros(g, x)
-        return g * tf.cast(tf.abs(x) <= 1.0, x.dtype)
+        return _or_zeros(g, x) * tf.cast(tf.abs(x) <= 1.0, x.dtype)
 
     return tf.sign(x), grad
 

@@ -25,11 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from sgh.config import ModelConfig
-from sgh.data.feature_statistics import (
-    FeatureStatistics,
-    feature_statistics,
-    principal_directions,
-)
+from sgh.data.feature_statistics import feature_statistics, principal_directions
 from sgh.data.streamed_features import Features
 from sgh.model.byte_tables import ByteTables
 from sgh.model.layers import DoublySN
@@ -92,15 +88,28 @@ class SGH(tf.Module):
         if config.decoder == "bytes":  # directions of x, which normalising only scales
             basis = principal_directions(x_train, statistics.mean,
                                          SUBSPACE_DIMS_PER_BIT * config.bits)
-        return cls.from_statistics(config, statistics, seed, basis)
+        dim = len(statistics.mean)
+        if config.normalization == "isotropic":
+            # One global scale (RMS of the centred coordinates) keeps Euclidean neighbours intact.
+            mean = statistics.mean.astype(np.float32)
+            # Centred on the float32 mean the model subtracts: sum (x - mean32)^2 =
+            # sum (x - mean64)^2 + n (mean64 - mean32)^2 per dimension.
+            variance = float(np.sum(statistics.squared_deviations
+                                    + statistics.count * np.square(statistics.mean - mean))
+                             / (statistics.count * dim))
+            scale = math.sqrt(variance) if variance > 0 else 1.0
+        else:
+            mean, scale = np.zeros(dim, np.float32), 1.0
+        init = initial_weights(config, dim, (statistics.mean - mean) / scale,
+                               statistics.variance / scale**2, seed, basis)
+        return cls(config, dim, mean, scale, init, seed)
 
     @classmethod
     def skeleton(cls, config: ModelConfig, dim: int) -> SGH:
         """A model of the right shapes with placeholder values, for weights restored next."""
         zeros = np.zeros(dim, np.float32)
         r = SUBSPACE_DIMS_PER_BIT * config.bits
-        basis = np.eye(dim, r, dtype=np.float32) if config.decoder == "bytes" and r < dim \
-            else None
+        basis = np.eye(dim, r, dtype=np.float32) if config.decoder == "bytes" and r < dim else None
         return cls(config, dim, zeros, 1.0, initial_weights(config, dim, zeros, zeros + 1, 0,
                                                             basis))
 
@@ -119,25 +128,6 @@ class SGH(tf.Module):
                 raise ValueError(f"weight {name!r} has shape {weights[name].shape}; this model's "
                                  f"is {tuple(variable.shape)}")
             variable.assign(weights[name])
-
-    @classmethod
-    def from_statistics(cls, config: ModelConfig, statistics: FeatureStatistics,
-                        seed: int, basis: np.ndarray | None = None) -> SGH:
-        dim = len(statistics.mean)
-        if config.normalization == "isotropic":
-            # One global scale (RMS of the centred coordinates) keeps Euclidean neighbours intact.
-            mean = statistics.mean.astype(np.float32)
-            # Centred on the float32 mean the model subtracts: sum (x - mean32)^2 =
-            # sum (x - mean64)^2 + n (mean64 - mean32)^2 per dimension.
-            variance = float(np.sum(statistics.squared_deviations
-                                    + statistics.count * np.square(statistics.mean - mean))
-                             / (statistics.count * dim))
-            scale = math.sqrt(variance) if variance > 0 else 1.0
-        else:
-            mean, scale = np.zeros(dim, np.float32), 1.0
-        init = initial_weights(config, dim, (statistics.mean - mean) / scale,
-                               statistics.variance / scale**2, seed, basis)
-        return cls(config, dim, mean, scale, init, seed)
 
     def logits(self, x: tf.Tensor) -> tf.Tensor:
         normalised = (x - self.mean) / self.scale
@@ -311,12 +301,9 @@ class MLP(tf.Module):
                                            name=f"{name}_bias_{index}"))
 
     def __call__(self, x: tf.Tensor) -> tf.Tensor:
-        last = len(self.kernels) - 1
-        for index, (kernel, bias) in enumerate(zip(self.kernels, self.biases, strict=True)):
-            x = tf.matmul(x, kernel) + bias
-            if index < last:
-                x = self.activation(x)
-        return x
+        for kernel, bias in zip(self.kernels[:-1], self.biases[:-1], strict=True):
+            x = self.activation(tf.matmul(x, kernel) + bias)
+        return tf.matmul(x, self.kernels[-1]) + self.biases[-1]
 
 
 def finite_differences(decode, x_norm: tf.Tensor, h: tf.Tensor, rho2: tf.Tensor) -> tf.Tensor:

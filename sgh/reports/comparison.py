@@ -141,10 +141,8 @@ def _number(run: dict, key: str) -> float:
 
 def aggregate(rows: list[dict]) -> list[dict]:
     """One dict per (dataset, method label, bits): n_seeds, seeds, <metric>_mean/_std, first_run.
-
-    The method label (``itq``, ``itq (scan)``, ``sgh [trainer.steps=400]``) adds to the
-    method a ranking other than Hamming and the settings that set the run apart
-    (`sgh.reports.sweep_runs`): runs of different labels are never averaged together."""
+    The label (``itq``, ``itq (scan)``, ``sgh [trainer.steps=400]``) is `ranking_label` plus the
+    `variant` (`sgh.reports.sweep_runs`): runs of different labels are never averaged together."""
     groups = defaultdict(list)
     for row in rows:
         label = ranking_label(row) + row.get("variant", "")
@@ -363,8 +361,6 @@ def figures(aggregated: list[dict]) -> dict[str, bytes]:
 def write_tensorboard(directory: Path, images: dict[str, bytes]) -> None:
     """The figures as image summaries (step 0), replacing an earlier tensorboard_compare/ only."""
     refuse_to_replace(directory, TENSORBOARD_IMAGES, elsewhere=_ELSEWHERE)
-    # One event file, staged where TensorBoard does not look: never half a comparison shown,
-    # nor two sets of images after a rerun.
     with tensorboard_events.recording_as_the_only_file(directory):
         for name, png in images.items():
             tensorboard_events.encoded_image(name, png, step=0, description=DESCRIPTION[name])
@@ -434,7 +430,6 @@ def compare(sweep_dir, out=None, tensorboard: bool = True,
     files = {"comparison.csv": csv_text(aggregated).encode(), "comparison.md": table.encode(),
              **{f"{name}.png": png for name, png in images.items()}}
     with_images = tensorboard and bool(images)
-    # Everything is checked before anything is written: a refusal leaves every file as it was.
     refuse_to_replace(out / RECORD_FILE, _RECORD, elsewhere=_ELSEWHERE)
     for name in files:
         refuse_to_replace(out / name, COMPARISON_FILE, elsewhere=_ELSEWHERE)

@@ -57,8 +57,7 @@ def streamed_blocks(rows: StreamedFeatures, config: TrainerConfig,
 
     def read_block(ids):
         block = tf.numpy_function(read, [ids], tf.float32, stateful=False)
-        block.set_shape([None, batch_size, dim])
-        return block
+        return tf.ensure_shape(block, [None, batch_size, dim])
 
     return (tf.data.Dataset.from_tensor_slices(plan)
             .map(ids_of_call)

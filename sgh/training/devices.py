@@ -108,10 +108,9 @@ def is_chief(strategy: tf.distribute.Strategy | None) -> bool:
     if not is_multi_worker(strategy):
         return True
     resolver = strategy.cluster_resolver
-    task_type, task_id = resolver.task_type, resolver.task_id
-    if task_type is None or task_type == "chief":
+    if resolver.task_type in (None, "chief"):
         return True
-    return task_type == "worker" and task_id == 0 and "chief" not in (
+    return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in (
         resolver.cluster_spec().as_dict())
 
 

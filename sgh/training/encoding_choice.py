@@ -65,25 +65,16 @@ def byte_decoder_choice(model, encoder: AsymmetricScore, database: np.ndarray,
                else trained.refitted(database, start_codes))
     if queries is None:
         return EncodingChoice(decoder, UNVALIDATED_ENCODING, {})
-    return _validated_choice(decoder, database, weights, queries, groundtruth, recall_k,
-                             trained is not None)
-
-
-def _validated_choice(decoder: ByteDecoder, database: np.ndarray, weights: np.ndarray,
-                      queries: np.ndarray, groundtruth: np.ndarray, recall_k: int,
-                      trained: bool) -> EncodingChoice:
-    """Each encoding's figure on ``database`` (``weights``: its encoder score's bit weights) for
-    the held-out ``queries``, and the default (module doc); ``trained``: the decoder is the
-    model's."""
-    figures, start_codes, certainty = {}, pack_bits(weights <= 0), np.abs(weights)
+    figures, certainty = {}, np.abs(weights)
     for encoding in VALIDATED_ENCODINGS:
         codes = decoder.encode(database, start_codes, encoding, certainty)
         found = AsymmetricIndex(decoder, codes).search(queries, CUTOFF)[1]
         figures[encoding] = recall_of_results(found, groundtruth, recall_k)
     encoding = default_encoding(figures)
     logger.info("byte decoder (%s): encoding %s (validation recall%d@%d: %s)",
-                "trained, refitted" if trained else "fitted after training", encoding, recall_k,
-                CUTOFF, ", ".join(f"{name} {figure:.4f}" for name, figure in figures.items()))
+                "fitted after training" if trained is None else "trained, refitted", encoding,
+                recall_k, CUTOFF,
+                ", ".join(f"{name} {figure:.4f}" for name, figure in figures.items()))
     return EncodingChoice(decoder, encoding, figures)
 
 

@@ -68,8 +68,7 @@ PERMUTATION_LIMIT = 10_000_000
 
 def _draw(n: int, n_queries: int, n_database: int) -> tuple[np.ndarray, np.ndarray]:
     """(held-out query ids, sorted validation-database ids) among n training items."""
-    query_rng, database_rng = (np.random.default_rng(seed)
-                               for seed in (_QUERY_SEED, _DATABASE_SEED))
+    query_rng, database_rng = map(np.random.default_rng, (_QUERY_SEED, _DATABASE_SEED))
     if n <= PERMUTATION_LIMIT:
         held_out = query_rng.permutation(n)[:n_queries]
         kept = np.setdiff1d(np.arange(n), held_out)  # sorted: training order is unchanged

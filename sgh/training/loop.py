@@ -109,8 +109,7 @@ class Trainer:
         with self.strategy.scope():
             if self.streamed is None:
                 # A variable (a constant would be copied into every traced graph), made from a
-                # tensor whose buffer it takes over: from the array itself it is slower than a
-                # copy.
+                # tensor whose buffer it takes over: from the array itself it is slower than a copy.
                 self.data = tf.Variable(_training_set_tensor(x_train), trainable=False,
                                         name="train")
             self.optimizer = keras.optimizers.Adam(learning_rate_schedule(config),
@@ -155,7 +154,6 @@ class Trainer:
                                    **extra)
 
     def _batch_ids(self, step: tf.Tensor) -> tf.Tensor:
-        """Step `step`'s batch indices (B,)."""
         return batch_ids(self.config.seed, step, self.config.batch_size, self.n_train)
 
     def _noise(self, step: tf.Tensor) -> tf.Tensor:

@@ -48,7 +48,6 @@ def select_scores(model: SGH, validation: ValidationSet | None, train_items: Fea
     logger.info("fitting the byte decoder on %s training items%s", f"{len(database):,}",
                 "; choosing the scores and its encoding on the validation split"
                 if validation is not None else "")
-    codes = encode_packed(model, database)
     if validation is None:
         return score_set(model, per_bit, network, similarity, 1.0, "encoder", "encoder",
                          "no validation split (validation.every=0): eval.score=auto is the "
@@ -57,12 +56,12 @@ def select_scores(model: SGH, validation: ValidationSet | None, train_items: Fea
     groundtruth = exact_neighbours(validation.query, database, recall_k, similarity)
     bytes_choice = byte_decoder_choice(model, per_bit["encoder"], database, validation.query,
                                        groundtruth, recall_k)
-    figures = _validation_recalls(model, per_bit, network, codes, validation.query,
-                                  groundtruth, recall_k, similarity)
-    if figures is None:  # the encoder's is the one per-bit score
+    if network is None and "decoder" not in per_bit:  # the encoder's is the one per-bit score
         return score_set(model, per_bit, None, similarity, 1.0, "encoder", "encoder",
                          "model.decoder=bytes: the encoder score is the one per-bit score; the "
                          "byte decoder ranks its own codes", {}, bytes_choice)
+    figures = _validation_recalls(model, per_bit, network, encode_packed(model, database),
+                                  validation.query, groundtruth, recall_k, similarity)
     weight = max(JOINT_WEIGHTS, key=lambda w: (figures[("joint", w)], -abs(np.log2(w))))
     by_kind = {"encoder": figures[("encoder", None)], "decoder": figures[("decoder", None)],
                "joint": figures[("joint", weight)]}
@@ -118,10 +117,7 @@ def _selection_database(train_items: Features) -> np.ndarray:
 def _validation_recalls(model: SGH, per_bit: dict, network, codes: np.ndarray,
                         queries: np.ndarray, groundtruth: np.ndarray, recall_k: int,
                         similarity: str) -> dict:
-    """``{(kind, weight): Recall K@100}`` of each candidate (module doc); None if the encoder's
-    is the model's one per-bit score."""
-    if network is None and "decoder" not in per_bit:
-        return None
+    """``{(kind, weight): Recall K@100}`` of each candidate (module doc)."""
     encoder = AsymmetricIndex(per_bit["encoder"], codes)
     if network is None:
         decoder = AsymmetricIndex(per_bit["decoder"], codes)
@@ -133,8 +129,8 @@ def _validation_recalls(model: SGH, per_bit: dict, network, codes: np.ndarray,
         unit, variance = 1.0, network.noise_variance
     everything = np.broadcast_to(np.arange(len(codes)), (_QUERY_BLOCK, len(codes)))
     whole = _QUERY_BLOCK * len(codes)
-    hits: dict = {}
     candidates = [("encoder", None), ("decoder", None), *(("joint", w) for w in JOINT_WEIGHTS)]
+    hits = dict.fromkeys(candidates, 0)
     for q0 in range(0, len(queries), _QUERY_BLOCK):
         block = queries[q0 : q0 + _QUERY_BLOCK]
         ids = everything[: len(block)]
@@ -148,7 +144,6 @@ def _validation_recalls(model: SGH, per_bit: dict, network, codes: np.ndarray,
             scores = (encoder_scores if kind == "encoder" else decoder_scores if kind == "decoder"
                       else encoder_scores + weight / (2.0 * variance) * decoder_scores)
             _, top = smallest_by_score_then_id(scores, RECALL_CUTOFF)
-            hits[kind, weight] = hits.get((kind, weight), 0) + int(
-                (top[:, :, None] == truth[:, None, :]).any(axis=1).sum())
+            hits[kind, weight] += int((top[:, :, None] == truth[:, None, :]).any(axis=1).sum())
     return {key: value / (len(queries) * recall_k) for key, value in hits.items()}
 

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -190,10 +191,7 @@ class SGHHasher(BinaryHasher):
                 config = candidate_config(config, first)
             config = dataclasses.replace(config, validation=dataclasses.replace(
                 config.validation, every=0))
-        try:
-            train_items, validation = hold_out(config, X, labels, "X")
-        except UserInputError as error:
-            raise UserInputError(_python_names(str(error))) from None
+        train_items, validation = hold_out(config, X, labels, "X")
         if config.trainer.batch_size > len(train_items):
             # scikit-learn's convention (MLPClassifier): a batch larger than the data is clipped.
             warnings.warn(f"batch_size={config.trainer.batch_size} is larger than the "
@@ -215,12 +213,10 @@ class SGHHasher(BinaryHasher):
         return validate_data(self, X, dtype=np.float32, reset=False)
 
     def transform(self, X) -> np.ndarray:
-        """Hash ``X`` (``(n, d)`` floats) to ``(n, n_bits)`` bool codes; column j is code bit j."""
         features = self._features(X)  # first: an unfitted hasher says so (NotFittedError)
         return encode_bit_matrix(self.model_, features).astype(bool)
 
     def encode(self, X) -> np.ndarray:
-        """Packed codes of ``X``, ``(n, ceil(n_bits / 8))`` uint8, as in ``codes.npz``."""
         return encode_packed(self.model_, self._features(X))
 
     def asymmetric_score(self, similarity: str = "euclidean", *,
@@ -360,8 +356,6 @@ def _experiment_dir() -> Path:
 
 def _preset_settings(path: Path) -> tuple[dict, list[str]]:
     """The constructor parameters a preset's file sets, and the keys it sets that none takes."""
-    from omegaconf import OmegaConf
-
     preset = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
     settings, refused = {}, []
     for section, values in preset.items():
