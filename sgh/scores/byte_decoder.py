@@ -27,7 +27,7 @@ import numpy as np
 
 from sgh.codes import stored_bits, validate_codes
 from sgh.data.feature_statistics import principal_directions
-from sgh.scores.fixed_order import dots, padded_width, product
+from sgh.scores.fixed_order import dots, product
 from sgh.scores.lookup_kernels import pair_terms
 from sgh.scores.posterior_modes import (
     Encoding,
@@ -195,15 +195,13 @@ class ByteDecoder:
 
     @functools.cached_property
     def _minus_twice_tables_t(self) -> np.ndarray:
-        """``(r', bytes * 256)`` float32 ``-2 C^T`` (the doubling exact), zero rows below ``r``
-        where the basis has zero columns (`_basis32`)."""
+        """``(r, bytes * 256)`` float32 ``-2 C^T`` (the doubling exact)."""
         tables_t = -2.0 * self.tables.reshape(-1, self.tables.shape[2]).T
-        missing = 0 if self.basis is None else self._basis32.shape[1] - len(tables_t)
-        return np.ascontiguousarray(np.pad(tables_t, ((0, missing), (0, 0))), np.float32)
+        return np.ascontiguousarray(tables_t, np.float32)
 
     @functools.cached_property
     def _basis32(self) -> np.ndarray:
-        return padded_width(self.basis)
+        return np.ascontiguousarray(self.basis, np.float32)
 
     @functools.cached_property
     def _books_squared32(self) -> np.ndarray:

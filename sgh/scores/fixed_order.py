@@ -2,14 +2,14 @@
 number of threads, so that a query's tables and distances, and so its results, do not depend on
 the call it came in.
 
-BLAS picks its kernels and its blocking by a product's shape and threads, and its
-matrix-vector kernel sums in another order than its matrix kernels. `product` keeps to what
-OpenBLAS's kernels (numpy's own) sum term after term in one pass for any number of rows from
-two and any threads: sums of at most `PRODUCT_TERMS` terms, widths a multiple of
-`PRODUCT_WIDTH` (at other widths its edge kernels sum otherwise), a lone row as two rows; the
-partial products are added in a fixed order. The compiled kernels write their order out:
-dimension d adds into partial sum d % `LANES`, and the partial sums meet in one fixed tree, so
-the compiler may vectorise the loop but not change the order.
+BLAS's matrix products pick their kernels and their blocking by a product's shape, so a row's
+sums change with the rows beside it (on OpenBLAS's Haswell kernels, numpy's own on AMD's AVX-512
+processors, from 16 rows a call). `product` therefore takes each row as its own matrix-vector
+product: one BLAS call whose only inputs are the row and the matrix, so it sums alike whatever
+else the call holds, at about 0.45x a matrix product's speed in batches and the same for one
+row. The compiled kernels write their order out: dimension d adds into partial sum d % `LANES`,
+and the partial sums meet in one fixed tree, so the compiler may vectorise the loop but not
+change the order.
 """
 
 from __future__ import annotations
@@ -18,30 +18,20 @@ import numpy as np
 
 from sgh.compiled import compiled
 
-PRODUCT_TERMS, PRODUCT_WIDTH = 128, 64
 LANES = 32  # partial sums of the compiled kernels: four vector registers of float32
 
 
 def product(rows: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """``rows @ matrix`` in float32, ``matrix``'s width a multiple of `PRODUCT_WIDTH` (module
-    doc): sums of at most `PRODUCT_TERMS` terms by BLAS, added in a fixed order."""
-    n = len(rows)
-    if n == 1:
-        rows = np.concatenate([rows, rows])
-    step = PRODUCT_TERMS
-    out = rows[:, :step] @ matrix[:step]
-    for start in range(step, rows.shape[1], step):
-        out += rows[:, start : start + step] @ matrix[start : start + step]
-    return out[:n]
+    """``rows @ matrix`` in float32, row by row (module doc)."""
+    out = np.empty((len(rows), matrix.shape[1]), np.float32)
+    _row_products(np.ascontiguousarray(rows, np.float32), matrix, out)
+    return out
 
 
-def padded_width(matrix: np.ndarray) -> np.ndarray:
-    """``matrix`` with zero columns up to a multiple of `PRODUCT_WIDTH` (zero rows of the
-    product's result: the same sums)."""
-    width = -(-matrix.shape[1] // PRODUCT_WIDTH) * PRODUCT_WIDTH
-    padded = np.zeros((len(matrix), width), np.float32)
-    padded[:, : matrix.shape[1]] = matrix
-    return padded
+@compiled
+def _row_products(rows, matrix, out):
+    for i in range(rows.shape[0]):
+        np.dot(rows[i], matrix, out[i])
 
 
 @compiled

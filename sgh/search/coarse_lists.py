@@ -3,12 +3,11 @@ k-means centroids of training features, and the lists nearest each vector.
 
 `CoarseQuantizer.nearest` ranks a vector's lists by ``||c||^2 - 2 <x, c>``, as faiss's flat
 index does; but faiss feeds every distance to a heap, which costs more than the products where
-vectors are short and lists many. Vectors of at most `PRODUCT_TERMS` dimensions take one BLAS
-call in a fixed order (`sgh.scores.fixed_order.product`: a vector's lists the same alone, in
-any batch and on any threads; ties to the smaller list), and a compiled pass over each block
-still in cache offers the heap only what beats its worst: 1.9-2.6x faiss's speed at glove-50's
-and SIFT10K's lists. Longer vectors need several BLAS calls for that order, and there faiss's
-flat search is as fast or faster (benchmarks/LOG.md).
+vectors are short and lists many. Vectors of at most `OWN_RANKING_DIMS` dimensions take
+products in a fixed order (`sgh.scores.fixed_order.product`: a vector's lists the same alone,
+in any batch and on any threads; ties to the smaller list), and a compiled pass over each block
+still in cache offers the heap only what beats its worst. Longer vectors go to faiss's flat
+search, which is as fast or faster there (benchmarks/LOG.md).
 """
 
 from __future__ import annotations
@@ -16,13 +15,16 @@ from __future__ import annotations
 import numpy as np
 
 from sgh.compiled import compiled
-from sgh.scores.fixed_order import PRODUCT_TERMS, padded_width, product
+from sgh.scores.fixed_order import product
 from sgh.scores.lookup_kernels import run_query_blocks
 from sgh.scores.top_k import offer, sort_heap
 
 KMEANS_POINTS_PER_LIST = 256  # training points per list for the k-means: faiss's own cap
 # Products per block: about 1 MB, which stays in L2 for the selection that follows.
 BLOCK_PRODUCTS = 1 << 18
+# Features of at most this many dimensions are ranked by our kernel, longer ones by faiss's
+# flat search, which is as fast or faster there (benchmarks/LOG.md).
+OWN_RANKING_DIMS = 128
 
 
 def learned_centroids(x: np.ndarray, nlist: int, seed: int) -> np.ndarray:
@@ -41,14 +43,14 @@ class CoarseQuantizer:
     def __init__(self, centroids: np.ndarray) -> None:
         centroids = np.ascontiguousarray(centroids, np.float32)
         self.nlist = len(centroids)
-        if centroids.shape[1] > PRODUCT_TERMS:
+        if centroids.shape[1] > OWN_RANKING_DIMS:
             import faiss
 
             self._flat = faiss.IndexFlatL2(centroids.shape[1])
             self._flat.add(centroids)
             return
         self._flat = None
-        self._minus_twice_t = padded_width(-2.0 * centroids.T)  # the doubling is exact
+        self._minus_twice_t = np.ascontiguousarray(-2.0 * centroids.T)  # the doubling is exact
         self._squared_norms = np.einsum("ld,ld->l", centroids.astype(np.float64),
                                         centroids.astype(np.float64)).astype(np.float32)
 
@@ -88,9 +90,8 @@ class CoarseQuantizer:
 @compiled
 def _nearest_columns(products, squared_norms, out_columns):
     """Each row's ``k`` smallest ``squared_norms[c] + products[r, c]`` (``k``: the output's
-    width; ``c`` below ``len(squared_norms)``, the products' padding ignored), ascending, ties
-    to the smaller column, into ``out_columns``; the first row with fewer than ``k`` finite
-    ones (a NaN is never kept), or -1."""
+    width), ascending, ties to the smaller column, into ``out_columns``; the first row with
+    fewer than ``k`` finite ones (a NaN is never kept), or -1."""
     k = out_columns.shape[1]
     ranked = np.empty(k, np.float32)
     unplaced = -1

@@ -5,29 +5,25 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from sgh.scores.fixed_order import (
-    PRODUCT_WIDTH,
-    dots,
-    padded_width,
-    product,
-    squared_distances_to_rows,
-)
+from sgh.scores.fixed_order import dots, product, squared_distances_to_rows
 
 
 @pytest.mark.parametrize("terms, width", [(1, 64), (100, 1024), (129, 128), (784, 40),
                                           (300, 260)])
 def test_a_rows_product_is_the_same_alone_in_any_batch_and_on_any_threads(terms, width):
-    # Sums longer than one BLAS pass (129, 300, 784 terms), widths padded to PRODUCT_WIDTH.
+    # Batches below and above the 16 rows where BLAS's matrix products change their sums.
     rng = np.random.default_rng(terms)
     rows = rng.standard_normal((150, terms)).astype(np.float32)
-    matrix = padded_width(rng.standard_normal((terms, width)).astype(np.float32))
-    assert matrix.shape[1] % PRODUCT_WIDTH == 0 and not matrix[:, width:].any()
+    matrix = rng.standard_normal((terms, width)).astype(np.float32)
     with threadpool_limits(1):
         out = product(rows, matrix)
         np.testing.assert_allclose(out, rows.astype(np.float64) @ matrix, rtol=1e-4,
                                    atol=1e-5 * np.sqrt(terms))
         for batch in (slice(7, 8), slice(0, 2), slice(3, 40), slice(149, 150)):
             np.testing.assert_array_equal(product(rows[batch], matrix), out[batch])
+        shifted = np.zeros(terms + 1, np.float32)[1:]  # a copy 4 bytes off the row's alignment
+        shifted[:] = rows[17]
+        np.testing.assert_array_equal(product(shifted[None], matrix), out[17:18])
     with threadpool_limits(2):
         np.testing.assert_array_equal(product(rows, matrix), out)
 
