@@ -30,6 +30,9 @@ import tensorflow as tf
 # at 10x it they outrun it (on glove the encoder's own codes became near useless). Chosen on
 # validation splits of MNIST, CIFAR-10 GIST and glove (docs/results.md).
 TABLE_RATE_SCALE = 3.0
+# The tables' subspace, principal directions per bit: this recipe was chosen with 4
+# (docs/results.md); a fitted decoder's 2 (`sgh.scores.byte_decoder`) was validated without it.
+SUBSPACE_DIMS_PER_BIT = 4
 _BIT_VALUES = 2 ** np.arange(7, -1, -1)  # a bit's value in its byte, first bit most significant
 
 

@@ -27,11 +27,11 @@ import tensorflow as tf
 from sgh.config import ModelConfig
 from sgh.data.feature_statistics import feature_statistics, principal_directions
 from sgh.data.streamed_features import Features
-from sgh.model.byte_tables import ByteTables
+from sgh.model.byte_tables import SUBSPACE_DIMS_PER_BIT, ByteTables
 from sgh.model.layers import DoublySN
 from sgh.model.quiet_tensorflow import traced_once_per_model
 from sgh.scores.asymmetric import AsymmetricScore, decoder_score, encoder_score
-from sgh.scores.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder
+from sgh.scores.byte_decoder import ByteDecoder
 from sgh.scores.decoded import DecoderNetwork
 
 # The stateless RNG of the neuron's noise and the batches: named, so the stream cannot change

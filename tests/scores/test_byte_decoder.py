@@ -86,7 +86,8 @@ def test_encoding_never_moves_an_item_away_from_its_features(digits, which):
     decoder = {"start": ByteDecoder.fit(x, codes, 16, iterations=0), "fitted": fitted,
                "random": ByteDecoder(16, fitted.offset,
                                      fitted.tables + np.random.default_rng(3).normal(
-                                         0, 1, fitted.tables.shape).astype(np.float32))}[which]
+                                         0, 1, fitted.tables.shape).astype(np.float32),
+                                     fitted.basis)}[which]
     certainty = _certainty(x, 16)
     for encoding in ("flip2", "flip4", "icm1", "icm4", "local_search"):
         encoded = decoder.encode(x, codes, encoding, certainty)
@@ -94,7 +95,8 @@ def test_encoding_never_moves_an_item_away_from_its_features(digits, which):
         assert (after <= before + 1e-4 * (1.0 + before)).all()
         assert after.sum() < before.sum()
     # ICM's codes are a fixed point once converged: its sweeps again change nothing.
-    converged = posterior_modes(x - decoder.offset, codes, decoder.tables, valid_values(16), 50)
+    centred = (x - decoder.offset) @ decoder.basis  # the tables' coordinates
+    converged = posterior_modes(centred, codes, decoder.tables, valid_values(16), 50)
     np.testing.assert_array_equal(decoder.encode(x, converged, "icm1"), converged)
 
 
@@ -306,10 +308,11 @@ def test_padding_bits_are_never_set_and_their_table_entries_stay_zero(digits, bi
 def test_its_arrays_read_back_exactly(digits, tmp_path):
     _, _, fitted = digits
     arrays = fitted.arrays("byte_decoder.")
-    assert set(arrays) == {"byte_decoder.bits", "byte_decoder.offset", "byte_decoder.tables"}
+    assert set(arrays) == {"byte_decoder.bits", "byte_decoder.offset", "byte_decoder.tables",
+                           "byte_decoder.basis"}
     again = ByteDecoder.from_arrays(arrays, "index.npz", "byte_decoder.")
     assert again.bits == fitted.bits and again.fingerprint == fitted.fingerprint
-    for name in ("offset", "tables"):
+    for name in ("offset", "tables", "basis"):
         assert getattr(again, name).dtype == np.float32
         np.testing.assert_array_equal(getattr(again, name), getattr(fitted, name))
     assert repr(again) == repr(fitted)
@@ -323,10 +326,14 @@ def test_its_arrays_read_back_exactly(digits, tmp_path):
 def test_malformed_arrays_are_refused_naming_the_key(digits):
     _, _, fitted = digits
     good = fitted.arrays("d.")
-    for key in good:
+    for key in ("d.bits", "d.offset", "d.tables"):
         broken = {name: value for name, value in good.items() if name != key}
         with pytest.raises(ValueError, match=f"where.npz: missing key '{key}'"):
             ByteDecoder.from_arrays(broken, "where.npz", "d.")
+    # Without its basis, the subspace's tables no longer fit the features.
+    without_basis = {name: value for name, value in good.items() if name != "d.basis"}
+    with pytest.raises(ValueError, match="key 'd.tables' must be float"):
+        ByteDecoder.from_arrays(without_basis, "where.npz", "d.")
     for tables in (fitted.tables[:1], fitted.tables[:, :255], fitted.tables[..., :10],
                    fitted.tables[0], fitted.tables.astype(np.int32)):
         with pytest.raises(ValueError, match="key 'd.tables' must be float"):
@@ -334,7 +341,8 @@ def test_malformed_arrays_are_refused_naming_the_key(digits):
     with pytest.raises(ValueError, match="key 'd.tables' must be float"):
         ByteDecoder.from_arrays({**good, "d.bits": np.int64(24)}, "where.npz", "d.")
     with pytest.raises(ValueError, match="'d.offset' float"):
-        ByteDecoder.from_arrays({**good, "d.offset": fitted.offset[None]}, "where.npz", "d.")
+        ByteDecoder.from_arrays({**without_basis, "d.offset": fitted.offset[None]}, "where.npz",
+                                "d.")
     for name in ("tables", "offset"):
         for bad in (np.nan, np.inf):
             damaged = good[f"d.{name}"].copy()
@@ -347,19 +355,23 @@ def test_malformed_arrays_are_refused_naming_the_key(digits):
 def test_the_fingerprint_follows_every_table_entry(digits):
     _, _, fitted = digits
     assert len(fitted.fingerprint) == 16
-    assert ByteDecoder(16, fitted.offset.copy(), fitted.tables.copy()).fingerprint \
+    basis = fitted.basis
+    assert ByteDecoder(16, fitted.offset.copy(), fitted.tables.copy(), basis.copy()).fingerprint \
         == fitted.fingerprint
     tables = fitted.tables.copy()
-    tables[1, 200, 63] = np.nextafter(tables[1, 200, 63], np.float32(np.inf))
-    assert ByteDecoder(16, fitted.offset, tables).fingerprint != fitted.fingerprint
+    tables[1, 200, -1] = np.nextafter(tables[1, 200, -1], np.float32(np.inf))
+    assert ByteDecoder(16, fitted.offset, tables, basis).fingerprint != fitted.fingerprint
     offset = fitted.offset.copy()
     offset[0] += 1
-    assert ByteDecoder(16, offset, fitted.tables).fingerprint != fitted.fingerprint
+    assert ByteDecoder(16, offset, fitted.tables, basis).fingerprint != fitted.fingerprint
+    turned = basis.copy()
+    turned[0, 0] = -turned[0, 0]
+    assert ByteDecoder(16, fitted.offset, fitted.tables, turned).fingerprint != fitted.fingerprint
     assert fitted.fingerprint in repr(fitted)
 
 
 def test_a_subspace_decoder_scores_as_its_tables_in_full_coordinates(digits):
-    # 8 bits: the tables live in the top 32 of the 64 principal directions. Lookup tables,
+    # 8 bits: the tables live in the top 16 of the 64 principal directions. Lookup tables,
     # norms and reconstructions are those of the same tables written out in the features'
     # coordinates (U c), and encoding in the subspace picks the codes that would minimise the
     # full error (the part of x outside the subspace is the same for every code).

@@ -237,8 +237,8 @@ def test_angular_features_are_searched_by_their_direction(tmp_path):
     np.testing.assert_allclose(D, np.take_along_axis(exact, I, axis=1), rtol=0, atol=1e-4)
     assert D.max() < 1.0  # squared distances between (near) unit vectors of one dataset
     assert _recall_10_at_50(unit[100:], unit[:100], index.search(x[:100], 50)[1]) > 0.5
-    # 8 bits: the tables live in 32 of the 64 dimensions (a basis), saved and read back.
-    assert index.byte_decoder.basis.shape == (64, 32)
+    # 8 bits: the tables live in 16 of the 64 dimensions (a basis), saved and read back.
+    assert index.byte_decoder.basis.shape == (64, 16)
     loaded = SGHIndex.load(index.save(tmp_path / "angular"))
     np.testing.assert_array_equal(loaded.byte_decoder.basis, index.byte_decoder.basis)
     for before, after in zip((D, I), loaded.search(x[:100], 10), strict=True):
