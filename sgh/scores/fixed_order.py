@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# numba's np.dot calls scipy's BLAS, a library of its own beside numpy's: loaded with this module,
+# so that a thread limit set afterwards (threadpoolctl, as faiss's users set one) reaches it too.
+import scipy.linalg.cython_blas  # noqa: F401
+
 from sgh.compiled import compiled
 
 LANES = 32  # partial sums of the compiled kernels: four vector registers of float32
