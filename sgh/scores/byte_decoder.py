@@ -43,7 +43,7 @@ REFIT_ITERATIONS = 5  # hard-EM rounds of `ByteDecoder.refitted`
 # Training rows fitted on at most (a random sample beyond): many times the tables' 256 x bytes.
 FIT_ROWS = 100_000
 # The tables' subspace: principal directions per bit (module doc). 2 against 4 on the validation
-# splits of MNIST, CIFAR-10 GIST and SIFT10K: recall level or higher, query tables half the work.
+# splits of MNIST, CIFAR-10 GIST and SIFT10K: recall within 0.003 or higher, half the products.
 SUBSPACE_DIMS_PER_BIT = 2
 # Ridge on the least-squares fit, relative to the mean count per table entry: keeps entries no
 # item uses at zero (the last byte's values with padding bits set) and the system definite.
