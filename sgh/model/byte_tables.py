@@ -32,7 +32,7 @@ import tensorflow as tf
 TABLE_RATE_SCALE = 3.0
 # The tables' subspace, principal directions per bit: this recipe was chosen with 4
 # (docs/results.md); a fitted decoder's 2 (`sgh.scores.byte_decoder`) was validated without it.
-SUBSPACE_DIMS_PER_BIT = 4
+TRAINED_SUBSPACE_DIMS_PER_BIT = 4
 _BIT_VALUES = 2 ** np.arange(7, -1, -1)  # a bit's value in its byte, first bit most significant
 
 

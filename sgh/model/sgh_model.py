@@ -27,7 +27,7 @@ import tensorflow as tf
 from sgh.config import ModelConfig
 from sgh.data.feature_statistics import feature_statistics, principal_directions
 from sgh.data.streamed_features import Features
-from sgh.model.byte_tables import SUBSPACE_DIMS_PER_BIT, ByteTables
+from sgh.model.byte_tables import TRAINED_SUBSPACE_DIMS_PER_BIT, ByteTables
 from sgh.model.layers import DoublySN
 from sgh.model.quiet_tensorflow import traced_once_per_model
 from sgh.scores.asymmetric import AsymmetricScore, decoder_score, encoder_score
@@ -87,7 +87,7 @@ class SGH(tf.Module):
         basis = None
         if config.decoder == "bytes":  # directions of x, which normalising only scales
             basis = principal_directions(x_train, statistics.mean,
-                                         SUBSPACE_DIMS_PER_BIT * config.bits)
+                                         TRAINED_SUBSPACE_DIMS_PER_BIT * config.bits)
         dim = len(statistics.mean)
         if config.normalization == "isotropic":
             # One global scale (RMS of the centred coordinates) keeps Euclidean neighbours intact.
@@ -108,7 +108,7 @@ class SGH(tf.Module):
     def skeleton(cls, config: ModelConfig, dim: int) -> SGH:
         """A model of the right shapes with placeholder values, for weights restored next."""
         zeros = np.zeros(dim, np.float32)
-        r = SUBSPACE_DIMS_PER_BIT * config.bits
+        r = TRAINED_SUBSPACE_DIMS_PER_BIT * config.bits
         basis = np.eye(dim, r, dtype=np.float32) if config.decoder == "bytes" and r < dim else None
         return cls(config, dim, zeros, 1.0, initial_weights(config, dim, zeros, zeros + 1, 0,
                                                             basis))

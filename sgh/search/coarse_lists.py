@@ -72,8 +72,7 @@ class CoarseQuantizer:
 
             def select(start: int) -> None:
                 rows = slice(start, start + block)
-                with np.errstate(over="ignore", invalid="ignore"):  # refused below, by row
-                    products = product(x[rows], self._minus_twice_t)
+                products = product(x[rows], self._minus_twice_t)  # overflow: refused below
                 first = _nearest_columns(products, self._squared_norms, lists[rows])
                 if first >= 0:
                     unplaced.append(start + first)
