@@ -14,7 +14,13 @@ from threadpoolctl import threadpool_limits
 from sgh.codes import pack_bits
 from sgh.scores.asymmetric_index import AsymmetricIndex
 from sgh.scores.byte_decoder import SUBSPACE_DIMS_PER_BIT, ByteDecoder, norm_levels
-from sgh.scores.lookup_kernels import scan_top_k
+from sgh.scores.lookup_kernels import (
+    READ_AHEAD_FROM,
+    list_pair_terms,
+    pair_term,
+    pair_terms,
+    scan_top_k,
+)
 from sgh.scores.posterior_modes import Encoding, posterior_modes, valid_values
 from sgh.scores.top_k import sort_heaps
 from sgh.search.faiss_codes import additive_quantizer
@@ -260,6 +266,34 @@ def test_a_few_queries_a_call_scan_by_one_byte_bounds_to_the_same_results(bits):
     assert levels.dtype == np.uint8 and levels.shape == (3000,)  # one byte per item, kept
     index.add(codes[:1])  # new items: new bounds
     assert index._bounds is None
+
+
+@pytest.mark.parametrize("bits", [16, 32])
+def test_the_items_terms_are_the_same_alone_in_a_run_and_in_lists_either_side_of_the_read_ahead(
+        bits):
+    # The bounded scans compute an item's term alone (`pair_term`), the plain scans for a run of
+    # items or the probed lists at once, reading each pair table in order first from
+    # READ_AHEAD_FROM items on: the same float32 sums to the bit, or the scans would disagree.
+    decoder = _random_decoder(bits=bits)
+    rng = np.random.default_rng(5)
+    n = READ_AHEAD_FROM + 1500
+    codes = rng.integers(0, 256, (n, bits // 8), dtype=np.uint8)
+    alone = np.array([pair_term(decoder.pair_tables, codes, i) for i in range(n)], np.float32)
+    assert np.abs(alone).min() > 0  # sums of every pair's entry, none left out
+
+    np.testing.assert_array_equal(decoder.item_terms(codes), alone)  # one run, read ahead
+    short = np.empty(100, np.float32)  # one run below the read-ahead
+    pair_terms(decoder.pair_tables, codes, 200, 300, short)
+    np.testing.assert_array_equal(short, alone[200:300])
+
+    starts = np.linspace(0, n, 41).astype(np.int64)  # 40 lists of about 140 items
+    for lists in (np.array([0, 1, 2, 7, 9, 10]),  # three runs of lists, below the read-ahead
+                  np.setdiff1d(np.arange(40), [3, 4, 20])):  # above it
+        out = np.full(n, np.nan, np.float32)
+        list_pair_terms(decoder.pair_tables, codes, starts, lists, out)
+        rows = np.concatenate([np.arange(starts[l], starts[l + 1]) for l in lists])
+        np.testing.assert_array_equal(out[rows], alone[rows])
+        assert np.isnan(np.delete(out, rows)).all()  # the other lists' rows left alone
 
 
 def test_a_query_that_is_a_reconstruction_finds_its_own_code_first():
