@@ -69,9 +69,10 @@ def _runs_pair_terms(pair_tables, codes, runs, out, shift):
     """`pair_term` of the codes of every run ``begin .. end - 1`` (``runs``' rows) into
     ``out[i - shift]``, one pair table at a time over all the runs. Where the runs hold at least
     `READ_AHEAD_FROM` items, their gathers reach most of the table's cache lines, so the table
-    is first read in order, which the processor prefetches: the gathers then hit the cache
-    instead of waiting on memory for each line, 3-4x faster from a cold cache and no slower from
-    a warm one (benchmarks/LOG.md)."""
+    is first read in order, which the processor prefetches: the gathers then hit the nearest
+    cache instead of waiting on a farther one for each line, 1.2-1.3x faster from 6,000 items
+    with the caches warm, up to 3.8x after other work has passed through them
+    (benchmarks/LOG.md)."""
     code_bytes = codes.shape[1]
     items = 0
     for r in range(runs.shape[0]):

@@ -29,9 +29,12 @@ from sgh.scores.lookup_kernels import (
 from sgh.scores.top_k import CAPACITY_PER_K, MAX_ROWS, RESERVOIR_FROM_K
 
 # What one item's cross term costs the bounded scan, read from the pair tables code by code,
-# against the plain scan, which sums the probed lists' terms pair table by pair table
-# (`list_pair_terms`): measured on MNIST and SIFT10K (benchmarks/LOG.md).
-BOUNDED_TERM_COST = 3.0
+# against the plain scan, which sums the probed lists' terms pair table by pair table, each table
+# read in order first (`list_pair_terms`), beside a heap (k below `RESERVOIR_FROM_K`) and beside a
+# reservoir: the heap's weight measured on MNIST and SIFT10K and checked on glove-50-angular, the
+# reservoir's chosen on glove where MNIST and SIFT10K gave 3 and 4 alike (benchmarks/LOG.md).
+BOUNDED_TERM_COST_HEAP = 8.0
+BOUNDED_TERM_COST_RESERVOIR = 4.0
 
 
 class InvertedTableScan:
@@ -120,10 +123,12 @@ def bounded_scan_is_cheaper(sizes: np.ndarray, probes: np.ndarray, probed: np.nd
     """Whether a call's queries, each scanning its ``probes`` lists (of ``sizes`` items; -1:
     none) for its k best, cost less with the one-byte bounds than with every probed item's cross
     term computed once (``probed``: the call's lists, each once). The plain scan computes
-    ``sizes[probed].sum()`` terms; the bounded scan about those that enter each query's top k,
-    at `BOUNDED_TERM_COST` each (`expected_intake`). Both give the same results to the bit."""
+    ``sizes[probed].sum()`` terms; the bounded scan about those that enter each query's top k
+    (`expected_intake`), each at `BOUNDED_TERM_COST_HEAP` or `BOUNDED_TERM_COST_RESERVOIR`. Both
+    give the same results to the bit."""
     visited = sizes[probes[probes >= 0]].sum() / max(1, len(probes))
-    return BOUNDED_TERM_COST * len(probes) * expected_intake(visited, k) < sizes[probed].sum()
+    cost = BOUNDED_TERM_COST_HEAP if k < RESERVOIR_FROM_K else BOUNDED_TERM_COST_RESERVOIR
+    return cost * len(probes) * expected_intake(visited, k) < sizes[probed].sum()
 
 
 def expected_intake(visited: float, k: int) -> float:
