@@ -279,7 +279,7 @@ def test_the_items_terms_are_the_same_alone_in_a_run_and_in_lists_either_side_of
     n = READ_AHEAD_FROM + 1500
     codes = rng.integers(0, 256, (n, bits // 8), dtype=np.uint8)
     alone = np.array([pair_term(decoder.pair_tables, codes, i) for i in range(n)], np.float32)
-    assert np.abs(alone).min() > 0  # sums of every pair's entry, none left out
+    assert np.abs(alone).min() > 0  # every code has byte pairs: no term is trivially zero
 
     np.testing.assert_array_equal(decoder.item_terms(codes), alone)  # one run, read ahead
     short = np.empty(100, np.float32)  # one run below the read-ahead
