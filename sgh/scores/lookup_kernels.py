@@ -34,9 +34,11 @@ TILE_ITEMS = 1 << 14  # codes of a tile: 128 KB at 64 bits, which stays in L2
 # Queries per kernel call: their tables stay in L2 together, and each call is long enough that
 # dispatch costs nothing.
 QUERY_BLOCK = 64
+# float32 entries of one 64-byte cache line: the stride of `pair_terms`' in-order read.
+_LINE_FLOATS = 16
 # Items from which `pair_terms` reads each pair table in order before its gathers: a table's
-# 64-byte lines (65,536 float32, 16 a line), which that many random gathers mostly reach.
-READ_AHEAD_FROM = 4096
+# cache lines (256 x 256 entries), which that many random gathers mostly reach.
+READ_AHEAD_FROM = 256 * 256 // _LINE_FLOATS
 
 
 @compiled
@@ -84,7 +86,7 @@ def _runs_pair_terms(pair_tables, codes, runs, out, shift):
             table = pair_tables[p]
             if items >= READ_AHEAD_FROM:
                 seen = np.float32(0.0)
-                for line in range(0, table.shape[0], 16):  # 16 float32: one 64-byte line
+                for line in range(0, table.shape[0], _LINE_FLOATS):
                     seen += table[line]
                 # A use of the reads that changes nothing (NaN only if the table holds one, and
                 # out[...] += 0 leaves every sum as it is), so that the compiler keeps them.
