@@ -147,8 +147,7 @@ class ByteDecoder:
         (`sgh.scores.fixed_order`): a query's tables are the same alone or in any batch."""
         queries = np.ascontiguousarray(queries, np.float32)
         within = queries if self.basis is None else product(queries, self._basis32)
-        tables = product(within, self._minus_twice_tables_t)
-        tables += self._books_squared32
+        tables = product(within, self._minus_twice_tables_t, self._books_squared32)
         offset_share = np.empty(len(queries))  # <x, t>, on the first byte's entries
         dots(queries, self._offset64, offset_share)
         tables[:, :256] += (-2.0 * offset_share).astype(np.float32)[:, None]

@@ -28,6 +28,21 @@ def test_a_rows_product_is_the_same_alone_in_any_batch_and_on_any_threads(terms,
         np.testing.assert_array_equal(product(rows, matrix), out)
 
 
+@pytest.mark.parametrize("terms, rows_in_call", [(64, 1), (64, 9), (130, 150), (7, 4)])
+def test_a_product_from_a_start_row_is_the_same_alone_and_in_any_batch(terms, rows_in_call):
+    # The byte decoder's tables begin each sum from the tables' squared norms: close to the
+    # float64 sum, and the same bits for a row in a block of four and alone.
+    rng = np.random.default_rng(terms + rows_in_call)
+    rows = rng.standard_normal((rows_in_call, terms)).astype(np.float32)
+    matrix = rng.standard_normal((terms, 300)).astype(np.float32)
+    start = rng.standard_normal(300).astype(np.float32) * 10
+    out = product(rows, matrix, start)
+    np.testing.assert_allclose(out, start + rows.astype(np.float64) @ matrix, rtol=1e-4,
+                               atol=1e-4 * np.sqrt(terms))
+    for r in range(rows_in_call):
+        np.testing.assert_array_equal(product(rows[r : r + 1], matrix, start), out[r : r + 1])
+
+
 @pytest.mark.parametrize("dim", [3, 32, 50, 784])
 def test_dots_are_float64_sums_the_same_alone_and_in_any_batch(dim):
     rng = np.random.default_rng(dim)
