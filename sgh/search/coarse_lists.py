@@ -2,12 +2,11 @@
 k-means centroids of training features, and the lists nearest each vector.
 
 `CoarseQuantizer.nearest` ranks a vector's lists by ``||c||^2 - 2 <x, c>``, as faiss's flat
-index does; but faiss feeds every distance to a heap, which costs more than the products where
-vectors are short and lists many. Vectors of at most `OWN_RANKING_DIMS` dimensions take
-products in a fixed order (`sgh.scores.fixed_order.product`: a vector's lists the same alone,
-in any batch and on any threads; ties to the smaller list), and a compiled pass over each block
-still in cache offers the heap only what beats its worst. Longer vectors go to faiss's flat
-search, which is as fast or faster there (benchmarks/LOG.md).
+index does, but with products in a fixed order (`sgh.scores.fixed_order.product`: a vector's
+lists the same alone, in any batch and on any threads; ties to the smaller list), and a compiled
+pass over each block still in cache offers the heap only what beats its worst, where faiss feeds
+every distance to a heap: as fast as faiss's flat search for a lone vector and in batches of
+1,000, up to 2.5x faster in batches of 16-100 (benchmarks/LOG.md).
 """
 
 from __future__ import annotations
@@ -22,9 +21,6 @@ from sgh.scores.top_k import offer, sort_heap
 KMEANS_POINTS_PER_LIST = 256  # training points per list for the k-means: faiss's own cap
 # Products per block: about 1 MB, which stays in L2 for the selection that follows.
 BLOCK_PRODUCTS = 1 << 18
-# Features of at most this many dimensions are ranked by our kernel, longer ones by faiss's
-# flat search, which is as fast or faster there (benchmarks/LOG.md).
-OWN_RANKING_DIMS = 128
 
 
 def learned_centroids(x: np.ndarray, nlist: int, seed: int) -> np.ndarray:
@@ -43,42 +39,31 @@ class CoarseQuantizer:
     def __init__(self, centroids: np.ndarray) -> None:
         centroids = np.ascontiguousarray(centroids, np.float32)
         self.nlist = len(centroids)
-        if centroids.shape[1] > OWN_RANKING_DIMS:
-            import faiss
-
-            self._flat = faiss.IndexFlatL2(centroids.shape[1])
-            self._flat.add(centroids)
-            return
-        self._flat = None
         self._minus_twice_t = np.ascontiguousarray(-2.0 * centroids.T)  # the doubling is exact
         self._squared_norms = np.einsum("ld,ld->l", centroids.astype(np.float64),
                                         centroids.astype(np.float64)).astype(np.float32)
 
     def nearest(self, x: np.ndarray, count: int, workers: int | None = None) -> np.ndarray:
         """``(n, min(count, nlist))`` int64: each row's nearest lists, nearest first, on
-        ``workers`` threads (None, and in faiss's search: faiss's); ValueError naming the first
+        ``workers`` threads (None: faiss's thread count); ValueError naming the first
         row with no finite distance."""
         import faiss
 
         x = np.ascontiguousarray(x, np.float32)
         count = min(count, self.nlist)
-        if self._flat is not None:
-            ranked, lists = self._flat.search(x, count)
-            unplaced = np.flatnonzero((lists < 0).any(axis=1) | ~np.isfinite(ranked).all(axis=1))
-        else:
-            lists = np.empty((len(x), count), np.int64)
-            block = max(1, BLOCK_PRODUCTS // self._minus_twice_t.shape[1])
-            unplaced = []
+        lists = np.empty((len(x), count), np.int64)
+        block = max(1, BLOCK_PRODUCTS // self._minus_twice_t.shape[1])
+        unplaced = []
 
-            def select(start: int) -> None:
-                rows = slice(start, start + block)
-                products = product(x[rows], self._minus_twice_t)  # overflow: refused below
-                first = _nearest_columns(products, self._squared_norms, lists[rows])
-                if first >= 0:
-                    unplaced.append(start + first)
+        def select(start: int) -> None:
+            rows = slice(start, start + block)
+            products = product(x[rows], self._minus_twice_t)  # overflow: refused below
+            first = _nearest_columns(products, self._squared_norms, lists[rows])
+            if first >= 0:
+                unplaced.append(start + first)
 
-            run_query_blocks(select, len(x), faiss.omp_get_max_threads() if workers is None
-                             else workers, block)
+        run_query_blocks(select, len(x), faiss.omp_get_max_threads() if workers is None
+                         else workers, block)
         if len(unplaced):
             raise ValueError(f"row {min(unplaced)} of the features: its distances to the lists' "
                              "centroids overflow float32 (features far beyond the scale the "
