@@ -3,6 +3,7 @@ quantizers at equal bytes per item.
 
     SGH_DATA_DIR=/path/to/data python scripts/bench_ann.py --runs RUN [RUN ...]
         [--json bench_ann.json] [--png bench_ann_plots] [--threads 1] [--quick] [--sgh-only]
+        [--nprobes 1,2,4,8,16,32,64]
 
 RUN: a finished `sgh-train` run of SGH (its config.yaml, codes.npz and asymmetric.npz). The runs
 are grouped by dataset and code length (bits); each group is one table, one plot and one set of
@@ -706,6 +707,18 @@ def benchmark(group: Group, settings: Settings, thread_count: int, with_anchors:
     return points, verdicts
 
 
+def nprobe_list(text: str) -> tuple[int, ...]:
+    """``--nprobes``' value: positive integers, comma-separated."""
+    try:
+        nprobes = tuple(sorted({int(part) for part in text.split(",")}))
+    except ValueError:
+        nprobes = ()
+    if not nprobes or nprobes[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; accepted: positive integers separated by "
+                                         "commas, such as 1,2,3,4,6,8")
+    return nprobes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", nargs="+", required=True,
@@ -720,10 +733,15 @@ def main() -> None:
                         help="the first this many test queries only (glove's 10,000 take hours)")
     parser.add_argument("--sgh-only", action="store_true",
                         help="SGH's points and the inverted lists' verdict only (module doc)")
+    parser.add_argument("--nprobes", type=nprobe_list, default=None,
+                        help="comma-separated nprobe settings of every inverted-list index, "
+                             "SGH's and faiss's alike (default 1,2,4,8,16,32,64)")
     args = parser.parse_args()
     settings = QUICK if args.quick else FULL
     if args.queries is not None:
         settings = dataclasses.replace(settings, queries=args.queries)
+    if args.nprobes is not None:
+        settings = dataclasses.replace(settings, nprobes=args.nprobes)
     print(f"bench_ann: {args.threads} thread(s) (faiss OpenMP and numpy BLAS), building and "
           f"searching; {'QUICK: ' if args.quick else ''}{settings}", flush=True)
     result = {"conventions": __doc__, "threads": args.threads, "quick": args.quick,
