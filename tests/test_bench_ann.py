@@ -116,11 +116,13 @@ def test_sgh_only_measures_no_anchor_and_still_judges_the_inverted_lists(benchma
     run_dir, place, _, _ = benchmarked
     finished = subprocess.run(
         [sys.executable, str(SCRIPT), "--runs", str(run_dir), "--quick", "--sgh-only",
-         "--json", str(place / "sgh_only.json")], capture_output=True, text=True,
-        cwd=SCRIPT.parents[1])
+         "--nprobes", "3,1", "--json", str(place / "sgh_only.json")], capture_output=True,
+        text=True, cwd=SCRIPT.parents[1])
     assert finished.returncode == 0, finished.stderr
     result = json.loads((place / "sgh_only.json").read_text())
     assert all(point["method"].startswith("SGH ") for point in result["points"])
+    assert {point["params"]["nprobe"] for point in result["points"]
+            if "nprobe" in point["params"]} == {1, 3}  # the --nprobes given
     (verdict,) = result["targets"]
     assert "at_or_above" not in verdict and "inverted_lists" in verdict
     assert finished.stdout.count("IVF TARGET") == 2
