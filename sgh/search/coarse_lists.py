@@ -5,8 +5,8 @@ k-means centroids of training features, and the lists nearest each vector.
 index does, but with products in a fixed order (`sgh.scores.fixed_order.product`: a vector's
 lists the same alone, in any batch and on any threads; ties to the smaller list), and a compiled
 pass over each block still in cache offers the heap only what beats its worst, where faiss feeds
-every distance to a heap: as fast as faiss's flat search for a lone vector and in batches of
-1,000, up to 2.5x faster in batches of 16-100 (benchmarks/LOG.md).
+every distance to a heap: 0.89-1.29x faiss's flat search's speed for a lone vector, 1.04-2.05x
+in batches of 1,000, 2.0-2.3x in batches of 16-100 (scripts/bench_products.py).
 """
 
 from __future__ import annotations
