@@ -24,27 +24,31 @@ import numpy as np
 from sgh.compiled import compiled
 
 LANES = 32  # partial sums of the compiled kernels: four vector registers of float32
+_FROM_ZERO = np.zeros(0, np.float32)  # `product`'s start when none is given: no row to allocate
 
 
 def product(rows: np.ndarray, matrix: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
     """``start + rows @ matrix`` in float32 (``start``: one row, zeros by default; each sum
     begins from it), each row's result the same alone or in any batch (module doc)."""
     out = np.empty((len(rows), matrix.shape[1]), np.float32)
-    start = np.zeros(matrix.shape[1], np.float32) if start is None else start
     _products(np.ascontiguousarray(rows, np.float32), np.ascontiguousarray(matrix, np.float32),
-              np.asarray(start, np.float32), out)
+              _FROM_ZERO if start is None else np.asarray(start, np.float32), out)
     return out
 
 
 @compiled
 def _products(rows, matrix, start, out):
-    """``out = start + rows @ matrix``: four result rows at a time, then the rest one by one, each
-    element summed over the matrix's rows in order, four terms to a pass (module doc)."""
+    """``out = start + rows @ matrix`` (an empty ``start``: zeros): four result rows at a time,
+    then the rest one by one, each element summed over the matrix's rows in order, four terms to
+    a pass (module doc)."""
     terms = rows.shape[1]
     body = terms - terms % 4
     blocked = rows.shape[0] - rows.shape[0] % 4
     for r in range(rows.shape[0]):
-        out[r] = start
+        if start.shape[0]:
+            out[r] = start
+        else:
+            out[r] = 0.0
     for r in range(0, blocked, 4):
         o0, o1, o2, o3 = out[r], out[r + 1], out[r + 2], out[r + 3]
         x0, x1, x2, x3 = rows[r], rows[r + 1], rows[r + 2], rows[r + 3]
