@@ -23,12 +23,9 @@ from sgh.metrics.labels import evaluate_labels
 from sgh.metrics.neighbour_recall import recall_at_n
 from sgh.metrics.radius import hash_lookup, per_query_lookup, pr_curve
 from sgh.metrics.ranking import (
-    average_precisions,
     mean_average_precision,
     per_query_average_precision,
     per_query_relevant_retrieved,
-    precision_at_k,
-    recall_at_k,
 )
 from sgh.metrics.tie_aware import (
     expected_average_precision,
@@ -38,10 +35,9 @@ from sgh.metrics.tie_aware import (
 
 __all__ = [
     "CONVENTIONS", "DEFAULT_DENOMINATOR", "DEFAULT_WORKERS", "DENOMINATORS",
-    "NO_RELEVANT_POLICIES", "TIES", "DistanceHistograms", "average_over_queries",
-    "average_precisions", "conventions", "distance_histograms", "evaluate_labels",
-    "expected_average_precision", "expected_relevant_retrieved", "harmonic_numbers",
-    "hash_lookup", "label_histograms", "mean_average_precision", "per_query_average_precision",
-    "per_query_lookup", "per_query_relevant_retrieved", "pr_curve", "precision_at_k",
-    "recall_at_k", "recall_at_n",
+    "NO_RELEVANT_POLICIES", "TIES", "DistanceHistograms", "average_over_queries", "conventions",
+    "distance_histograms", "evaluate_labels", "expected_average_precision",
+    "expected_relevant_retrieved", "harmonic_numbers", "hash_lookup", "label_histograms",
+    "mean_average_precision", "per_query_average_precision", "per_query_lookup",
+    "per_query_relevant_retrieved", "pr_curve", "recall_at_n",
 ]

@@ -33,8 +33,8 @@ def evaluate_labels(query_codes: np.ndarray, database_codes: np.ndarray, bits: i
                     workers: int | None = None) -> dict:
     """mAP@all, mAP@K, P@K, R@K, hash lookup and the PR curve, all from one scan.
 
-    The numbers are those of :func:`sgh.metrics.mean_average_precision`, ``precision_at_k``,
-    ``recall_at_k``, ``hash_lookup`` and ``pr_curve``, every mean over the same scored queries.
+    ``map`` and ``map@K`` are those of :func:`sgh.metrics.mean_average_precision`, the lookup
+    numbers those of ``hash_lookup`` and ``pr_curve``, every mean over the same scored queries.
     ``map_k``: cut-offs of mAP@K (None or empty: none); ``precision_k``: of P@K and R@K (None: as
     ``map_k``); ``radius``: one or more lookup radii (None: none). Returns a flat dict: ``map``,
     ``map@K``, ``precision@K``, ``recall@K``, ``lookup_{precision,recall,f1,retrieved_nothing}@rR``,

@@ -67,7 +67,8 @@ def hash_lookup(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
             "n_retrieved_nothing": result.pop("n_retrieved_nothing")[at], **result}
 
 
-# The same leading parameters as every label metric, on purpose (see `average_precisions`).
+# The same leading parameters as every label metric (`mean_average_precision`, `evaluate_labels`),
+# on purpose: each is a public signature; what they compute is shared.
 def pr_curve(query_codes: np.ndarray, database_codes: np.ndarray, bits: int,
              query_labels: np.ndarray, database_labels: np.ndarray, no_relevant: str = "skip",
              workers: int | None = None) -> dict:

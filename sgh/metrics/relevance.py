@@ -40,10 +40,6 @@ class Relevance:
         """``(b, n_classes)`` bool: which classes are relevant to each query of the slice."""
         raise NotImplementedError
 
-    def relevant_counts(self) -> np.ndarray:
-        """``(n_queries,)`` int64: number of relevant database items R of each query."""
-        raise NotImplementedError
-
     def shard(self, start: int, stop: int) -> Relevance:
         """The same relevance for database items ``start..stop - 1`` only, as items 0.. of a
         database shard."""
@@ -63,13 +59,9 @@ class SingleLabelRelevance(Relevance):
         self.query_classes = query_ids.astype(compact)
         self.database_classes = database_ids.astype(compact)
         self.n_classes = n_classes
-        self.class_sizes = np.bincount(database_ids, minlength=n_classes)
 
     def class_relevance(self, queries: slice) -> np.ndarray:
         return self.query_classes[queries, None] == np.arange(self.n_classes)[None, :]
-
-    def relevant_counts(self) -> np.ndarray:
-        return self.class_sizes[self.query_classes].astype(np.int64)
 
 
 class MultiLabelRelevance(Relevance):
@@ -86,14 +78,10 @@ class MultiLabelRelevance(Relevance):
             self.class_words, inverse = np.unique(database_words, axis=0, return_inverse=True)
         self.database_classes = inverse.reshape(-1).astype(np.intp)
         self.n_classes = self.class_words.shape[0]
-        self.class_sizes = np.bincount(self.database_classes, minlength=self.n_classes)
 
     def class_relevance(self, queries: slice) -> np.ndarray:
         shared = self.query_words[queries, None, :] & self.class_words[None, :, :]
         return np.any(shared != 0, axis=-1)
-
-    def relevant_counts(self) -> np.ndarray:
-        return self.class_relevance(slice(None)).astype(np.int64) @ self.class_sizes
 
 
 class NeighbourRelevance(Relevance):
@@ -105,9 +93,6 @@ class NeighbourRelevance(Relevance):
         self.ids = np.sort(ids, axis=1)
         self.distinct = np.ones(self.ids.shape, dtype=bool)
         self.distinct[:, 1:] = self.ids[:, 1:] != self.ids[:, :-1]
-
-    def relevant_counts(self) -> np.ndarray:
-        return self.distinct.sum(axis=1).astype(np.int64)
 
     def shard(self, start: int, stop: int) -> NeighbourRelevance:
         # Ids shifted to the shard (still sorted); those outside it are masked out of the counts

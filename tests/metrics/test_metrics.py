@@ -7,14 +7,14 @@ from sklearn.metrics import average_precision_score
 from sgh.codes import pack_bits
 from sgh.metrics import (
     CONVENTIONS,
-    average_precisions,
+    DEFAULT_DENOMINATOR,
     conventions,
     evaluate_labels,
     hash_lookup,
+    label_histograms,
     mean_average_precision,
+    per_query_average_precision,
     pr_curve,
-    precision_at_k,
-    recall_at_k,
     recall_at_n,
 )
 from tests.helpers import hamming_distances
@@ -34,6 +34,21 @@ def ap_of_ranking(relevant_in_rank_order):
     return np.mean(np.arange(1, len(ranks) + 1) / ranks) if len(ranks) else np.nan
 
 
+def per_query_ap(query, database, bits, query_labels, database_labels, ties="expected",
+                 k=None, denominator=DEFAULT_DENOMINATOR):
+    """``(n_queries,)`` AP@K (AP@all for ``k=None``) of every query, nan where R = 0."""
+    stable = [len(database) if k is None else k] if ties == "stable" else []
+    histograms = label_histograms(query, database, bits, query_labels, database_labels, stable)
+    return per_query_average_precision(histograms, k, ties, denominator)
+
+
+def map_of_one_query(query, database, bits, query_labels, database_labels, ties="expected",
+                     k=None, denominator=DEFAULT_DENOMINATOR):
+    """mean_average_precision's number for one query: its AP@K, nan where R = 0."""
+    return mean_average_precision(query, database, bits, query_labels, database_labels, ties,
+                                  k=k, denominator=denominator)["map"]
+
+
 def tied_codes(rng, n_queries, n_database, bits, n_distinct):
     """Random codes drawn from a small pool, so that many database items tie."""
     pool = rng.integers(0, 2, (n_distinct, bits))
@@ -50,10 +65,10 @@ def test_all_items_tied():
     labels = np.array([0, 1, 0, 1])
     # Random order: the two relevant ranks are one of C(4,2) = 6 pairs, with APs
     # (1,2): 1, (1,3): 5/6, (1,4): 3/4, (2,3): 7/12, (2,4): 1/2, (3,4): 5/12 -> mean 49/72.
-    expected = average_precisions(query, database, 8, [1], labels, ties="expected")
-    assert expected[0] == pytest.approx(49 / 72, abs=1e-15)
+    expected = map_of_one_query(query, database, 8, [1], labels, ties="expected")
+    assert expected == pytest.approx(49 / 72, abs=1e-15)
     # By index: relevant at ranks 2 and 4 -> (1/2 + 2/4) / 2 = 1/2.
-    assert average_precisions(query, database, 8, [1], labels, ties="stable")[0] == 0.5
+    assert map_of_one_query(query, database, 8, [1], labels, ties="stable") == 0.5
 
 
 def test_known_ap_without_ties():
@@ -70,9 +85,9 @@ def test_ties_within_one_level_after_a_sure_hit():
     # Orders: (rel, rel, irr): AP = (1 + 2/2)/2 = 1; (rel, irr, rel): AP = (1 + 2/3)/2 = 5/6.
     query, database = codes_at_distances([1, 0, 1], bits=4)
     labels = np.array([5, 5, 5 + 1])  # database 0 (distance 1) and 1 (distance 0) relevant
-    ap = average_precisions(query, database, 4, [5], labels, ties="expected")[0]
+    ap = map_of_one_query(query, database, 4, [5], labels, ties="expected")
     assert ap == pytest.approx((1 + 5 / 6) / 2, abs=1e-15)
-    assert average_precisions(query, database, 4, [5], labels, ties="stable")[0] == 1.0
+    assert map_of_one_query(query, database, 4, [5], labels, ties="stable") == 1.0
 
 
 def test_query_without_relevant_items_is_skipped_and_counted():
@@ -131,7 +146,7 @@ def test_stable_ap_equals_ap_of_stable_sorted_ranking(bits):
         ap_of_ranking(database_labels[np.argsort(row, kind="stable")] == label)
         for row, label in zip(distances, query_labels, strict=True)
     ]
-    ap = average_precisions(query, database, bits, query_labels, database_labels, ties="stable")
+    ap = per_query_ap(query, database, bits, query_labels, database_labels, ties="stable")
     np.testing.assert_allclose(ap, expected, rtol=1e-12)
 
 
@@ -149,7 +164,7 @@ def test_expected_ap_equals_monte_carlo_mean_over_tie_orders(bits):
         order = np.lexsort((rng.random(distances.shape), distances), axis=1)
         hits = np.take_along_axis(relevant, order, axis=1)
         samples[draw] = (np.cumsum(hits, axis=1) / ranks * hits).sum(axis=1) / hits.sum(axis=1)
-    ap = average_precisions(query, database, bits, query_labels, database_labels)
+    ap = per_query_ap(query, database, bits, query_labels, database_labels)
     standard_error = samples.std(axis=0) / np.sqrt(draws)
     assert np.all(np.abs(ap - samples.mean(axis=0)) <= 5 * standard_error + 1e-12)
     # Tie order matters on this data, so the check above is not vacuous.
@@ -167,7 +182,7 @@ def test_expected_ap_equals_exact_enumeration_of_tie_orders():
             ap_of_ranking(labels[np.concatenate(orders)] == 1)
             for orders in itertools.product(*(itertools.permutations(lvl) for lvl in levels))
         ]
-        ap = average_precisions(query, database, 3, [1], labels)[0]
+        ap = map_of_one_query(query, database, 3, [1], labels)
         if labels.any():
             assert ap == pytest.approx(np.mean(aps), abs=1e-12)
         else:
@@ -183,7 +198,7 @@ def test_agrees_with_sklearn_when_there_are_no_ties():
         distances = hamming_distances(query, database)[0]
         reference = average_precision_score(labels == 1, -distances.astype(float))
         for ties in ("expected", "stable"):
-            ap = average_precisions(query, database, bits, [1], labels, ties=ties)[0]
+            ap = map_of_one_query(query, database, bits, [1], labels, ties=ties)
             assert ap == pytest.approx(reference, abs=1e-12)
 
 
@@ -193,8 +208,8 @@ def test_expected_ap_ignores_database_order_and_perfect_codes_score_one():
     labels_q, labels_db = rng.integers(0, 4, 10), rng.integers(0, 4, 200)
     shuffle = rng.permutation(200)
     np.testing.assert_allclose(
-        average_precisions(query, database, 16, labels_q, labels_db),
-        average_precisions(query, database[shuffle], 16, labels_q, labels_db[shuffle]),
+        per_query_ap(query, database, 16, labels_q, labels_db),
+        per_query_ap(query, database[shuffle], 16, labels_q, labels_db[shuffle]),
         rtol=1e-12,
     )
     # Codes equal to the label: every relevant item is at distance 0, every other one farther.
@@ -365,14 +380,11 @@ def test_map_at_k_worked_example_with_a_tie_at_the_cut_off():
             assert (result["k"], result["denominator"]) == (2, denominator)
     # P@2: expected relevant retrieved = 1 + 1 * (1/2) -> 1.5 / 2 = 3/4; by index 1/2.
     # R@2: 1.5 / 3 = 1/2; by index 1/3.
-    assert precision_at_k(query, database, 3, [1], labels, [2])["precision"] == {2: 0.75}
-    assert precision_at_k(query, database, 3, [1], labels, 2, ties="stable")["precision"] == {
-        2: 0.5
-    }
-    assert recall_at_k(query, database, 3, [1], labels, [2])["recall"][2] == pytest.approx(0.5)
-    assert recall_at_k(query, database, 3, [1], labels, [2], ties="stable")["recall"][
-        2
-    ] == pytest.approx(1 / 3)
+    top_2 = evaluate_labels(query, database, 3, [1], labels, map_k=[2], radius=None)
+    assert (top_2["precision@2"], top_2["recall@2"]) == (0.75, pytest.approx(0.5))
+    stable_top_2 = evaluate_labels(query, database, 3, [1], labels, map_k=[2], radius=None,
+                                   ties="stable")
+    assert (stable_top_2["precision@2"], stable_top_2["recall@2"]) == (0.5, pytest.approx(1 / 3))
 
 
 def test_map_at_k_when_all_items_tie():
@@ -385,12 +397,12 @@ def test_map_at_k_when_all_items_tie():
     labels = np.array([0, 1, 0, 1])
     values = {"retrieved": 2 / 3, "min_rk": 5 / 12, "r": 5 / 12}
     for denominator, value in values.items():
-        ap = average_precisions(query, database, 8, [1], labels, k=2, denominator=denominator)
-        assert ap[0] == pytest.approx(value, abs=1e-15)
+        ap = map_of_one_query(query, database, 8, [1], labels, k=2, denominator=denominator)
+        assert ap == pytest.approx(value, abs=1e-15)
     # By index the ranking is 0, 1, 2, 3: hits [0, 1] -> 1/2 with "retrieved", 1/4 otherwise.
-    assert average_precisions(query, database, 8, [1], labels, "stable", k=2)[0] == 0.5
+    assert map_of_one_query(query, database, 8, [1], labels, "stable", k=2) == 0.5
     # P@2 = E[relevant in the top 2] / 2 = (2 * 2/4) / 2 = 1/2.
-    assert precision_at_k(query, database, 8, [1], labels, 2)["precision"][2] == 0.5
+    assert evaluate_labels(query, database, 8, [1], labels, map_k=[2])["precision@2"] == 0.5
 
 
 def test_k_beyond_the_database_is_the_whole_ranking():
@@ -398,19 +410,19 @@ def test_k_beyond_the_database_is_the_whole_ranking():
     query, database = tied_codes(rng, 6, 40, 8, n_distinct=5)
     labels_q, labels_db = rng.integers(0, 3, 6), rng.integers(0, 3, 40)
     for ties in ("expected", "stable"):
-        whole = average_precisions(query, database, 8, labels_q, labels_db, ties)
+        whole = per_query_ap(query, database, 8, labels_q, labels_db, ties)
         for denominator in DENOMINATOR_NAMES:
             for k in (40, 41, 10**6):
-                ap = average_precisions(
+                ap = per_query_ap(
                     query, database, 8, labels_q, labels_db, ties, k=k, denominator=denominator
                 )
                 np.testing.assert_allclose(ap, whole, rtol=1e-12)
         # P@K divides by min(K, n_database): with K >= 40, the share of relevant items.
-        precision = precision_at_k(query, database, 8, labels_q, labels_db, [40, 100], ties)
+        top = evaluate_labels(query, database, 8, labels_q, labels_db, map_k=[40, 100],
+                              radius=None, ties=ties)
         share = np.mean(labels_db[None, :] == labels_q[:, None], axis=1)
-        assert precision["precision"] == pytest.approx({40: share.mean(), 100: share.mean()})
-        recall = recall_at_k(query, database, 8, labels_q, labels_db, 100, ties)["recall"]
-        assert recall == {100: 1.0}
+        assert (top["precision@40"], top["precision@100"]) == pytest.approx((share.mean(),) * 2)
+        assert top["recall@100"] == 1.0
 
 
 def test_hash_lookup_worked_example_with_a_query_that_retrieves_nothing():
@@ -463,7 +475,8 @@ def test_no_relevant_policy_applies_to_every_metric():
     assert zero["map"] == zero["map@1"] == zero["precision@1"] == zero["recall@1"] == 0.5
     assert (zero["n_scored"], zero["n_no_relevant"]) == (2, 1)
     with pytest.raises(ValueError, match="1 of 2 queries have no relevant"):
-        precision_at_k(queries, database, 4, [7, 9], [7, 8], 1, no_relevant="error")
+        evaluate_labels(queries, database, 4, [7, 9], [7, 8], map_k=None, precision_k=[1],
+                        radius=None, map_all=False, no_relevant="error")
     nothing = hash_lookup(queries, database, 4, [1, 2], [7, 8])
     assert np.isnan(nothing["precision"]) and np.isnan(nothing["f1"])
     assert nothing["n_scored"] == 0 and nothing["n_retrieved_nothing"] == 0
@@ -637,7 +650,7 @@ def test_multi_label_agrees_with_sklearn_when_there_are_no_ties():
     distances = hamming_distances(query, database)[0]
     reference = average_precision_score(relevant, -distances.astype(float))
     for ties in ("expected", "stable"):
-        ap = average_precisions(query, database, bits, query_labels, database_labels, ties)[0]
+        ap = map_of_one_query(query, database, bits, query_labels, database_labels, ties)
         assert ap == pytest.approx(reference, abs=1e-12)
 
 
@@ -776,8 +789,6 @@ def test_evaluate_labels_equals_the_single_metric_functions():
             combined["map@7"]
             == mean_average_precision(*args, ties, k=7, denominator="min_rk")["map"]
         )
-        assert combined["precision@7"] == precision_at_k(*args, 7, ties)["precision"][7]
-        assert combined["recall@7"] == recall_at_k(*args, 7, ties)["recall"][7]
         for radius in (1, 4):
             lookup = hash_lookup(*args, radius)
             assert combined[f"lookup_precision@r{radius}"] == lookup["precision"]
@@ -790,10 +801,10 @@ def test_new_arguments_are_checked():
     with pytest.raises(ValueError,
                        match="denominator='R' is not known; accepted: retrieved, min_rk, r"):
         mean_average_precision(query, database, 4, [0], [0, 1], k=1, denominator="R")
-    with pytest.raises(ValueError, match="k must be positive integers, got 0"):
-        average_precisions(query, database, 4, [0], [0, 1], k=0)
-    with pytest.raises(ValueError, match="k_values must be positive integers"):
-        precision_at_k(query, database, 4, [0], [0, 1], [1.5])
+    with pytest.raises(ValueError, match="^k must be positive integers, got 0"):
+        mean_average_precision(query, database, 4, [0], [0, 1], k=0)
+    with pytest.raises(ValueError, match="precision_k must be positive integers"):
+        evaluate_labels(query, database, 4, [0], [0, 1], precision_k=[1.5])
     with pytest.raises(ValueError, match="radius=-1 is impossible; accepted: an integer >= 0"):
         hash_lookup(query, database, 4, [0], [0, 1], radius=-1)
     with pytest.raises(ValueError, match="workers=0 is impossible; accepted: an integer >= 1"):
