@@ -17,17 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from sgh.artifacts.ground_truth_cache import cached_exact_neighbours
-from sgh.artifacts.resume_checks import (
-    finished_as_configured,
-    refuse_another_configuration,
-    refuse_other_data,
-    refuse_to_record_a_finished_run_again,
-)
+from sgh.artifacts.resume_checks import check_recorded_configuration, refuse_other_data
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_inputs import InputFile, absolute_file_settings, describe_inputs
 from sgh.artifacts.run_lock import run_lock
 from sgh.config import Config, validate
-from sgh.data import RetrievalSplit, input_files, load_split
+from sgh.data import RetrievalSplit, load_split_and_files
 from sgh.data.ground_truth import split_ground_truth
 from sgh.errors import UserInputError
 from sgh.methods import METHODS
@@ -50,8 +45,8 @@ def run(config: Config, run_dir: str | os.PathLike) -> dict:
     config = dataclasses.replace(config, dataset=type(config.dataset)(
         **absolute_file_settings(vars(config.dataset))))
     method = METHODS[config.model.name]
-    split = load_split(config.dataset)
-    inputs = describe_inputs(input_files(config.dataset))
+    split, files = load_split_and_files(config.dataset)
+    inputs = describe_inputs(files)
     # The settings that depend on the data, checked before any training.
     if method.baseline_class is not None:
         from sgh.baselines.fitting import refuse_more_bits_than_features
@@ -84,19 +79,18 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
          inputs: list[InputFile], strategy) -> dict:
     from sgh.reports.tensorboard_views import write_run_summary
 
-    refuse_another_configuration(run_directory, config)
+    check_recorded_configuration(run_directory, config)
     refuse_other_data(run_directory, inputs)
     previous = run_directory.recorded_metrics()  # None: none yet, or damaged (written again)
-    # A cluster's workers all take part in the collective steps: the chief goes through them too.
-    if previous is not None and not _in_a_cluster(strategy):
-        if finished_as_configured(run_directory, config, previous):
-            # Finished work is never recorded again: the results as they were, no file touched.
-            logger.info("%s holds this run, finished; its results:", run_directory.path)
-            logger.info("%s", results_table(previous, run_title(previous), config.eval),
-                        extra={"plain": True})
-            return previous
-        # Nor under other settings: another run, or (a baseline) a re-scoring.
-        refuse_to_record_a_finished_run_again(run_directory, config)
+    # Finished work is never recorded again, nor under other settings (another run, or a
+    # re-scoring): this very run gives its results as they were, no file touched. A cluster's
+    # workers all take part in the collective steps: the chief goes through them too.
+    if previous is not None and not _in_a_cluster(strategy) and \
+            check_recorded_configuration(run_directory, config, previous):
+        logger.info("%s holds this run, finished; its results:", run_directory.path)
+        logger.info("%s", results_table(previous, run_title(previous), config.eval),
+                    extra={"plain": True})
+        return previous
     run_directory.write_config(config)
     run_directory.write_inputs(inputs)
     logger.info("%s: train %s, database %s, queries %s; %s", split.name, split.train.shape,
@@ -154,7 +148,7 @@ def _run(config: Config, run_directory: RunDirectory, split: RetrievalSplit,
 
 
 def _in_a_cluster(strategy) -> bool:
-    if strategy is None:
+    if strategy is None:  # TensorFlow's: imported only to train
         return False
     from sgh.training.devices import is_multi_worker
 

@@ -96,23 +96,10 @@ def _labels(path: Path, arrays: dict, key: str, n: int) -> np.ndarray | None:
     return labels
 
 
-# A zip archive (np.savez's) starts with a local file header, or, when empty, its end record.
-_ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
-
-
 def load_codes(path) -> SavedCodes:
     path = Path(path)
     # Before anything opens it: a FIFO would block forever.
     refuse_special_file(path, expected="a codes.npz file, as sgh-train writes it")
-    if path.is_file():
-        with open(path, "rb") as handle:
-            start = handle.read(16)
-        if not start.startswith(_ZIP_STARTS):
-            # numpy would read any other file as a pickle and refuse it as one: say what it is.
-            found = f"it starts with {start!r}" if start else "it is empty"
-            raise UserInputError(f"{path}: not a .npz archive ({found}; a .npz is a zip file, "
-                                 "starting with b'PK'); expected a codes.npz written by "
-                                 "np.savez, as sgh-train writes it")
     arrays = open_npz(path)
     bits = stored_bits(arrays, str(path))
     database = _codes(path, arrays, "database", bits)

@@ -7,8 +7,9 @@ the similarity and the features as used (the content, not the path or date). The
 to the dataset when its directory may be written (permission bits, even for root), else in the
 per-user cache; reads look in both, next to the dataset first. It holds ``ids`` ``(n_queries, K)``
 int64, best first, ties by index (a total order, so K >= k serves k), and their ``checksum``; it
-is used only if it loads without pickles, its checksum matches and the ids are in range, distinct
-and in order of distance along each row; anything else is logged and recomputed.
+is used only if it loads without pickles, its checksum matches (which catches truncation, changed
+bytes and another features' file alike) and the ids are in range and distinct along each row;
+anything else is logged and recomputed.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from sgh.artifacts.atomic import atomic_file
 from sgh.artifacts.user_cache import may_write, user_cache_dir
 from sgh.data.ground_truth import checked_ids, computed_source
 from sgh.data.neighbours import exact_neighbours
-from sgh.data.similarity import NEIGHBOUR_LABELS, nearness
-from sgh.data.streamed_features import StreamedFeatures, take_rows
+from sgh.data.similarity import NEIGHBOUR_LABELS
+from sgh.data.streamed_features import StreamedFeatures
 from sgh.errors import UserInputError, check_choice, check_int
 
 logger = logging.getLogger(__name__)
@@ -68,8 +69,7 @@ def ids_checksum(digest: str, ids: np.ndarray) -> str:
     return checksum.hexdigest()
 
 
-def _trusted(path: Path, query, database, k: int, similarity: str,
-             digest: str) -> np.ndarray | None:
+def _trusted(path: Path, query, database, k: int, digest: str) -> np.ndarray | None:
     """The cached ids of ``path`` if every check of the module doc passes, else None."""
     if not path.is_file():
         return None
@@ -95,30 +95,10 @@ def _trusted(path: Path, query, database, k: int, similarity: str,
             checked_ids("its ids", ids, len(database))
         except UserInputError as error:
             problem = str(error)
-    if problem is None:
-        row = _first_row_out_of_order(query, database, ids[:, :k], similarity)
-        if row is not None:
-            problem = f"query {row}'s neighbours are not in order of {similarity} similarity"
     if problem is not None:
         logger.warning("ground-truth cache %s is not trusted (%s); ignored", path, problem)
         return None
     return ids[:, :k]
-
-
-def _first_row_out_of_order(query, database, ids: np.ndarray, similarity: str) -> int | None:
-    """The first query whose k neighbours' distances decrease along its row, or None."""
-    rows_per_block = max(1, (1 << 22) // max(1, ids.shape[1] * database.shape[1]))
-    for start in range(0, len(ids), rows_per_block):
-        block = ids[start : start + rows_per_block]
-        items = take_rows(database, block.reshape(-1)).astype(np.float64).reshape(*block.shape, -1)
-        queries = np.asarray(query[start : start + len(block)], np.float64)[:, None, :]
-        keys = nearness(items, queries, similarity)  # should not decrease along a row
-        # Relative slack: the reference computed these same sums, perhaps in another order.
-        slack = 1e-9 * np.maximum(1.0, np.abs(keys).max(axis=1, keepdims=True))
-        bad = np.flatnonzero((np.diff(keys, axis=1) < -slack).any(axis=1))
-        if bad.size:
-            return start + int(bad[0])
-    return None
 
 
 def _write(path: Path, ids: np.ndarray, digest: str) -> bool:
@@ -147,7 +127,7 @@ def cached_exact_neighbours(query: np.ndarray, database: np.ndarray, k: int,
     digest = features_digest(query, database, similarity)
     candidates = cache_candidates(dataset_path, digest)
     for path in candidates:
-        ids = _trusted(path, query, database, k, similarity, digest)
+        ids = _trusted(path, query, database, k, digest)
         if ids is not None:
             return ids, f"{exact} earlier; read from the cache {path}"
     ids = exact_neighbours(query, database, k, similarity)

@@ -17,39 +17,35 @@ from sgh.errors import UserInputError, first_few
 from sgh.methods import METHODS
 
 
-def finished_as_configured(run_directory: RunDirectory, config: Config, previous: dict) -> bool:
-    """Whether the directory holds this very run finished: the same configuration, the
-    evaluation included, and every file the run writes."""
+def check_recorded_configuration(run_directory: RunDirectory, config: Config,
+                                 finished: dict | None = None) -> bool:
+    """Refuse to go on under another configuration than the one the directory recorded. A run
+    with a checkpoint resumes only with the same configuration, the evaluation aside. A run
+    `finished` (its metrics) is never recorded again: under another configuration (another run)
+    nor under other evaluation settings (a re-scoring, `sgh-eval ... out=FILE`, for any method:
+    evaluated again in place, its metrics.json and config.yaml would be replaced). True when the
+    directory holds this very run finished: the same configuration, the evaluation included,
+    and every file the run writes."""
     recorded = run_directory.previous_config()
-    if recorded is None:
+    if recorded is None or (finished is None and not run_directory.has_checkpoint()):
         return False
-    current = OmegaConf.to_container(OmegaConf.structured(config))
-    if configuration_differences(with_new_keys_at_their_defaults(recorded, config), current):
-        return False
-    needed = [run_directory.codes]
-    if METHODS[config.model.name].uses_tensorflow:
-        needed.append(run_directory.encoder / "saved_model.pb")
-    if "score_for_scan" in previous:
-        needed.append(run_directory.asymmetric_score)
-    return all(path.is_file() for path in needed)
-
-
-def refuse_to_record_a_finished_run_again(run_directory: RunDirectory, config: Config) -> None:
-    """Refuse to run a finished run again under other settings: another configuration is another
-    run; other evaluation settings are a re-scoring (`sgh-eval ... out=FILE`), for any method:
-    evaluated again in place, its metrics.json and config.yaml would be replaced."""
-    recorded = run_directory.previous_config()
-    if recorded is None:
-        return
-    current = OmegaConf.to_container(OmegaConf.structured(config))
     recorded = with_new_keys_at_their_defaults(recorded, config)
-    differences = configuration_differences(_comparable(recorded), _comparable(current))
+    current = OmegaConf.to_container(OmegaConf.structured(config))
+    # What defines a training run: everything but the evaluation settings.
+    differences = configuration_differences({**recorded, "eval": None}, {**current, "eval": None})
+    if differences and finished is None:
+        raise UserInputError(
+            f"{run_directory.path} holds a run with another configuration "
+            f"({first_few(differences, _DIFFERENCES_SHOWN)}); resume it "
+            "with the same settings, or choose a new hydra.run.dir")
     if differences:
         raise UserInputError(
             f"{run_directory.path} holds a finished run with another configuration "
             f"({first_few(differences, _DIFFERENCES_SHOWN)}), and finished work is never "
             "recorded again; accepted: its own settings (its results are shown, nothing is "
             "written), or a new hydra.run.dir for this run")
+    if finished is None:
+        return False
     evaluation = configuration_differences({"eval": recorded.get("eval")},
                                            {"eval": current["eval"]})
     if evaluation:
@@ -62,6 +58,12 @@ def refuse_to_record_a_finished_run_again(run_directory: RunDirectory, config: C
             "work is never recorded again; accepted: re-score it into a file of its own, "
             f"sgh-eval run={run_directory.path} {overrides} out=scores.json, or a new "
             "hydra.run.dir for a new run")
+    needed = [run_directory.codes]
+    if METHODS[config.model.name].uses_tensorflow:
+        needed.append(run_directory.encoder / "saved_model.pb")
+    if "score_for_scan" in finished:
+        needed.append(run_directory.asymmetric_score)
+    return all(path.is_file() for path in needed)
 
 
 def _override(value) -> str:
@@ -73,11 +75,6 @@ def _override(value) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_override(item) for item in value) + "]"
     return str(value)
-
-
-def _comparable(values: dict) -> dict:
-    """What defines a training run: everything but the evaluation settings."""
-    return {key: value for key, value in values.items() if key != "eval"}
 
 
 def with_new_keys_at_their_defaults(previous: dict, config: Config) -> dict:
@@ -111,21 +108,6 @@ def configuration_differences(previous: dict, current: dict) -> list[str]:
     return [f"{key}: {_shown(before.get(key, _ABSENT))} -> {_shown(now.get(key, _ABSENT))}"
             for key in sorted(before.keys() | now.keys())
             if before.get(key, _ABSENT) != now.get(key, _ABSENT)]
-
-
-def refuse_another_configuration(run_directory: RunDirectory, config: Config) -> None:
-    """A run with a checkpoint resumes only with the same configuration, the evaluation aside."""
-    previous = run_directory.previous_config()
-    if not run_directory.has_checkpoint() or previous is None:
-        return
-    current = OmegaConf.to_container(OmegaConf.structured(config))
-    differences = configuration_differences(
-        _comparable(with_new_keys_at_their_defaults(previous, config)), _comparable(current))
-    if differences:
-        raise UserInputError(
-            f"{run_directory.path} holds a run with another configuration "
-            f"({first_few(differences, _DIFFERENCES_SHOWN)}); resume it "
-            "with the same settings, or choose a new hydra.run.dir")
 
 
 def refuse_other_data(run_directory: RunDirectory, inputs: list[InputFile]) -> None:

@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +36,13 @@ import yaml
 from omegaconf import OmegaConf
 
 from sgh.artifacts import tensorboard_events
-from sgh.artifacts.atomic import atomic_file, remove_abandoned_staging, write_bytes, write_json
+from sgh.artifacts.atomic import (
+    atomic_file,
+    delete_path,
+    remove_abandoned_staging,
+    write_bytes,
+    write_json,
+)
 from sgh.artifacts.checkpoint_integrity import (
     CHECKPOINT_PREFIX,
     CHECKPOINT_STATE,
@@ -175,14 +180,12 @@ class RunDirectory:
             return False
 
     marker = _run_path(RUN_MARKER)
-    lock_file = _run_path(LOCK_FILE)
     config_file = _run_path(CONFIG_FILE)
     inputs_file = _run_path(INPUTS_FILE)
     codes = _run_path(CODES_FILE)
     asymmetric_score = _run_path(ASYMMETRIC_FILE)
     metrics = _run_path(METRICS_FILE)
     eval_file = _run_path(EVAL_FILE)
-    log_file = _run_path(LOG_FILE)
     encoder = _run_path(ENCODER_DIR)
 
     @property
@@ -293,10 +296,7 @@ class RunDirectory:
                           for folder in (training, training / BEST_DIR) if folder.is_dir()]:
             temporaries = [path for path in directory.iterdir() if _TF_TEMPORARY.match(path.name)]
             for path in temporaries:
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink(missing_ok=True)
+                delete_path(path)
             stray += temporaries
         if stray:
             logger.info("removed what an interrupted writer left half-written in %s: %s",

@@ -29,7 +29,8 @@ class InputFile:
 
 
 def describe_inputs(files: dict[str, Path]) -> list[InputFile]:
-    """The record of `files` (setting -> path, as `sgh.data.input_files` gives them), now."""
+    """The record of `files` (setting -> path, as `sgh.data.load_split_and_files` gives
+    them), now."""
     described = []
     for setting, path in files.items():
         resolved = Path(path).expanduser().resolve()

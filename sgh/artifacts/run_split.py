@@ -14,17 +14,16 @@ def recorded_split(run: RunDirectory, reading: str, rows: dict[str, int]):
     """The run's `RetrievalSplit`; ``reading``: what reads it, for the messages (e.g.
     ``eval.ranking=scan``); ``rows``: the codes' rows by part (``{"database": n}``)."""
     from sgh.config import dataset_config_from
-    from sgh.data import input_files, load_split
+    from sgh.data import load_split_and_files
 
     previous = run.previous_config()
     if previous is None or "dataset" not in previous:
         raise UserInputError(f"run={run.path}: no readable config.yaml; {reading} reads the "
                              "run's dataset from it")
     dataset = dataset_config_from(previous["dataset"])
-    split = load_split(dataset)
+    split, files = load_split_and_files(dataset)
     recorded = run.previous_inputs()
-    changes = [] if recorded is None else changed_inputs(recorded,
-                                                          describe_inputs(input_files(dataset)))
+    changes = [] if recorded is None else changed_inputs(recorded, describe_inputs(files))
     if changes:
         raise UserInputError(
             f"run={run.path} was trained on other data ({'; '.join(changes)}), and {reading} "

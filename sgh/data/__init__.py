@@ -32,10 +32,18 @@ from sgh.data.synthetic import gaussian_clusters
 from sgh.data.vector_files import list_keys, read_mat_arrays, refuse_special_file
 from sgh.errors import UserInputError
 
-__all__ = ["RetrievalSplit", "input_files", "load_split"]
+__all__ = ["RetrievalSplit", "load_split", "load_split_and_files"]
 
 
 def load_split(dataset) -> RetrievalSplit:
+    """The dataset's `RetrievalSplit` (a ``config.dataset``)."""
+    return load_split_and_files(dataset)[0]
+
+
+def load_split_and_files(dataset) -> tuple[RetrievalSplit, dict[str, Path]]:
+    """`load_split`, and the files it read by the setting that names them (a texmex sibling
+    under the setting it stands in for; none for synthetic data): what a run records."""
+    files: dict[str, Path] = {}
     if not hasattr(dataset, "path"):  # synthetic
         similarity = resolve_similarity(dataset.similarity)
         x_train, y_train, x_test, y_test = gaussian_clusters(
@@ -48,7 +56,7 @@ def load_split(dataset) -> RetrievalSplit:
                                conversion_with(f"synthetic Gaussian clusters, seed "
                                                f"{dataset.seed}", similarity), similarity)
     else:
-        split = _load_file(dataset)
+        split, files = _load_file(dataset)
     if len(split.train) < 2:
         raise UserInputError(f"dataset {dataset.name!r}: the training set has {len(split.train)} "
                              "items; at least 2 are needed")
@@ -59,29 +67,10 @@ def load_split(dataset) -> RetrievalSplit:
                 f"{split.train.path} is streamed from disk; use the built-in model selection "
                 "(validation.every, on by default) or dataset.streaming=never")
         split = training_set_split(split, dataset.n_queries)
-    return split
+    return split, files
 
 
-def input_files(dataset) -> dict[str, Path]:
-    """The files `load_split(dataset)` reads, by the setting that names them (a texmex sibling
-    under the setting it stands in for); empty for synthetic data. Call it after `load_split`,
-    which reports missing files."""
-    if not hasattr(dataset, "path"):
-        return {}
-    path = Path(dataset.path).expanduser()
-    files = {"dataset.path": path}
-    suffix = path.suffix.lower()
-    # The dispatch of `_load_file`: HDF5 files and named .npz/.mat layouts hold every split.
-    if not path.is_dir() and (suffix in HDF5_SUFFIXES or (
-            suffix in (".npz", ".mat") and npz_file.match_layout(list_keys(path)) is not None)):
-        return files
-    for role, companion in companion_paths(dataset, path).items():
-        if companion is not None:
-            files[SETTINGS[role]] = companion
-    return files
-
-
-def _load_file(dataset) -> RetrievalSplit:
+def _load_file(dataset) -> tuple[RetrievalSplit, dict[str, Path]]:
     path = Path(dataset.path).expanduser()
     refuse_special_file(path, "dataset.path")
     if not path.exists():
@@ -90,19 +79,20 @@ def _load_file(dataset) -> RetrievalSplit:
             "put it there, or point data_dir (or the SGH_DATA_DIR environment variable) at a "
             "folder laid out as <data_dir>/<dataset>/<file>, or, for your own file, pass "
             "dataset=file dataset.path=FILE")
+    itself = {"dataset.path": path}  # a file that holds every split
     if not path.is_dir() and path.suffix.lower() in HDF5_SUFFIXES:
-        return load_hdf5_split(dataset, path)  # ann-benchmarks: train, test, neighbors
+        return load_hdf5_split(dataset, path), itself  # ann-benchmarks: train, test, neighbors
     # No other format states a similarity: `auto` is euclidean.
     similarity = resolve_similarity(dataset.similarity)
     if path.is_dir() or path.suffix.lower() not in (".npz", ".mat"):
-        return load_ann_files(dataset, path, similarity)  # one array per file (or an error)
+        return _load_single_arrays(dataset, path, similarity)  # one array per file (or an error)
     keys = list_keys(path)
     layout = npz_file.match_layout(keys)
     if layout is None:
         # One array is a database only when its queries are named: else more likely a misnamed
         # layout, and the message says both.
         if len(keys) == 1 and (dataset.query_path is not None or has_texmex_name(path)):
-            return load_ann_files(dataset, path, similarity)
+            return _load_single_arrays(dataset, path, similarity)
         raise UserInputError(f"{path}: keys found: {', '.join(sorted(keys)) or 'none'}; "
                              f"expected {npz_file.ACCEPTED_LAYOUTS}, or a single array (the "
                              "database, with dataset.query_path=FILE)")
@@ -113,12 +103,23 @@ def _load_file(dataset) -> RetrievalSplit:
                              ".npy, .fvecs or .bvecs files (or an ann-benchmarks .hdf5 file), "
                              "or use dataset.streaming=auto")
     refuse_companion_paths(dataset, f"{path} holds the {layout} layout ({', '.join(keys)})")
-    return _load_named_arrays(dataset, path, layout, similarity)
+    names = [key for key in npz_file.LAYOUT_KEYS[layout] if key in keys]
+    return _load_named_arrays(dataset, path, layout, names, similarity), itself
 
 
-def _load_named_arrays(dataset, path: Path, layout: str, similarity: str) -> RetrievalSplit:
-    # Read eagerly, but a v7.3 .mat's arrays each when first used (`hdf5_files.Mat73Arrays`).
-    arrays = read_mat_arrays(path) if path.suffix.lower() == ".mat" else npz_file.open_npz(path)
+def _load_single_arrays(dataset, path: Path, similarity: str):
+    """The split of a single-array database and its companions, and those files."""
+    split = load_ann_files(dataset, path, similarity)
+    companions = companion_paths(dataset, path)
+    return split, {"dataset.path": path, **{SETTINGS[role]: companion for role, companion
+                                            in companions.items() if companion is not None}}
+
+
+def _load_named_arrays(dataset, path: Path, layout: str, names: list[str],
+                       similarity: str) -> RetrievalSplit:
+    # Only the layout's arrays (`names`) are read: another array is neither read nor refused.
+    arrays = (read_mat_arrays(path, names) if path.suffix.lower() == ".mat"
+              else npz_file.read_npz_arrays(path, names))
 
     def features(key: str, reference: str | None = None):
         dim = None

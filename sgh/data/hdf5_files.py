@@ -11,7 +11,7 @@ attribute (ann-benchmarks' `distance`) can make the library loop forever.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -246,30 +246,3 @@ def open_hdf5_vectors(path: Path, key: str | None, matlab: bool = False) -> Hdf5
                                  "with a key")
         key = names[0]
     return Hdf5Vectors(path, key, matlab)
-
-
-class Mat73Arrays(Mapping):
-    """The variables of a MATLAB v7.3 file by name, each read (whole, in MATLAB's shape) when
-    first asked for: variables the layout does not use are never read, nor refused."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._names = variable_names(path, matlab=True)
-        self._read: dict[str, np.ndarray] = {}
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self._names:
-            raise KeyError(name)
-        if name not in self._read:
-            vectors = Hdf5Vectors(self.path, name, matlab=True)
-            self._read[name] = vectors.read(0, len(vectors))
-        return self._read[name]
-
-    def __contains__(self, name) -> bool:  # without reading the variable
-        return name in self._names
-
-    def __iter__(self):
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)

@@ -30,7 +30,7 @@ _DATABASE_CHUNK_BYTES = 1 << 26
 # The products of one block of database rows with one worker's block of queries, sized to stay
 # in cache between the matrix product that writes it and the scan that reads it.
 _PRODUCT_BLOCK_BYTES = 1 << 22
-# Queries per product block by default (a worker's share if smaller).
+# Queries per product block (a worker's share if smaller).
 _QUERY_BLOCK = 1024
 # Candidate rows gathered as float64 for their exact keys at a time.
 _CANDIDATE_PIECE_BYTES = 1 << 25
@@ -154,7 +154,7 @@ def _margins(query_norms: np.ndarray, largest_norm: float, shift_norm: float, di
 
 
 def _chunk_candidates(query: np.ndarray, rows: np.ndarray, k: int, similarity: str,
-                      best_kth: np.ndarray, block_size: int | None, threads: _Threads
+                      best_kth: np.ndarray, threads: _Threads
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The items of ``rows`` that may belong to a query's k best, given the k-th best float64
     key ``best_kth`` of earlier chunks: ``(queries, ids into rows, float64 keys)``, aligned;
@@ -208,7 +208,7 @@ def _chunk_candidates(query: np.ndarray, rows: np.ndarray, k: int, similarity: s
             members = pending[group_start:group_start + group_size]
             positions, ids, counts = _scan(centred_query[members], margins[members],
                                            ceilings[members], centred, item_terms,
-                                           product_scale, k, capacity, block_size, threads)
+                                           product_scale, k, capacity, threads)
             candidate_queries.append(members[positions])
             candidate_ids.append(ids)
             overflowed.append(members[counts < 0])
@@ -222,7 +222,7 @@ def _chunk_candidates(query: np.ndarray, rows: np.ndarray, k: int, similarity: s
 
 
 def _scan(centred_query, margins, ceilings, centred, item_terms, product_scale, k, capacity,
-          block_size, threads):
+          threads):
     """Candidates of a group of queries against a centred chunk: ``(positions, ids, counts)``,
     each candidate's query (position in the group) and row id, and each query's list length,
     -1 where its list overflowed (such queries list no candidate)."""
@@ -232,12 +232,11 @@ def _scan(centred_query, margins, ceilings, centred, item_terms, product_scale, 
     keys = np.empty((n_queries, capacity))
     ids = np.empty((n_queries, capacity), np.int64)
     counts = np.zeros(n_queries, np.int64)
-    query_block = block_size or _QUERY_BLOCK
 
     def scan_queries(_part, first, last):
         """One worker's queries: its own matrix products (BLAS limited to one thread by
         `exact_neighbours`) and scans, on its own heaps and lists."""
-        block = min(query_block, last - first)
+        block = min(_QUERY_BLOCK, last - first)
         item_block = min(n_rows, max(64, _PRODUCT_BLOCK_BYTES // (block * centred.itemsize)))
         buffer = np.empty(block * item_block, centred.dtype)
         for q0 in range(first, last, block):
@@ -286,23 +285,19 @@ def _merged(best_ids, best_keys, candidate_queries, candidate_ids, candidate_key
 
 # --- the entry points --------------------------------------------------------------------------
 
-def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euclidean",
-                     chunk_rows: int | None = None, block_size: int | None = None,
+def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euclidean", *,
                      workers: int | None = None) -> np.ndarray:
     """Each query's exact ``k`` best items of ``database`` (an array, `StreamedFeatures`, or any
     sized source of ``(first row, rows)`` from ``database.chunks(chunk_rows)``) by
     ``similarity``, ties by database index: ``(n_queries, k)`` int64 ids, best first, the same
-    whatever ``chunk_rows`` (database rows per chunk), ``block_size`` (queries per matrix
-    product) and ``workers`` (threads, each scanning its share of the queries)."""
+    whatever the chunks and ``workers`` (threads, each scanning its share of the queries; by
+    default one per core, at most 8)."""
     check_choice("similarity", similarity, SIMILARITIES)
     query = _as_features(query, "query")
     check_int("k", k, 1, len(database), maximum_is="the database size")
-    if block_size is not None:
-        check_int("block_size", block_size, 1)
     if not len(query):
         return np.zeros((0, k), np.int64)
-    if chunk_rows is None:
-        chunk_rows = max(1, _DATABASE_CHUNK_BYTES // (8 * query.shape[1]))
+    chunk_rows = max(1, _DATABASE_CHUNK_BYTES // (8 * query.shape[1]))
     if hasattr(database, "chunks"):  # StreamedFeatures, or another source of (first row, rows)
         chunks = database.chunks(chunk_rows)
     else:  # in memory: slices in the given dtype
@@ -322,13 +317,12 @@ def exact_neighbours(query: np.ndarray, database, k: int, similarity: str = "euc
                 raise ValueError(f"query has dimension {query.shape[1]} but database has "
                                  f"dimension {rows.shape[1]}")
             queries, ids, keys = _chunk_candidates(query, rows, k, similarity, best_keys[:, -1],
-                                                   block_size, threads)
+                                                   threads)
             best_ids, best_keys = _merged(best_ids, best_keys, queries, ids + start, keys)
     return best_ids
 
 
-def euclidean_neighbours(query: np.ndarray, database: np.ndarray, k: int,
-                         block_size: int | None = None) -> np.ndarray:
+def euclidean_neighbours(query: np.ndarray, database: np.ndarray, k: int) -> np.ndarray:
     """`exact_neighbours` with ``similarity="euclidean"``: ``(n_queries, k)`` int64 ids."""
-    return exact_neighbours(query, database, k, "euclidean", block_size=block_size)
+    return exact_neighbours(query, database, k, "euclidean")
 

@@ -13,7 +13,7 @@ import numpy as np
 from sgh.data.feature_conversion import as_float32_features
 from sgh.data.ground_truth import checked_ids
 from sgh.data.vector_file import _where
-from sgh.data.vector_files import MALFORMED_FILE_ERRORS, refuse_special_file
+from sgh.data.vector_files import MALFORMED_FILE_ERRORS
 from sgh.errors import UserInputError, one_line
 
 logger = logging.getLogger(__name__)
@@ -25,11 +25,13 @@ ACCEPTED_LAYOUTS = ("labelled (X_train, y_train, X_test, y_test), ANN (base, que
 # Every key a layout reads: its required keys, and the ANN layout's optional ones.
 LAYOUT_KEYS = {**LAYOUTS, "ann": (*LAYOUTS["ann"], "groundtruth", "learn")}
 _LAYOUT_NAMES = {"labelled": "labelled", "ann": "ANN", "pooled": "pooled"}
+# A zip archive (np.savez's) starts with a local file header, or, when empty, its end record.
+_ZIP_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 
 
 def open_npz(path: Path) -> dict[str, np.ndarray]:
-    """Load every array of an `.npz` file eagerly, refusing pickles and corrupt archives."""
-    refuse_special_file(path)
+    """Load every array of an `.npz` file eagerly, refusing pickles and corrupt archives. The
+    caller refuses special files first (`refuse_special_file`), with its own words."""
     if not path.exists():
         raise UserInputError(f"{path}: no such file")
     if path.is_dir():
@@ -39,22 +41,24 @@ def open_npz(path: Path) -> dict[str, np.ndarray]:
     return read_npz_arrays(path)
 
 
-def read_npz_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an `.npz` archive, read with `allow_pickle=False`; whatever numpy, zipfile
-    or zlib raise on damaged bytes becomes one `UserInputError` line naming the file."""
+def read_npz_arrays(path: Path, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays `names` (None: every one) of an `.npz` archive, read with `allow_pickle=False`;
+    whatever numpy, zipfile or zlib raise on damaged bytes becomes one `UserInputError` line
+    naming the file."""
     try:
         with open(path, "rb") as file:
-            magic = file.read(6)
-        # numpy takes bytes other than a zip's (an .npz, empty or not) or an .npy's for a pickle,
-        # and would refuse them as one.
-        if not (magic.startswith(b"PK") or magic == b"\x93NUMPY"):
-            raise UserInputError(f"{path}: not an .npz archive (a zip of .npy arrays): the file "
-                                 "is corrupt or of another format")
-        archive = np.load(path, allow_pickle=False)
-        if not hasattr(archive, "files"):  # numpy reads a .npy file as a bare array
+            start = file.read(16)
+        # numpy takes any bytes but a zip's (an .npz) or an .npy's for a pickle, and would
+        # refuse them as one: say what the file starts with.
+        if start.startswith(b"\x93NUMPY"):
             raise UserInputError(f"{path}: an .npy array, not an .npz archive")
-        with archive:
-            return {key: archive[key] for key in archive.files}
+        if not start.startswith(_ZIP_STARTS):
+            found = f"it starts with {start!r}" if start else "it is empty"
+            raise UserInputError(f"{path}: not an .npz archive (a zip of .npy arrays): the file "
+                                 f"is corrupt or of another format ({found}; a zip starts with "
+                                 "b'PK\\x03\\x04')")
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in (archive.files if names is None else names)}
     except UserInputError:
         raise
     except FileNotFoundError:

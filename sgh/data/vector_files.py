@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sgh.data.hdf5_files import HDF5_SUFFIXES, Mat73Arrays, open_hdf5_vectors, variable_names
+from sgh.data.hdf5_files import HDF5_SUFFIXES, open_hdf5_vectors, variable_names
 from sgh.data.mat5_structure import MalformedMat, check_mat5_structure
 from sgh.data.vector_file import MAT_MATRIX, MAT_NUMERIC_CLASSES, VectorFile
 from sgh.errors import UserInputError, one_line
@@ -253,18 +253,16 @@ def _whosmat(path: Path) -> list[tuple[str, tuple[int, ...], str]]:
     return [(name, shape, kind) for name, shape, kind in variables if not name.startswith("__")]
 
 
-def read_mat_arrays(path: Path, names: list[str] | None = None):
-    """Variables of a MATLAB file as arrays in their MATLAB class (`mat_dtype=True`), all or the
-    `names` given; vectors come back as (1, n) or (n, 1). All of a v7.3 file's come as a lazy
-    mapping (`sgh.data.hdf5_files.Mat73Arrays`)."""
+def read_mat_arrays(path: Path, names: list[str]) -> dict[str, np.ndarray]:
+    """The variables `names` of a MATLAB file as arrays in their MATLAB class (`mat_dtype=True`;
+    vectors come back as (1, n) or (n, 1)); no other variable is read, nor refused."""
     if is_mat_v73(path):
-        arrays = Mat73Arrays(path)
-        return arrays if names is None else {name: arrays[name] for name in names}
+        opened = [open_hdf5_vectors(path, name, matlab=True) for name in names]
+        return {vectors.key: vectors.read(0, len(vectors)) for vectors in opened}
     import scipy.io
 
-    complex_names = _check_mat_file(path)
-    if names is not None:
-        complex_names &= set(names)
+    # The structure of every variable is checked (a broken one would crash scipy).
+    complex_names = _check_mat_file(path) & set(names)
     if complex_names:
         raise UserInputError(f"{path}: key {sorted(complex_names)[0]!r} holds complex values; "
                              "expected real numbers (save real(X) or abs(X))")

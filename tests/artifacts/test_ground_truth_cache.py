@@ -131,7 +131,6 @@ def test_no_writable_location_just_computes(dataset, monkeypatch):
         "wrong rows",
         "id out of range",
         "repeated id",
-        "shuffled row",
         "plausible wrong row",
         "not numpy",
     ],
@@ -159,14 +158,8 @@ def test_corrupt_cache_is_recomputed_never_trusted(dataset, monkeypatch, caplog,
         elif corruption == "plausible wrong row":  # in order, distinct, in range: only wrong
             bad[7] = np.sort(bad[7] + 1) % len(database)
             assert len(set(bad[7])) == bad.shape[1]
-        elif corruption == "shuffled row":
-            bad[0] = bad[0, ::-1]
-            assert not np.array_equal(bad[0], good[0])
-        # The ids changed, the checksum kept (a tampered or damaged file), except where noted.
-        checksum = np.load(cached)["checksum"]
-        if corruption == "shuffled row":  # with a fresh checksum: the order check finds it
-            checksum = cache.ids_checksum(cache.features_digest(query, database), bad)
-        np.savez(cached, ids=bad, checksum=checksum)
+        # The ids changed, the checksum kept (a damaged file).
+        np.savez(cached, ids=bad, checksum=np.load(cached)["checksum"])
     calls = counting_calls(monkeypatch)
     with caplog.at_level(logging.WARNING, logger="sgh.artifacts.ground_truth_cache"):
         ids, source = cache.cached_exact_neighbours(query, database, 6, path)
@@ -226,17 +219,6 @@ def test_the_cache_is_keyed_by_similarity(dataset, monkeypatch):
     # Euclidean files keep the digest of the versions before the similarity was stated.
     assert cache.features_digest(query, database) == cache.features_digest(
         query, database, "euclidean") != cache.features_digest(query, database, "inner_product")
-    # An inner-product file whose order is reversed is not trusted (order of largest product).
-    [inner_file] = [name for name in cache_files(path.parent)
-                    if cache.features_digest(query, database, "inner_product") in name]
-    reversed_rows = inner.copy()
-    reversed_rows[0] = reversed_rows[0, ::-1]
-    digest = cache.features_digest(query, database, "inner_product")
-    np.savez(path.parent / inner_file, ids=reversed_rows,
-             checksum=cache.ids_checksum(digest, reversed_rows))
-    ids, source = cache.cached_exact_neighbours(query, database, 8, path, "inner_product")
-    assert calls == [8, 8, 8] and "cached in" in source
-    np.testing.assert_array_equal(ids, inner)
 
 
 def test_split_ground_truth_follows_the_split_similarity(dataset):

@@ -13,9 +13,9 @@ def test_names_of_everything_a_run_writes(tmp_path):
     run = RunDirectory(tmp_path / "run")
     assert run.path.is_dir()
     assert {path.relative_to(run.path).as_posix() for path in (
-        run.config_file, run.codes, run.metrics, run.eval_file, run.log_file, run.tensorboard,
+        run.config_file, run.codes, run.metrics, run.eval_file, run.tensorboard,
         run.checkpoints, run.best_checkpoints, run.encoder)} == {
-        "config.yaml", "codes.npz", "metrics.json", "eval.json", "train.log", "tensorboard",
+        "config.yaml", "codes.npz", "metrics.json", "eval.json", "tensorboard",
         "checkpoints", "checkpoints/best", "encoder"}
 
 

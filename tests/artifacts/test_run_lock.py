@@ -36,7 +36,7 @@ def _holder(run_dir):
 def test_the_lock_file_names_its_holder_and_is_free_after_the_block(tmp_path):
     run_dir = tmp_path / "run"
     with run_lock(run_dir) as lock_file:
-        assert lock_file == RunDirectory(run_dir).lock_file
+        assert lock_file == run_dir / ".lock"
         holder = json.loads(lock_file.read_text())
         assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
         assert holder["program"] == "sgh-train" and holder["since"]

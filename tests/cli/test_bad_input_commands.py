@@ -253,7 +253,7 @@ CASES = [
     Case("SIGTERM while the data load", "train", lambda f: ["dataset=synthetic", _run_dir(f)],
          "interrupted before the run finished; run the same command with "
          "hydra.run.dir={tmp}/run to resume", status=130,
-         patch=_signal_during("sgh.pipeline.load_split", signal.SIGTERM)),
+         patch=_signal_during("sgh.pipeline.load_split_and_files", signal.SIGTERM)),
     # ---- sgh-eval -----------------------------------------------------------------------------
     Case("out= the codes file", "eval",
          lambda f: [f"codes={_codes(f)}", f"out={f / 'codes.npz'}"],
@@ -273,7 +273,8 @@ CASES = [
          "both as 1-D class ids"),
     Case("an HTML page named .npz", "eval",
          lambda f: [f"codes={_file(f / 'codes.npz', '<!DOCTYPE html><html>Not Found</html>')}"],
-         "{tmp}/codes.npz: not a .npz archive (it starts with b'<!DOCTYPE html><'"),
+         "{tmp}/codes.npz: not an .npz archive (a zip of .npy arrays): the file is corrupt or "
+         "of another format (it starts with b'<!DOCTYPE html><'"),
     Case("out= a directory", "eval",
          lambda f: [f"codes={_codes(f)}", f"out={_file(f / 'scores' / 'keep').parent}"],
          "out={tmp}/scores is a directory; accepted: a file name"),
@@ -481,7 +482,7 @@ main()
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target, number", [
-    ("load_split", signal.SIGTERM),  # before the first step
+    ("load_split_and_files", signal.SIGTERM),  # before the first step
     ("score", signal.SIGTERM),  # evaluating, after training
     ("RunDirectory.write_metrics", signal.SIGINT),  # the final writes
 ], ids=["before training", "during evaluation", "during the final writes"])

@@ -8,9 +8,9 @@ import pytest
 import scipy.io
 
 from sgh.config import FileDatasetConfig
-from sgh.data import load_split
+from sgh.data import load_split, load_split_and_files
 from sgh.errors import UserInputError
-from tests.helpers import SHARED_DATA, assert_same_split
+from tests.helpers import SHARED_DATA, assert_same_split, labelled_arrays
 from tests.helpers_vector_files import write_texmex
 
 SIFTSMALL = SHARED_DATA / "siftsmall"
@@ -43,7 +43,11 @@ def test_texmex_siblings_are_found_by_name(ann):
     for name, array in (("base", base), ("query", query), ("learn", learn)):
         write_texmex(folder / f"toy_{name}.bvecs", array)
     write_texmex(folder / "toy_groundtruth.ivecs", truth)
-    split = load_split(_dataset(folder / "toy_base.bvecs"))
+    split, files = load_split_and_files(_dataset(folder / "toy_base.bvecs"))
+    assert files == {"dataset.path": folder / "toy_base.bvecs",  # as a run records them
+                     "dataset.query_path": folder / "toy_query.bvecs",
+                     "dataset.groundtruth_path": folder / "toy_groundtruth.ivecs",
+                     "dataset.learn_path": folder / "toy_learn.bvecs"}
     np.testing.assert_array_equal(split.database, base.astype(np.float32) / np.float32(255))
     np.testing.assert_array_equal(split.query, query.astype(np.float32) / np.float32(255))
     np.testing.assert_array_equal(split.train, learn.astype(np.float32) / np.float32(255))
@@ -67,9 +71,12 @@ def test_explicit_paths_in_any_format(ann):
     scipy.io.savemat(folder / "q.mat", {"queries": query.astype(np.float64)})
     np.savez(folder / "learn.npz", anything=learn.astype(np.int16))
     np.save(folder / "gt.npy", truth.astype(np.float64))  # whole-valued floats are accepted
-    split = load_split(_dataset(folder / "db.npy", query_path=str(folder / "q.mat"),
-                                learn_path=str(folder / "learn.npz"),
-                                groundtruth_path=str(folder / "gt.npy")))
+    split, files = load_split_and_files(_dataset(
+        folder / "db.npy", query_path=str(folder / "q.mat"), learn_path=str(folder / "learn.npz"),
+        groundtruth_path=str(folder / "gt.npy")))
+    assert files == {"dataset.path": folder / "db.npy", "dataset.query_path": folder / "q.mat",
+                     "dataset.groundtruth_path": folder / "gt.npy",
+                     "dataset.learn_path": folder / "learn.npz"}
     np.testing.assert_array_equal(split.query, query.astype(np.float32))
     np.testing.assert_array_equal(split.train, learn.astype(np.float32))
     np.testing.assert_array_equal(split.groundtruth, truth)
@@ -84,12 +91,35 @@ def test_mat_file_of_named_arrays_gives_the_npz_split(tmp_path):
     # MATLAB keeps labels as double column vectors: accepted as whole-valued ids.
     scipy.io.savemat(tmp_path / "d.mat", {**arrays, "y_train": arrays["y_train"][:, None] * 1.0,
                                           "y_test": arrays["y_test"][None, :] * 1.0})
-    assert_same_split(load_split(_dataset(tmp_path / "d.mat", n_queries=5)),
-                       load_split(_dataset(tmp_path / "d.npz", n_queries=5)))
+    from_mat, files = load_split_and_files(_dataset(tmp_path / "d.mat", n_queries=5))
+    assert files == {"dataset.path": tmp_path / "d.mat"}  # it holds every split
+    assert_same_split(from_mat, load_split(_dataset(tmp_path / "d.npz", n_queries=5)))
     # Extensions in any case, as every reader takes them.
     (tmp_path / "d.npz").rename(tmp_path / "upper.NPZ")
     assert_same_split(load_split(_dataset(tmp_path / "d.mat", n_queries=5)),
                        load_split(_dataset(tmp_path / "upper.NPZ", n_queries=5)))
+
+
+def test_arrays_outside_the_layout_are_neither_read_nor_refused(tmp_path):
+    # Arrays no reader takes beside a valid layout: an object (pickled) array in an .npz, a
+    # complex variable in a .mat. The split is read from the layout's keys alone...
+    arrays = labelled_arrays(40, 12, rng=np.random.default_rng(2))
+    expected = _dataset(tmp_path / "plain.npz", n_queries=5)
+    np.savez(expected.path, **arrays)
+    expected = load_split(expected)
+    np.savez(tmp_path / "notes.npz", **arrays, notes=np.array([None, {"a": 1}], dtype=object))
+    scipy.io.savemat(tmp_path / "notes.mat", {**arrays, "notes": np.ones((2, 2)) * 1j})
+    for name in ("notes.npz", "notes.mat"):
+        assert_same_split(load_split(_dataset(tmp_path / name, n_queries=5)), expected)
+    # ...which are refused as before when they hold the same.
+    np.savez(tmp_path / "bad.npz", **{**arrays, "y_test": np.full(12, None, dtype=object)})
+    assert _message(_dataset(tmp_path / "bad.npz")) == (
+        f"{tmp_path / 'bad.npz'}: holds object (pickled) arrays, which are refused; save plain "
+        "numeric arrays")
+    scipy.io.savemat(tmp_path / "bad.mat", {**arrays, "X_test": arrays["X_test"] * 1j})
+    assert _message(_dataset(tmp_path / "bad.mat")) == (
+        f"{tmp_path / 'bad.mat'}: key 'X_test' holds complex values; expected real numbers "
+        "(save real(X) or abs(X))")
 
 
 def _message(dataset):

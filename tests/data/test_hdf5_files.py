@@ -298,11 +298,17 @@ LABELLED = {"X_train": RNG.normal(size=(40, 6)), "y_train": RNG.integers(0, 3, (
 
 def test_mat73_named_arrays_give_the_v5_split(tmp_path):
     scipy.io.savemat(tmp_path / "v5.mat", LABELLED)
-    v73 = write_mat73(tmp_path / "v73.mat", {**LABELLED, "note": _char_variable})
+    v73 = write_mat73(tmp_path / "v73.mat", {**LABELLED, "note": _char_variable,
+                                             "notes": _complex_variable})
     assert open(v73, "rb").read(10) == b"MATLAB 7.3"
-    # The char variable is not part of the layout: never read, so never refused.
+    # The char and complex variables are not part of the layout: never read, so never refused.
     assert_same_split(load_split(_dataset(v73, n_queries=5)),
                        load_split(_dataset(tmp_path / "v5.mat", n_queries=5)))
+    # In a key of the layout, the complex variable is refused.
+    bad = write_mat73(tmp_path / "bad.mat", {**LABELLED, "X_test": _complex_variable})
+    assert _message(load_split, _dataset(bad)) == (
+        f"{bad}: key 'X_test' holds complex values; expected real numbers (save real(X) or "
+        "abs(X))")
     ann = {"base": TRAIN.astype(np.float64), "query": TEST.astype(np.float64),
            "groundtruth": NEIGHBORS.astype(np.float64)}  # MATLAB's doubles, as in v5
     scipy.io.savemat(tmp_path / "ann5.mat", ann)

@@ -7,6 +7,19 @@ import sgh.data.neighbours
 from sgh.data.neighbours import euclidean_neighbours, exact_neighbours
 
 
+def neighbours(query, database, k, similarity="euclidean", chunk_rows=None, block_size=None,
+               **options):
+    """`exact_neighbours` over chunks of `chunk_rows` database rows and product blocks of
+    `block_size` queries (the module's sizes, patched for the call)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if chunk_rows is not None:  # rows = _DATABASE_CHUNK_BYTES // (8 * dim)
+            patch.setattr(sgh.data.neighbours, "_DATABASE_CHUNK_BYTES",
+                          8 * np.shape(query)[1] * chunk_rows)
+        if block_size is not None:
+            patch.setattr(sgh.data.neighbours, "_QUERY_BLOCK", block_size)
+        return exact_neighbours(query, database, k, similarity, **options)
+
+
 def brute_force(query, database, k):
     """Full float64 distance matrix, stable sort: ties by database index."""
     diff = query[:, None, :].astype(np.float64) - database[None, :, :].astype(np.float64)
@@ -18,7 +31,7 @@ def test_matches_brute_force_on_random_float32(block_size):
     rng = np.random.default_rng(0)
     database = rng.random((500, 24), dtype=np.float32)
     query = rng.random((30, 24), dtype=np.float32)
-    result = euclidean_neighbours(query, database, 10, block_size=block_size)
+    result = neighbours(query, database, 10, block_size=block_size)
     assert result.dtype == np.int64 and result.shape == (30, 10)
     np.testing.assert_array_equal(result, brute_force(query, database, 10))
 
@@ -30,7 +43,7 @@ def test_ties_are_broken_by_database_index():
     database = rng.integers(0, 3, (300, 4)).astype(np.float32)
     database[150:200] = database[:50]
     query = np.concatenate([database[:10], rng.integers(0, 3, (10, 4))]).astype(np.float32)
-    result = euclidean_neighbours(query, database, 25, block_size=6)
+    result = neighbours(query, database, 25, block_size=6)
     np.testing.assert_array_equal(result, brute_force(query, database, 25))
     # Query 0 equals database rows 0 and 150, and any earlier identical rows come first.
     assert {0, 150} <= set(result[0][: np.sum(np.all(database == query[0], axis=1))])
@@ -43,7 +56,7 @@ def test_small_pieces_and_many_candidates(monkeypatch):
     database = np.zeros((40, 3), dtype=np.uint8)
     database[::3] = 1
     query = np.array([[0, 0, 0], [1, 1, 1], [2, 2, 2]], dtype=np.uint8)
-    result = euclidean_neighbours(query, database, 40, block_size=2)
+    result = neighbours(query, database, 40, block_size=2)
     np.testing.assert_array_equal(result, brute_force(query, database, 40))
 
 
@@ -67,9 +80,8 @@ def test_float32_inputs_are_ranked_exactly_despite_float32_approximations(offset
     database = (offset + rng.normal(scale=0.05, size=(600, 16))).astype(np.float32)
     database[300:] = database[:300] + np.float32(1e-3)  # near-ties
     query = (offset + rng.normal(scale=0.05, size=(25, 16))).astype(np.float32)
-    chunked = sgh.data.neighbours.exact_neighbours
     for ids in (euclidean_neighbours(query, database, 12),
-                chunked(query, database, 12, chunk_rows=77)):
+                neighbours(query, database, 12, chunk_rows=77)):
         np.testing.assert_array_equal(ids, brute_force(query, database, 12))
 
 
@@ -94,8 +106,6 @@ def test_bad_arguments_are_named():
         euclidean_neighbours(np.zeros((1, 2)), database, 1)
     with pytest.raises(ValueError, match="NaN"):
         euclidean_neighbours(np.full((1, 3), np.nan), database, 1)
-    with pytest.raises(ValueError, match="block_size=0 is impossible; accepted: an integer >= 1"):
-        euclidean_neighbours(np.zeros((1, 3)), database, 1, block_size=0)
 
 
 # --- exact_neighbours: every similarity, in memory and streamed ---------------------------------
@@ -111,7 +121,7 @@ def test_inner_product_matches_brute_force_on_random_float32(chunk_rows):
     rng = np.random.default_rng(4)
     database = rng.normal(size=(500, 24)).astype(np.float32)
     query = rng.normal(size=(30, 24)).astype(np.float32)
-    ids = exact_neighbours(query, database, 10, "inner_product", chunk_rows)
+    ids = neighbours(query, database, 10, "inner_product", chunk_rows)
     assert ids.dtype == np.int64 and ids.shape == (30, 10)
     np.testing.assert_array_equal(ids, brute_force_inner_product(query, database, 10))
 
@@ -126,7 +136,7 @@ def test_inner_product_ties_are_broken_by_database_index():
     query = query.astype(np.float32)
     for chunk_rows in (None, 7):
         np.testing.assert_array_equal(
-            exact_neighbours(query, database, 40, "inner_product", chunk_rows),
+            neighbours(query, database, 40, "inner_product", chunk_rows),
             brute_force_inner_product(query, database, 40))
     # The zero query ties with everything: the first 40 ids.
     np.testing.assert_array_equal(exact_neighbours(query, database, 40, "inner_product")[-1],
@@ -147,7 +157,7 @@ def test_inner_product_is_exact_where_float32_products_are_not():
     assert not np.array_equal(float32_only, oracle)
     for chunk_rows in (None, 50):
         np.testing.assert_array_equal(
-            exact_neighbours(query, database, 15, "inner_product", chunk_rows), oracle)
+            neighbours(query, database, 15, "inner_product", chunk_rows), oracle)
 
 
 def test_values_near_float32_overflow_use_float64_products():
@@ -176,7 +186,7 @@ def test_a_streamed_database_gives_the_in_memory_ids(tmp_path, offset):
         want = oracle(query, database, 12)
         for chunk_rows in (None, 64):
             np.testing.assert_array_equal(
-                exact_neighbours(query, streamed, 12, similarity, chunk_rows), want)
+                neighbours(query, streamed, 12, similarity, chunk_rows), want)
 
 
 def test_exact_neighbours_arguments_are_named():
@@ -199,15 +209,14 @@ def test_a_large_common_offset_with_tiny_differences_is_ranked_exactly(offset):
     database[350:] = database[:350]
     query = (np.float32(offset) + rng.integers(0, 8, (30, 6)) / 16).astype(np.float32)
     for chunk_rows in (None, 64):
-        np.testing.assert_array_equal(exact_neighbours(query, database, 20, "euclidean",
-                                                       chunk_rows),
+        np.testing.assert_array_equal(neighbours(query, database, 20, "euclidean", chunk_rows),
                                       brute_force(query, database, 20))
     # float64 features (float64 products): 1e6 plus noise of 1e-4, and pairs of rows 1e-9
     # apart, far below float32's resolution at 1e6.
     database64 = offset + rng.normal(scale=1e-4, size=(500, 8))
     database64[250:] = database64[:250] + 1e-9
     query64 = offset + rng.normal(scale=1e-4, size=(12, 8))
-    np.testing.assert_array_equal(exact_neighbours(query64, database64, 15, "euclidean", 97),
+    np.testing.assert_array_equal(neighbours(query64, database64, 15, "euclidean", 97),
                                   brute_force(query64, database64, 15))
 
 
@@ -219,11 +228,10 @@ def test_integer_inputs_are_ranked_exactly():
     database[400:500] = database[:100]
     query = np.concatenate([database[:5], rng.integers(0, 256, (15, 16), dtype=np.uint8)])
     for chunk_rows in (None, 129):
-        np.testing.assert_array_equal(exact_neighbours(query, database, 12, "euclidean",
-                                                       chunk_rows),
+        np.testing.assert_array_equal(neighbours(query, database, 12, "euclidean", chunk_rows),
                                       brute_force(query, database, 12))
         np.testing.assert_array_equal(
-            exact_neighbours(query, database, 12, "inner_product", chunk_rows),
+            neighbours(query, database, 12, "inner_product", chunk_rows),
             brute_force_inner_product(query, database, 12))
     # Mixed types: uint8 queries against the same values as float32.
     np.testing.assert_array_equal(exact_neighbours(query, database.astype(np.float32), 12),
@@ -240,7 +248,7 @@ def test_inner_product_with_a_large_offset_in_the_database():
     query = rng.normal(size=(20, 10))
     for chunk_rows in (None, 50):
         np.testing.assert_array_equal(
-            exact_neighbours(query, database, 10, "inner_product", chunk_rows),
+            neighbours(query, database, 10, "inner_product", chunk_rows),
             brute_force_inner_product(query, database, 10))
 
 
@@ -255,7 +263,7 @@ def test_ties_across_chunks_go_to_the_smaller_index():
         for similarity, oracle in (("euclidean", brute_force),
                                    ("inner_product", brute_force_inner_product)):
             np.testing.assert_array_equal(
-                exact_neighbours(query, database, 70, similarity, chunk_rows),
+                neighbours(query, database, 70, similarity, chunk_rows),
                 oracle(query, database, 70))
 
 
@@ -266,7 +274,7 @@ def test_lists_that_overflow_are_scanned_again(monkeypatch):
     scan = sgh.data.neighbours._scan
 
     def recorded(*args):
-        capacities.append(args[7])  # _scan(..., k, capacity, block_size, threads)
+        capacities.append(args[7])  # _scan(..., k, capacity, threads)
         return scan(*args)
 
     monkeypatch.setattr(sgh.data.neighbours, "_scan", recorded)
@@ -285,8 +293,8 @@ def test_results_do_not_depend_on_threads_blocks_or_chunks(monkeypatch):
     want = brute_force(query, database, 25)
     for workers, block_size, chunk_rows in ((1, None, None), (2, 7, 1000), (3, 64, 333)):
         np.testing.assert_array_equal(
-            exact_neighbours(query, database, 25, "euclidean", chunk_rows, block_size,
-                             workers), want)
+            neighbours(query, database, 25, "euclidean", chunk_rows, block_size,
+                       workers=workers), want)
     # Blocks of 64 items (the fewest) and groups of 4 queries: many product blocks per chunk
     # and many groups, each with its own heaps.
     monkeypatch.setattr(sgh.data.neighbours, "_PRODUCT_BLOCK_BYTES", 1)

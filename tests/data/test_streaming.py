@@ -10,6 +10,7 @@ import pytest
 import scipy.io
 from omegaconf import OmegaConf
 
+import sgh.data.neighbours
 from sgh.artifacts.ground_truth_cache import features_digest
 from sgh.data.feature_conversion import read_float32
 from sgh.data.feature_statistics import feature_statistics
@@ -113,15 +114,16 @@ def test_statistics_and_digest_are_the_same_streamed_or_loaded(tmp_path):
     assert features_digest(query, streamed) == features_digest(query, loaded)
 
 
-def test_neighbours_over_database_chunks_are_exact_with_ties():
+def test_neighbours_over_database_chunks_are_exact_with_ties(monkeypatch):
     rng = np.random.default_rng(1)
     for chunk_rows in (1, 7, 300, 5000):
         database = rng.integers(0, 4, (900, 6)).astype(np.float32)  # many tied distances
         query = rng.integers(0, 4, (40, 6)).astype(np.float32)
         for k in (1, 10, 33):
-            np.testing.assert_array_equal(
-                exact_neighbours(query, database, k, chunk_rows=chunk_rows),
-                euclidean_neighbours(query, database, k))
+            whole = euclidean_neighbours(query, database, k)
+            with monkeypatch.context() as patch:  # chunks of 8 bytes x 6 features x chunk_rows
+                patch.setattr(sgh.data.neighbours, "_DATABASE_CHUNK_BYTES", 8 * 6 * chunk_rows)
+                np.testing.assert_array_equal(exact_neighbours(query, database, k), whole)
 
 
 @pytest.mark.parametrize("reader", READERS)

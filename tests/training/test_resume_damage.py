@@ -1,7 +1,9 @@
 """Resuming a damaged run directory: a truncated, overwritten or missing checkpoint file is
 skipped for the newest intact checkpoint (with a warning naming it), the run then ends with the
 codes of an undamaged one; with none intact, one line says what to do. A resume on another
-configuration names the keys that differ, and one on changed dataset files names the file.
+configuration names the keys that differ, and one on changed dataset files names the file; a
+finished run is shown under its own settings only, and refused as a resume is while it holds a
+checkpoint.
 
 The runs here are the quick ones (synthetic data, no XLA); tests/faults/test_faults.py injects
 the same faults into real `sgh-train` processes (slow).
@@ -17,11 +19,11 @@ import pytest
 import tensorflow as tf
 
 from sgh.artifacts.checkpoint_integrity import checkpoint_damage
-from sgh.artifacts.resume_checks import refuse_another_configuration, refuse_other_data
+from sgh.artifacts.resume_checks import check_recorded_configuration, refuse_other_data
 from sgh.artifacts.run_directory import RunDirectory
 from sgh.artifacts.run_inputs import changed_inputs, describe_inputs
 from sgh.config import FileDatasetConfig
-from sgh.data import input_files
+from sgh.data import load_split_and_files
 from sgh.errors import UserInputError
 from sgh.model.export import restore_run_model
 from sgh.pipeline import run
@@ -180,9 +182,9 @@ def test_another_configuration_is_refused_naming_the_keys_that_differ(tmp_path):
     run_directory.write_config(compose_config(*QUICK))
     run_directory.checkpoints.mkdir()
     (run_directory.checkpoints / "checkpoint").write_text("")  # a run with a checkpoint
-    refuse_another_configuration(run_directory, compose_config(*QUICK, "eval.radius=3"))
+    check_recorded_configuration(run_directory, compose_config(*QUICK, "eval.radius=3"))
     with pytest.raises(UserInputError) as refused:
-        refuse_another_configuration(run_directory, compose_config(
+        check_recorded_configuration(run_directory, compose_config(
             *QUICK, "model.bits=16", "trainer.seed=1", "eval.radius=3"))
     assert str(refused.value) == (
         f"{tmp_path} holds a run with another configuration (model.bits: 12 -> 16, "
@@ -190,18 +192,75 @@ def test_another_configuration_is_refused_naming_the_keys_that_differ(tmp_path):
         "hydra.run.dir")
 
 
+def test_a_finished_run_is_shown_only_under_its_own_settings(tmp_path):
+    run_directory = RunDirectory(tmp_path)
+    run_directory.write_config(compose_config(*QUICK, "model=lsh"))
+    finished = {"map": 0.5}  # its metrics.json
+    same, other = compose_config(*QUICK, "model=lsh"), compose_config(*QUICK, "model=lsh",
+                                                                      "model.bits=8")
+    assert not check_recorded_configuration(run_directory, same, finished)  # codes lost: redone
+    run_directory.codes.write_bytes(b"")
+    assert check_recorded_configuration(run_directory, same, finished)  # this run, finished
+    assert not check_recorded_configuration(run_directory, other)  # no checkpoint to resume
+    with pytest.raises(UserInputError) as refused:
+        check_recorded_configuration(run_directory, compose_config(
+            *QUICK, "model=lsh", "model.bits=8", "eval.radius=3"), finished)
+    assert str(refused.value) == (
+        f"{tmp_path} holds a finished run with another configuration (model.bits: 12 -> 8), "
+        "and finished work is never recorded again; accepted: its own settings (its results "
+        "are shown, nothing is written), or a new hydra.run.dir for this run")
+    with pytest.raises(UserInputError) as refused:
+        check_recorded_configuration(run_directory, compose_config(
+            *QUICK, "model=lsh", "eval.radius=3"), finished)
+    assert str(refused.value) == (
+        f"{tmp_path} holds a finished run (model=lsh) with other evaluation settings "
+        "(eval.radius: 2 -> 3), and finished work is never recorded again; accepted: re-score "
+        f"it into a file of its own, sgh-eval run={tmp_path} eval.radius=3 out=scores.json, or "
+        "a new hydra.run.dir for a new run")
+
+
+def test_a_finished_run_with_a_checkpoint_is_refused_as_a_resume_would_be(tmp_path):
+    """Its checkpoint's checks come first: another configuration is refused as another run's
+    resume, and changed data as a resume on other data, even with only `eval.*` changed."""
+    from sgh.data.synthetic import gaussian_clusters
+
+    data = tmp_path / "clusters.npz"
+    x_train, y_train, x_test, y_test = gaussian_clusters(600, 200, 16, 4, 0)
+    np.savez(data, X_train=x_train, y_train=y_train, X_test=x_test, y_test=y_test)
+    settings = [*QUICK[1:], "dataset=file", f"dataset.path={data}", "dataset.n_queries=50"]
+    run_directory = RunDirectory(tmp_path / "run")
+    run_directory.write_config(compose_config(*settings))
+    run_directory.write_inputs(describe_inputs({"dataset.path": data}))
+    run_directory.checkpoints.mkdir()
+    (run_directory.checkpoints / "checkpoint").write_text("")
+    run_directory.metrics.write_text('{"map": 0.5}')  # finished
+    kept = {path: path.read_bytes() for path in (run_directory.config_file,
+                                                 run_directory.inputs_file)}
+    with pytest.raises(UserInputError, match=r"holds a run with another configuration "
+                                             r"\(trainer.seed: 0 -> 1\); resume it"):
+        run(compose_config(*settings, "trainer.seed=1"), run_directory.path)
+    np.savez(data, X_train=x_train[1:], y_train=y_train[1:], X_test=x_test, y_test=y_test)
+    for changed in ([], ["eval.radius=3"]):
+        with pytest.raises(UserInputError, match=f"{run_directory.path} holds a run on other "
+                                                 "data"):
+            run(compose_config(*settings, *changed), run_directory.path)
+    assert {path: path.read_bytes() for path in kept} == kept
+    assert not run_directory.codes.exists()
+
+
 def test_the_dataset_files_are_recorded_by_the_setting_that_names_them(tmp_path):
     rows = np.random.default_rng(0).normal(size=(20, 4))
     base = write_texmex(tmp_path / "toy_base.fvecs", rows)
     query = write_texmex(tmp_path / "toy_query.fvecs", rows[:3])
-    truth = write_texmex(tmp_path / "toy_groundtruth.ivecs", np.zeros((3, 10), np.int32))
-    assert input_files(FileDatasetConfig(name="toy", path=str(base))) == {
+    ids = np.tile(np.arange(10, dtype=np.int32), (3, 1))  # a valid ground truth: it is read
+    truth = write_texmex(tmp_path / "toy_groundtruth.ivecs", ids)
+    assert load_split_and_files(FileDatasetConfig(name="toy", path=str(base)))[1] == {
         "dataset.path": base, "dataset.query_path": query, "dataset.groundtruth_path": truth}
     named = tmp_path / "named.npz"
     np.savez(named, base=rows, query=rows[:3])  # one file holds every split
-    assert input_files(FileDatasetConfig(name="toy", path=str(named))) == {
+    assert load_split_and_files(FileDatasetConfig(name="toy", path=str(named)))[1] == {
         "dataset.path": named}
-    assert input_files(compose_config(*QUICK).dataset) == {}  # synthetic: no file
+    assert load_split_and_files(compose_config(*QUICK).dataset)[1] == {}  # synthetic: no file
 
 
 def test_a_resume_on_changed_data_is_refused_naming_the_file(tmp_path):
