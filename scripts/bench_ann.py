@@ -62,8 +62,10 @@ Measured for each point:
   them (k = 100), on --threads threads (faiss's OpenMP and numpy's BLAS alike); every point of a
   group timed in interleaved rounds in one process, after one untimed warm-up search (which also
   builds SGHIndex's search structures and gives the recalls), so that the machine's noise falls
-  on all alike. Building and training (not timed) run on the same threads: more OpenMP
-  threads than free cores make faiss's training many times slower, not faster.
+  on all alike. A search shorter than 50 ms (SIFT10K's 100 queries take about 1 ms) is timed
+  in each round as the mean of as many searches in a row as fill 50 ms. Building and training
+  (not timed) run on the same threads: more OpenMP threads than free cores make faiss's
+  training many times slower, not faster.
 - bytes per item: what the scan reads of one item, without an IVF list number, since the list
   an item is stored in says it. faiss: its standalone code size. SGH: bits / 8, plus one byte
   where the ranking reads a stored item constant: the model's decoder and joint scores' ``c(h)``
@@ -129,6 +131,7 @@ from matplotlib import pyplot  # noqa: E402
 
 K = 100  # results asked of every search: Recall10@100's 100
 TRUE_NEIGHBOURS = 10  # Recall10@100's 10
+MIN_SAMPLE_SECONDS = 0.05  # a timed sample at least this long (`median_seconds`)
 TARGET_RECALL_SHARE = 0.8  # the target's recall range starts at this share of the highest
 IVF_RECALL_SHARE = 0.95  # the inverted lists' target: this share of the flat scan's recall ...
 IVF_SPEEDUP = 10.0  # ... at this many times its queries/s
@@ -444,20 +447,31 @@ def measure(points: list[Point], groundtruth: np.ndarray, rounds: int) -> None:
     for point in points:
         _, I = point.search()
         point.measured.update(recalls(I, groundtruth))
-    medians = median_seconds([point.search for point in points], rounds)
+    medians = median_seconds([point.search for point in points], rounds, MIN_SAMPLE_SECONDS)
     for point, seconds in zip(points, medians, strict=True):
         point.measured["queries_per_second"] = len(groundtruth) / seconds
 
 
-def median_seconds(searches: list[Callable[[], object]], rounds: int) -> list[float]:
+def median_seconds(searches: list[Callable[[], object]], rounds: int,
+                   min_sample_seconds: float = 0.0) -> list[float]:
     """Each search's median wall time over `rounds` rounds, the searches taking turns in each
-    round, so that the machine's noise falls on all alike."""
-    seconds: list[list[float]] = [[] for _ in searches]
-    for _ in range(rounds):
-        for search, timings in zip(searches, seconds, strict=True):
+    round, so that the machine's noise falls on all alike. A round's sample of a search lasting
+    less than `min_sample_seconds` is the mean of as many calls in a row as fill it (as timeit's
+    autorange does): a call of a millisecond is timed mostly by the scheduler's noise."""
+    repeats = [1] * len(searches)
+    if min_sample_seconds > 0:
+        for position, search in enumerate(searches):
             started = time.perf_counter()
             search()
-            timings.append(time.perf_counter() - started)
+            once = max(time.perf_counter() - started, 1e-9)
+            repeats[position] = max(1, math.ceil(min_sample_seconds / once))
+    seconds: list[list[float]] = [[] for _ in searches]
+    for _ in range(rounds):
+        for search, calls, timings in zip(searches, repeats, seconds, strict=True):
+            started = time.perf_counter()
+            for _ in range(calls):
+                search()
+            timings.append((time.perf_counter() - started) / calls)
     return [statistics.median(timings) for timings in seconds]
 
 
