@@ -69,7 +69,8 @@ def ids_checksum(digest: str, ids: np.ndarray) -> str:
     return checksum.hexdigest()
 
 
-def _trusted(path: Path, query, database, k: int, digest: str) -> np.ndarray | None:
+def _trusted(path: Path, n_queries: int, n_database: int, k: int, digest: str
+             ) -> np.ndarray | None:
     """The cached ids of ``path`` if every check of the module doc passes, else None."""
     if not path.is_file():
         return None
@@ -84,15 +85,15 @@ def _trusted(path: Path, query, database, k: int, digest: str) -> np.ndarray | N
         problem = f"expected a 2-D int64 array, found {getattr(ids, 'dtype', type(ids))}"
     elif checksum != ids_checksum(digest, ids):
         problem = "its checksum does not match its ids"
-    elif ids.shape[0] != len(query):
-        problem = f"{ids.shape[0]} rows for {len(query)} queries"
+    elif ids.shape[0] != n_queries:
+        problem = f"{ids.shape[0]} rows for {n_queries} queries"
     elif ids.shape[1] < k:  # a valid file for a smaller k: to be replaced, not a warning
         logger.info("ground-truth cache %s has %d neighbours per query, %d needed", path,
                     ids.shape[1], k)
         return None
     else:
         try:
-            checked_ids("its ids", ids, len(database))
+            checked_ids("its ids", ids, n_database)
         except UserInputError as error:
             problem = str(error)
     if problem is not None:
@@ -127,7 +128,7 @@ def cached_exact_neighbours(query: np.ndarray, database: np.ndarray, k: int,
     digest = features_digest(query, database, similarity)
     candidates = cache_candidates(dataset_path, digest)
     for path in candidates:
-        ids = _trusted(path, query, database, k, digest)
+        ids = _trusted(path, len(query), len(database), k, digest)
         if ids is not None:
             return ids, f"{exact} earlier; read from the cache {path}"
     ids = exact_neighbours(query, database, k, similarity)
