@@ -4,7 +4,9 @@
 (`AsymmetricScore.item_terms`), or for a score with ``pair_tables`` (the byte decoder) the codes
 alone: the scans compute the term per tile, or for a call of a few queries read a one-byte bound
 of it (`_term_bounds`). A search scans with the kernels of :mod:`sgh.scores.lookup_kernels`, in
-bounded memory: queries in blocks, the database in tiles, only the running top k kept.
+bounded memory: queries in blocks, the database in tiles, only the running top k kept; on a
+processor with AVX-512 VBMI, calls of `permute_scan.FROM_QUERIES` or more (that do not read the
+one-byte bounds) with :mod:`sgh.scores.permute_scan`'s, to the same results.
 
 Conventions: ``D`` holds the scores (float32, smaller = nearer; the score omits a per-query
 constant, so compare D within a query only), ``I`` the database ids in insertion order; ties by
@@ -18,6 +20,7 @@ import numpy as np
 from sgh.codes import validate_codes
 from sgh.compiled import resolved_workers
 from sgh.errors import check_int
+from sgh.scores import permute_scan
 from sgh.scores.asymmetric import AsymmetricScore
 from sgh.scores.byte_decoder import one_byte_terms
 from sgh.scores.lookup_kernels import (
@@ -27,6 +30,7 @@ from sgh.scores.lookup_kernels import (
     scan_scores,
     scan_top_k,
 )
+from sgh.scores.permute_scan import ROUNDING
 from sgh.scores.top_k import rows_by_score, sort_heaps, sorted_heaps
 
 # A top k of at least 1 / DENSE_TOP_SHARE of the database comes from every score, partitioned:
@@ -37,7 +41,6 @@ DENSE_TOP_SHARE = 16
 # The scans cross between 6 and 12 queries a call at 32 bits (MNIST, SIFT10K) and between 24
 # and 64 at 64 bits (MNIST), later for a smaller k (benchmarks/LOG.md).
 BOUNDED_QUERIES_PER_PAIR = 4 / 3
-ROUNDING = 1e-5  # the bound's float32 rounding allowance, relative to the largest partial sum
 
 
 class AsymmetricIndex:
@@ -118,18 +121,31 @@ class AsymmetricIndex:
             # Each query's allowance: the bound's error, and float32 rounding of its sums.
             largest = np.abs(tables).max(axis=2).sum(axis=1) + np.abs(level_terms).max()
             slack = (error + ROUNDING * largest).astype(np.float32)
-        elif self._terms_from_codes:  # item terms once per tile and call: a call per thread
+        permuted = not bounded and permute_scan.AVAILABLE and \
+            len(tables) >= permute_scan.FROM_QUERIES and \
+            codes.shape[1] <= permute_scan.MAX_CODE_BYTES
+        if permuted or (self._terms_from_codes and not bounded):  # tiles once a call: one a thread
             block = max(QUERY_BLOCK, -(-len(tables) // resolved_workers(workers)))
+        if permuted:
+            block = min(block, permute_scan.QUERY_BLOCK)
 
         def scan(start: int) -> None:
-            stop = start + block
+            rows = slice(start, start + block)
+            if permuted:
+                unbounded = np.zeros(len(tables[rows]), np.bool_)
+                permute_scan.permute_scan_top_k(tables[rows], codes, norms, pair_tables,
+                                                D[rows], I[rows], unbounded)
+                if not unbounded.any():
+                    return
+                rows = start + np.flatnonzero(unbounded)  # left to the scalar scan
+            D_rows, I_rows = D[rows], I[rows]  # views of a slice, copies of chosen rows
             if bounded:
-                bounded_scan_top_k(tables[start:stop], codes, levels, level_terms,
-                                   slack[start:stop], pair_tables, D[start:stop], I[start:stop])
+                bounded_scan_top_k(tables[rows], codes, levels, level_terms, slack[rows],
+                                   pair_tables, D_rows, I_rows)
             else:
-                scan_top_k(tables[start:stop], codes, norms, pair_tables, 0, D[start:stop],
-                           I[start:stop])
-            sort_heaps(D[start:stop], I[start:stop])
+                scan_top_k(tables[rows], codes, norms, pair_tables, 0, D_rows, I_rows)
+            sort_heaps(D_rows, I_rows)
+            D[rows], I[rows] = D_rows, I_rows
 
         run_query_blocks(scan, len(tables), workers, block)
         return D, I
