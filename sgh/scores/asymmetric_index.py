@@ -127,7 +127,7 @@ class AsymmetricIndex:
         if permuted or (self._terms_from_codes and not bounded):  # tiles once a call: one a thread
             block = max(QUERY_BLOCK, -(-len(tables) // resolved_workers(workers)))
         if permuted:
-            block = min(block, permute_scan.QUERY_BLOCK)
+            block = min(block, permute_scan.MAX_QUERIES_A_CALL)
 
         def scan(start: int) -> None:
             rows = slice(start, start + block)
@@ -145,7 +145,8 @@ class AsymmetricIndex:
             else:
                 scan_top_k(tables[rows], codes, norms, pair_tables, 0, D_rows, I_rows)
             sort_heaps(D_rows, I_rows)
-            D[rows], I[rows] = D_rows, I_rows
+            if not isinstance(rows, slice):  # the chosen rows were copied out
+                D[rows], I[rows] = D_rows, I_rows
 
         run_query_blocks(scan, len(tables), workers, block)
         return D, I

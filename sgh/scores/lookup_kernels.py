@@ -99,7 +99,9 @@ def _runs_pair_terms(pair_tables, codes, runs, out, shift):
 
 
 @compiled
-def _tile_terms(norms, pair_tables, codes, start, stop, out):
+def tile_terms(norms, pair_tables, codes, start, stop, out):
+    """``out[: stop - start]``: the item terms of codes ``start .. stop - 1``, held (``norms``)
+    or from ``pair_tables`` (`pair_terms`)."""
     if norms.shape[0] == codes.shape[0]:
         out[: stop - start] = norms[start:stop]
     else:
@@ -119,7 +121,7 @@ def scan_top_k(tables, codes, norms, pair_tables, id_offset, heap_scores, heap_i
     terms = np.empty(TILE_ITEMS, np.float32)
     for start in range(0, n, TILE_ITEMS):
         stop = min(n, start + TILE_ITEMS)
-        _tile_terms(norms, pair_tables, codes, start, stop, terms)
+        tile_terms(norms, pair_tables, codes, start, stop, terms)
         q = 0
         while q + 4 <= nq:
             t0 = tables[q].reshape(-1)
@@ -168,7 +170,7 @@ def scan_scores(tables, codes, norms, pair_tables, out):
     terms = np.empty(TILE_ITEMS, np.float32)
     for start in range(0, n, TILE_ITEMS):
         stop = min(n, start + TILE_ITEMS)
-        _tile_terms(norms, pair_tables, codes, start, stop, terms)
+        tile_terms(norms, pair_tables, codes, start, stop, terms)
         q = 0
         while q + 4 <= nq:
             t0 = tables[q].reshape(-1)

@@ -41,7 +41,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from sgh.compiled import compiled
-from sgh.scores.lookup_kernels import TILE_ITEMS, _tile_terms
+from sgh.scores.lookup_kernels import TILE_ITEMS, tile_terms
 from sgh.scores.top_k import (
     CAPACITY_PER_K,
     NO_BAR,
@@ -58,8 +58,8 @@ _MARGIN = 1.0  # the bar's allowance, in steps, for floors computed in float32
 MAX_CODE_BYTES = 65535 // _LEVELS - 1  # the code bytes whose rows (and the terms') sum in uint16
 # Queries a call: from FROM_QUERIES the tiles' transposition, paid once a call, costs less than
 # it saves (MNIST, held terms: 0.72x the scalar scan's time at 8 queries, 2.2x at 4); up to
-# QUERY_BLOCK, so that the reservoirs (3.2 KB a query at k = 100) stay small.
-FROM_QUERIES, QUERY_BLOCK = 8, 1024
+# MAX_QUERIES_A_CALL, so that the reservoirs (3.2 KB a query at k = 100) stay small.
+FROM_QUERIES, MAX_QUERIES_A_CALL = 8, 1024
 _LAST_ROW = np.uint64(0xFFFFFFFF)  # the largest row a key holds (`sgh.scores.top_k.MAX_ROWS` - 1)
 _REQUANTISE_BELOW = 0.8  # a query's tables are quantised again when the step shrinks below this
 
@@ -267,7 +267,7 @@ def permute_scan_top_k(tables, codes, norms, pair_tables, out_scores, out_ids, u
     for start in range(0, n, TILE_ITEMS):
         stop = min(n, start + TILE_ITEMS)
         count, blocks = stop - start, -(-(stop - start) // LANES)
-        _tile_terms(norms, pair_tables, codes, start, stop, terms)
+        tile_terms(norms, pair_tables, codes, start, stop, terms)
         term_low, term_high, finite = np.float64(terms[0]), np.float64(terms[0]), True
         for i in range(count):
             term_low = min(term_low, np.float64(terms[i]))
