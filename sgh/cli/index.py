@@ -31,7 +31,7 @@ from sgh.errors import UserInputError, check_choice, check_int
 from sgh.metrics.neighbour_recall import recall_of_results, results_recall_convention
 from sgh.scores.byte_decoder import FIT_ROWS
 from sgh.scores.score_set import ScoreSet
-from sgh.search import sgh_index
+from sgh.search.progress import say_progress, vectors_done
 from sgh.search.sgh_index import MODES, SAVED_INDEX, VALIDATION_QUERIES, SGHIndex
 
 # Each action's keys without a default (any other of configs/index_<action>.yaml may follow).
@@ -125,8 +125,7 @@ class _AddedRows:
         started = time.perf_counter()
         for start, total, rows in _batches(self.config, self.index, self.where):
             self.index.add(rows)
-            sgh_index.say_progress(
-                sgh_index.vectors_done("added", start + len(rows), total, started))
+            say_progress(vectors_done("added", start + len(rows), total, started))
             yield start, rows
 
 
@@ -165,8 +164,7 @@ def search(config: IndexSearchConfig) -> tuple[np.ndarray, np.ndarray]:
             results.append(index.search(rows, config.k))
         except ValueError as error:  # e.g. nprobe on an index without lists
             raise UserInputError(str(error)) from None
-        sgh_index.say_progress(
-            sgh_index.vectors_done("searched", start + len(rows), total, started))
+        say_progress(vectors_done("searched", start + len(rows), total, started))
     D = np.concatenate([d for d, _ in results])
     I = np.concatenate([i for _, i in results])  # noqa: E741  (faiss's name)
     recalls = {}

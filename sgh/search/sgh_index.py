@@ -21,7 +21,6 @@ index.npz that is not as `save` wrote it (`sgh.search.saved_index_checks`).
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from sgh.search.fast_scan import DEFAULT_REFINE_FACTOR, FastScanIndex
 from sgh.search.index_features import refuse_overflow, served_features
 from sgh.search.index_items import IndexItems, check_ids
 from sgh.search.inverted_table_scan import InvertedTableScan
+from sgh.search.progress import say_progress, vectors_done
 from sgh.search.saved_index_checks import check_saved_arrays, saved_mode
 from sgh.search.two_stage import default_shortlist, padded, rescored, warn_if_one_score
 
@@ -61,18 +61,6 @@ SAVED_INDEX = DirectoryKind(f"a saved SGHIndex ({INDEX_FILE}, {SCORES_FILE}, {CO
 _ADD_ROWS = 1 << 16  # features encoded (and assigned to lists) at a time by `add`
 _BYTE_DECODER = "byte_decoder."  # the key prefix of a byte decoder's arrays in index.npz
 NPROBE_TOLERANCE, VALIDATION_QUERIES = 0.005, 1000  # `choose_nprobe`'s, as a run's encoding
-
-
-def say_progress(message: str) -> None:
-    """A progress line on stderr in one write with its newline (an interruption cannot split)."""
-    sys.stderr.write(f"[sgh] {message}\n")
-    sys.stderr.flush()
-
-
-def vectors_done(verb: str, done: int, total: int, started: float) -> str:
-    """How far a pass over vectors is: ``verb done/total vectors, rate/s``."""
-    rate = done / max(time.perf_counter() - started, 1e-9)
-    return f"{verb} {done:,}/{total:,} vectors, {rate:,.0f}/s"
 
 
 class SGHIndex:
@@ -142,6 +130,17 @@ class SGHIndex:
             raise ValueError(f"nprobe={nprobe}: the index has no inverted lists, and every "
                              "search scans every code; nprobe serves an index with nlist")
         self._nprobe = nprobe
+
+    @property
+    def centroids(self) -> np.ndarray | None:
+        """The inverted lists' ``(nlist, dim)`` float32 centroids, read-only (None without lists,
+        or before `train`): faiss's IVF indexes take them as a trained coarse quantizer, so that
+        both search one partition."""
+        if self._centroids is None:
+            return None
+        view = self._centroids.view()
+        view.flags.writeable = False
+        return view
 
     @property
     def ntotal(self) -> int:

@@ -167,6 +167,34 @@ def test_a_saved_index_searches_identically_and_faiss_opens_its_codes(itq_data, 
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
+def test_the_lists_centroids_are_the_partition_searched_and_faiss_can_share_it(itq_data,
+                                                                               tmp_path):
+    hasher, x, queries = itq_data
+    assert SGHIndex(hasher).centroids is None
+    index = SGHIndex(hasher, nlist=8)
+    assert index.centroids is None  # not learned yet
+    index.train(x)
+    index.add(x)
+    centroids = index.centroids
+    assert centroids.shape == (8, x.shape[1]) and centroids.dtype == np.float32
+    with pytest.raises(ValueError, match="read-only"):
+        centroids[0, 0] = 1.0
+    np.testing.assert_array_equal(SGHIndex.load(index.save(tmp_path / "i")).centroids, centroids)
+    # A faiss IVF index given them as its trained quantizer places items and probes lists as
+    # the index does: with one list probed, every result lies in the query's nearest list.
+    quantizer = faiss.IndexFlatL2(x.shape[1])
+    quantizer.add(centroids)
+    item_lists = quantizer.assign(x, 1)[:, 0]
+    query_lists = quantizer.assign(queries, 1)[:, 0]
+    index.nprobe = 1
+    _, I = index.search(queries, 20)
+    assert (I >= 0).all()
+    np.testing.assert_array_equal(item_lists[I], np.repeat(query_lists[:, None], 20, axis=1))
+    ivf = faiss.IndexIVFFlat(quantizer, x.shape[1], 8)
+    ivf.train(x)  # the quantizer is trained: kept as it is
+    np.testing.assert_array_equal(ivf.quantizer.reconstruct_n(0, 8), centroids)
+
+
 def test_an_empty_index_answers_every_search_with_padding_as_faiss_does(itq_data):
     hasher, x, queries = itq_data
     listed = SGHIndex(hasher, nlist=4)
