@@ -41,8 +41,14 @@ it, its dominated settings drawn as crosses):
   codebooks of 16, the norm in the last two 4-bit codes),
   `IVF{N},PQ{2B}x4fs`
   (codes of the vectors) and `IVF{N},PQ{2B}x4fsr` (codes of their residuals to the list's
-  centroid) over nprobe 1 .. 64, N = round(4 sqrt(n_database)), their lists a k-means of the
-  training features; `IVF{N},RQ{B}x8_Nqint8` and `IVF{N},LSQ{B}x8_Nqint8` in the same lists
+  centroid) over nprobe 1 .. 64, N = round(4 sqrt(n_database)), their lists the byte decoder's
+  lists of the first run at N (`SGHIndex.centroids`: faiss's k-means of the training features,
+  20 iterations, seed 0), so that SGH and faiss search one partition at equal N and the
+  comparison is of codes and scans, not of two k-means runs' luck on the test queries (on
+  SIFT10K's 100 queries two seeds' lists differ by 0.03 in the share of true neighbours in the 8
+  nearest lists, and by 0.003 on 1,000 validation queries); faiss's own k-means of the training
+  features where SGH's lists are of other sizes; `IVF{N},RQ{B}x8_Nqint8` and
+  `IVF{N},LSQ{B}x8_Nqint8` in the same lists
   (codes of the residuals, B + 1 bytes: the byte decoder's inverted lists, faiss's way) and
   their fast-scan forms `IVF{N},RQ{2B-2}x4fsr_Nrq2x4` and `IVF{N},LSQ{2B-2}x4fsr_Nlsq2x4` (B
   bytes);
@@ -248,8 +254,9 @@ def coarse_lists(n_database: int, lists_per_sqrt_n: int) -> int:
 
 # ---- SGH ---------------------------------------------------------------------------------------
 def sgh_points(run_dir: str, label: str, queries: np.ndarray, lists: list[int],
-               settings: Settings) -> list[Point]:
-    """The scan, two-stage and inverted-list curves of one run (module doc)."""
+               settings: Settings) -> tuple[list[Point], dict[int, np.ndarray]]:
+    """The scan, two-stage and inverted-list curves of one run (module doc), and its byte
+    decoder lists' centroids by nlist."""
     scan = SGHIndex.from_run(run_dir, mode="scan")
     two_stage = SGHIndex.from_run(run_dir, mode="two_stage")
     bytes_per_item = scan.bits / 8
@@ -269,7 +276,7 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, lists: list[int],
                      search=lambda: sgh_search(index, queries, **attributes), is_sgh=True,
                      run=run_dir)
 
-    points = []
+    points, centroids = [], {}
     size = saved_bytes(scan)
     for factor in settings.refine_factors:
         points.append(point("scan", scan, size, {"mode": "scan", "score": scan.scores.chosen,
@@ -297,12 +304,13 @@ def sgh_points(run_dir: str, label: str, queries: np.ndarray, lists: list[int],
                 "refine_factor": default_refine},
                 extra_bytes=constant_byte(inverted.scores.chosen), nprobe=nprobe))
         inverted = SGHIndex.from_run(run_dir, mode="bytes", nlist=nlist)
+        centroids[nlist] = inverted.centroids
         size = saved_bytes(inverted)
         for nprobe in settings.nprobes:
             points.append(point(f"IVF{nlist} byte decoder scan", inverted, size, {
                 "mode": "bytes", "nlist": nlist, "nprobe": nprobe,
                 "norm": "from the code"}, nprobe=nprobe))
-    return points
+    return points, centroids
 
 
 def sgh_search(index: SGHIndex, queries: np.ndarray, **attributes
@@ -323,8 +331,9 @@ def saved_bytes(index: SGHIndex) -> int:
 
 # ---- faiss anchors -----------------------------------------------------------------------------
 def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
-                  settings: Settings) -> list[Point]:
-    """faiss's quantizers at the group's bytes per item, and RaBitQ at its own (module doc)."""
+                  settings: Settings, centroids: np.ndarray | None) -> list[Point]:
+    """faiss's quantizers at the group's bytes per item, and RaBitQ at its own (module doc);
+    the inverted ones in the lists of ``centroids`` (None: faiss's own k-means)."""
     B = group.bytes_per_item
     train = in_memory(split.train)[: settings.training_rows]
     database = in_memory(split.database)
@@ -361,7 +370,9 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
         index = faiss.index_factory(rows[0].shape[1], key, metric)
         if settings.opq_iterations is not None and key.startswith("OPQ"):
             faiss.downcast_VectorTransform(index.chain.at(0)).niter = settings.opq_iterations
-        if key in inverted[1:]:  # the same coarse lists as the first: k-means once
+        if key in inverted and centroids is not None:  # SGH's lists, trained already
+            index.quantizer.add(zero_padded(np.asarray(centroids, np.float32), 2 * B))
+        elif key in inverted[1:]:  # the same coarse lists as the first: k-means once
             index.quantizer.add(built[inverted[0]].quantizer.reconstruct_n(0, nlist))
         index.train(rows[0])
         index.add(rows[1])
@@ -382,6 +393,7 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
     rabitq.train(train)
     rabitq.add(database)
     padding = {} if padded_dim == dim else {"zero_padded_dim": padded_dim}
+    lists_origin = "faiss k-means" if centroids is None else "SGH byte decoder's"
     points = []
     for key, index in built.items():
         sizes = {"bytes_per_item": code_bytes(index), "index_bytes_per_item": index_bytes(index)}
@@ -402,6 +414,7 @@ def anchor_points(split, queries: np.ndarray, group: Group, nlist: int,
         whole = key in inverted_additive  # whole-vector codebooks: no padding
         for nprobe in settings.nprobes:
             points.append(Point(f"faiss {key}", {"nlist": nlist, "nprobe": nprobe,
+                                                 "lists": lists_origin,
                                                  **({} if whole else padding)},
                                 search=faiss_search(index, queries if whole else pq_queries,
                                                     nprobe),
@@ -689,10 +702,14 @@ def benchmark(group: Group, settings: Settings, thread_count: int, with_anchors:
                  f"{len(group.groundtruth)} in codes.npz; the dataset changed since the run")
     sgh_lists = [coarse_lists(len(split.database), share)
                  for share in settings.sgh_lists_per_sqrt_n]
-    points_by_run = {run: sgh_points(run, "" if len(group.runs) == 1 else f" [{run}]", queries,
-                                     sgh_lists, settings) for run in group.runs}
-    anchors = anchor_points(split, queries, group, coarse_lists(
-        len(split.database), settings.lists_per_sqrt_n), settings) if with_anchors else []
+    points_by_run, centroids = {}, {}
+    for run in group.runs:
+        points_by_run[run], lists = sgh_points(run, "" if len(group.runs) == 1 else f" [{run}]",
+                                               queries, sgh_lists, settings)
+        centroids = centroids or lists  # the byte decoder's lists: the same k-means every run
+    anchor_lists = coarse_lists(len(split.database), settings.lists_per_sqrt_n)
+    anchors = anchor_points(split, queries, group, anchor_lists, settings,
+                            centroids.get(anchor_lists)) if with_anchors else []
     points = [point for run_points in points_by_run.values() for point in run_points] + anchors
     measure(points, groundtruth, settings.rounds)
     print_table(group, points, thread_count, len(queries), settings.rounds)
