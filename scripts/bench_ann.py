@@ -702,14 +702,15 @@ def benchmark(group: Group, settings: Settings, thread_count: int, with_anchors:
                  f"{len(group.groundtruth)} in codes.npz; the dataset changed since the run")
     sgh_lists = [coarse_lists(len(split.database), share)
                  for share in settings.sgh_lists_per_sqrt_n]
-    points_by_run, centroids = {}, {}
+    points_by_run, centroids_by_nlist = {}, {}
     for run in group.runs:
-        points_by_run[run], lists = sgh_points(run, "" if len(group.runs) == 1 else f" [{run}]",
-                                               queries, sgh_lists, settings)
-        centroids = centroids or lists  # the byte decoder's lists: the same k-means every run
+        points_by_run[run], run_centroids = sgh_points(
+            run, "" if len(group.runs) == 1 else f" [{run}]", queries, sgh_lists, settings)
+        # The first run's: every run's byte decoder lists are the same k-means of one split.
+        centroids_by_nlist = centroids_by_nlist or run_centroids
     anchor_lists = coarse_lists(len(split.database), settings.lists_per_sqrt_n)
     anchors = anchor_points(split, queries, group, anchor_lists, settings,
-                            centroids.get(anchor_lists)) if with_anchors else []
+                            centroids_by_nlist.get(anchor_lists)) if with_anchors else []
     points = [point for run_points in points_by_run.values() for point in run_points] + anchors
     measure(points, groundtruth, settings.rounds)
     print_table(group, points, thread_count, len(queries), settings.rounds)
