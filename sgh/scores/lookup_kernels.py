@@ -7,7 +7,9 @@ while they are in cache. The per-item term comes from an array beside the codes 
 decoder, from the codes' byte pairs (`pair_terms`), computed once per tile for all the queries.
 
 `scan_top_k` and `scan_scores` spell out the same four-query body on purpose: factored into a
-compiled helper returning the four sums, the top-k scan is markedly slower.
+compiled helper returning the four sums, the top-k scan is markedly slower. The lists' scan
+(`scan_lists_top_k`) does call a helper, `_list_scores`, but once per list, not per item: it
+writes the list's scores into a buffer that the top k then reads.
 """
 
 from __future__ import annotations
